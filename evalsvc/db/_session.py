@@ -1,0 +1,144 @@
+"""Engines and the one managed-session helper.
+
+Contract: ``Database.session()`` commits on success, rolls back on any exception, and turns
+SQLAlchemy/driver errors into ``evalsvc.db`` domain errors. SQLite gets WAL (readers never block
+the writer), foreign keys, a busy timeout, and ``BEGIN IMMEDIATE`` for write sessions so that the
+writer lock is taken up front: a deferred transaction that reads and then writes can fail with
+"database is locked" without waiting, which would break the claim's compare-and-set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event, exc
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_BEGIN_OPTION = "evalsvc_sqlite_begin"
+
+
+def redact_url(url: str | sa.URL) -> str:
+    """The URL without its password, for messages and logs."""
+    return sa.make_url(url).render_as_string(hide_password=True)
+
+
+def _prepare_sqlite_path(url: sa.URL) -> None:
+    database = url.database
+    if database and database != ":memory:" and not database.startswith("file:"):
+        path = Path(database).expanduser()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise DatabaseUnavailable(
+                f"cannot create directory for database {redact_url(url)}: {err}"
+            ) from err
+
+
+def create_engine(url: str) -> Engine:
+    """An engine for ``url``: SQLite file (WAL, foreign keys, busy timeout) or PostgreSQL."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        _prepare_sqlite_path(parsed)
+        engine = sa.create_engine(
+            parsed,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        )
+        _install_sqlite_hooks(engine)
+        return engine
+    # pre_ping: after a database restart, pooled connections are dead; replace them silently
+    # instead of failing the first statement of every pooled connection.
+    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
+
+
+def _install_sqlite_hooks(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so we choose IMMEDIATE or DEFERRED.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+            # NORMAL is durable across application crashes in WAL mode (only an OS crash can
+            # lose the last commits), and it avoids an fsync per sample batch.
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: sa.Connection) -> None:
+        mode = connection.get_execution_options().get(_BEGIN_OPTION, "DEFERRED")
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+def translate_error(err: exc.SQLAlchemyError, url: str | sa.URL) -> StoreError:
+    """Map a SQLAlchemy error to the domain error a caller can act on."""
+    orig = getattr(err, "orig", None)
+    detail = str(orig if orig is not None else err).strip().splitlines()
+    first = detail[0] if detail else type(err).__name__
+    if isinstance(err, exc.IntegrityError):
+        return Conflict(first)
+    if isinstance(err, exc.OperationalError | exc.ProgrammingError) and (
+        "no such table" in first or ("relation" in first and "does not exist" in first)
+    ):
+        return DatabaseNotAtHead(
+            f"database {redact_url(url)} is not initialised ({first}): run `evalsvc db upgrade`"
+        )
+    if isinstance(err, exc.OperationalError | exc.InterfaceError) or (
+        isinstance(err, exc.DBAPIError) and err.connection_invalidated
+    ):
+        return DatabaseUnavailable(f"cannot use database {redact_url(url)}: {first}")
+    return StoreError(f"{type(err).__name__}: {first}")
+
+
+class Database:
+    """An engine plus the session factories of one store."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_engine(url)
+        self.dialect = self.engine.dialect.name
+        self._read = sessionmaker(self.engine, expire_on_commit=False)
+        write_bind = (
+            self.engine.execution_options(**{_BEGIN_OPTION: "IMMEDIATE"})
+            if self.dialect == "sqlite"
+            else self.engine
+        )
+        self._write = sessionmaker(write_bind, expire_on_commit=False)
+
+    @contextmanager
+    def session(self, *, write: bool = True) -> Iterator[Session]:
+        """One transaction: commit on success, roll back on error, domain errors out."""
+        session = (self._write if write else self._read)()
+        try:
+            yield session
+            session.commit()
+        except exc.SQLAlchemyError as err:
+            session.rollback()
+            raise translate_error(err, self.url) from err
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[sa.Connection]:
+        """A raw connection (migrations); connection errors become DatabaseUnavailable."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except exc.SQLAlchemyError as err:
+            raise translate_error(err, self.url) from err
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,165 @@
+"""Domain objects shared by every layer (suites, runner, store, views).
+
+Contract: plain pydantic models with no behaviour that touches I/O. The store (``evalsvc.db``)
+converts its ORM rows to and from these; nothing above ``evalsvc/db/`` ever sees an ORM row.
+The words follow DESIGN.md: endpoint, baseline, candidate, suite, item, sample, gate, verdict, run.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Verdict = Literal["pass", "fail", "inconclusive"]
+RunVerdict = Literal["pass", "fail", "inconclusive", "error"]
+
+#: Exit codes of ``evalsvc compare`` (DESIGN.md, "Contracts"). The REST gate endpoint returns them too.
+EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "usage": 2, "inconclusive": 3, "error": 4}
+
+
+class RunStatus(StrEnum):
+    """Life cycle of a run: queued → running → (completed | error | cancelled)."""
+
+    queued = "queued"
+    running = "running"
+    completed = "completed"
+    error = "error"
+    cancelled = "cancelled"
+
+
+class Provenance(BaseModel):
+    """What the capability probe learned about an endpoint (all fields optional: engines differ)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    engine: str | None = None
+    """Serving engine guessed from headers, ``/version`` and metric names (``vllm``, ``llama.cpp``...)."""
+    version: str | None = None
+    model: str | None = None
+    """Served model name from ``/v1/models``."""
+    root: str | None = None
+    """The checkpoint path/name the engine reports as the model's root."""
+    max_context: int | None = None
+    kv_cache_dtype: str | None = None
+    quantization: str | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    kv_capacity_tokens: int | None = None
+    """KV cache capacity in tokens = blocks x block size (vLLM ``cache_config_info``)."""
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+    """Which API features answered correctly: chat, completions, logprobs, prompt_logprobs, echo, tokenize."""
+    tokenizer_fingerprint: str | None = None
+    """Token ids of a fixed probe sentence, hashed: equal fingerprints mean equal tokenizers."""
+    probed_at: datetime | None = None
+
+
+class EndpointRef(BaseModel):
+    """One endpoint as a run sees it: where it is and which model it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    """Base URL including ``/v1``."""
+    model: str | None = None
+    name: str | None = None
+    """Registered name, when the endpoint came from the registry."""
+    api_key_env: str | None = None
+    """Name of an environment variable holding the API key (the key itself is never stored)."""
+
+
+class Item(BaseModel):
+    """One unit of a suite, generated deterministically from the suite's seed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    prompt: str | list[dict[str, str]] = ""
+    """Either raw text (completions) or chat messages."""
+    expected: Any = None
+    cluster: str | None = None
+    """Items sharing a context share a cluster id (clustered standard errors)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class Sample(BaseModel):
+    """One endpoint's response to one item, as stored. ``score`` is None when ``error`` is set."""
+
+    suite: str
+    item_id: str
+    endpoint: str
+    """Role label: ``baseline`` or ``candidate:<index>`` (stable within a run)."""
+    repeat: int = 0
+    output: str = ""
+    score: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    """Kind-specific extras: logprob summaries, context length, depth, divergence index..."""
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        return (self.endpoint, self.suite, self.item_id, self.repeat)
+
+
+class SuiteRef(BaseModel):
+    """A suite as requested for a run: a catalog name or a YAML path, plus overrides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    samples: int | None = None
+    seed: int | None = None
+
+
+class RunOptions(BaseModel):
+    """Knobs of one run that are not part of a suite spec (CLI flags, REST body)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    samples: int | None = None
+    seed: int | None = None
+    concurrency: int = 8
+    margin: float | None = None
+    alpha: float | None = None
+    sequential: bool = False
+    max_error_rate: float = 0.05
+    """Above this share of errored samples on any endpoint/suite the run is an infrastructure error."""
+    request_timeout_s: float = 300.0
+
+
+class RunSpec(BaseModel):
+    """Everything needed to execute a run; stored with the run so a worker can pick it up."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: EndpointRef
+    candidates: list[EndpointRef] = Field(min_length=1)
+    suites: list[str] = Field(min_length=1)
+    """Catalog names or YAML paths."""
+    options: RunOptions = Field(default_factory=RunOptions)
+    labels: dict[str, str] = Field(default_factory=dict)
+    priority: int = 0
+
+
+class RunInfo(BaseModel):
+    """A run as the store reports it."""
+
+    id: str
+    status: RunStatus
+    spec: RunSpec
+    verdict: RunVerdict | None = None
+    error: str | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempts: int = 0
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    progress: dict[str, Any] = Field(default_factory=dict)
+    schedule_id: str | None = None

@@ -1,0 +1,136 @@
+"""Capability probe: what an endpoint serves and which API features actually work.
+
+Contract: ``probe(client)`` sends a handful of tiny requests and returns a ``Provenance``. It
+raises ``EndpointError`` only when the endpoint is unreachable or serves no model; a feature that
+fails is recorded as ``capabilities[name] = False``, never guessed. Suites declare the
+capabilities they need and the runner refuses them up front (lm-eval's known failure mode is
+scoring chance-level results from endpoints whose ``echo`` silently does nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from evalsvc.domain import Provenance
+from evalsvc.endpoints._client import EndpointClient, EndpointError
+
+CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
+
+#: A fixed sentence whose token ids fingerprint the tokenizer (pairing by text still holds when
+#: tokenizers differ, but per-token comparisons such as drift do not).
+_FINGERPRINT_TEXT = "The quick brown fox jumps over 13 lazy dogs; naïve café ☕."
+
+
+async def probe(client: EndpointClient) -> Provenance:
+    """Probe ``client``'s endpoint and fill ``client.model`` if it was not given."""
+    models = await client.models()  # raises EndpointError when unreachable
+    if not models:
+        raise EndpointError(f"{client.base_url} serves no model")
+    chosen = _choose_model(models, client.model)
+    if chosen is None:
+        names = ", ".join(str(m.get("id")) for m in models)
+        raise EndpointError(f"{client.base_url} does not serve model {client.model!r} (it serves {names})")
+    client.model = str(chosen["id"])
+    prov = Provenance(
+        model=client.model,
+        root=chosen.get("root"),
+        max_context=_int(chosen.get("max_model_len")),
+        engine=chosen.get("owned_by"),
+        probed_at=datetime.now(UTC),
+    )
+    caps: dict[str, bool] = {}
+
+    chat = await client.chat([{"role": "user", "content": "Say OK."}], max_tokens=2)
+    caps["chat"] = chat.ok
+    comp = await client.complete("Hello", max_tokens=2, logprobs=1)
+    caps["completions"] = comp.ok
+    caps["logprobs"] = comp.ok and bool(comp.logprobs) and comp.logprobs[0].logprob is not None
+    # echo + logprobs + max_tokens=0 is the loglikelihood path: it must return one logprob per
+    # prompt token (the first is null). An engine that accepts the flag but returns nothing
+    # would make every loglikelihood task score at chance, so check the content, not the status.
+    echo = await client.complete("The capital of France is Paris", max_tokens=0, logprobs=1, echo=True)
+    caps["echo"] = bool(echo.ok and echo.logprobs and len(echo.logprobs) >= 3 and
+                        any(t.logprob is not None for t in echo.logprobs))
+    plp = await client.complete("The capital of France is Paris", max_tokens=1, prompt_logprobs=1)
+    caps["prompt_logprobs"] = bool(plp.ok and plp.prompt_logprobs and
+                                   any(p is not None and p.top for p in plp.prompt_logprobs))
+    try:
+        ids = await client.tokenize(_FINGERPRINT_TEXT)
+        caps["tokenize"] = bool(ids)
+        prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
+    except EndpointError:
+        caps["tokenize"] = False
+
+    prov.version = await _version(client)
+    metrics = await _metrics(client)
+    caps["metrics"] = metrics is not None
+    if metrics:
+        _apply_metrics(prov, metrics)
+    if prov.engine in (None, "vllm") and metrics and "vllm:cache_config_info" in metrics:
+        prov.engine = "vllm"
+    prov.capabilities = caps
+    return prov
+
+
+def _choose_model(models: list[dict[str, Any]], wanted: str | None) -> dict[str, Any] | None:
+    if wanted is None:
+        return models[0]
+    for m in models:
+        if m.get("id") == wanted:
+            return m
+    return None
+
+
+async def _version(client: EndpointClient) -> str | None:
+    try:
+        status, data = await client.request_json("GET", f"{client.root_url}/version")
+    except EndpointError:
+        return None
+    if status == 200 and isinstance(data, dict) and data.get("version"):
+        return str(data["version"])
+    return None
+
+
+async def _metrics(client: EndpointClient) -> dict[str, dict[str, str]] | None:
+    """Prometheus ``/metrics`` as {info-metric name: labels}; None when the engine has none."""
+    try:
+        status, text = await client.get_text(f"{client.root_url}/metrics")
+    except EndpointError:
+        return None
+    if status != 200:
+        return None
+    out: dict[str, dict[str, str]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.endswith("_info") and sample.name not in out:
+                    out[sample.name] = dict(sample.labels)
+    except ValueError:
+        return None
+    return out
+
+
+def _apply_metrics(prov: Provenance, metrics: dict[str, dict[str, str]]) -> None:
+    cache = metrics.get("vllm:cache_config_info")
+    if not cache:
+        return
+    prov.kv_cache_dtype = cache.get("cache_dtype")
+    prov.block_size = _int(cache.get("block_size"))
+    # vLLM reports the CPU backend's KV blocks in num_gpu_blocks too (the field name is historic).
+    prov.num_gpu_blocks = _int(cache.get("num_gpu_blocks")) or _int(cache.get("num_cpu_blocks"))
+    if prov.block_size and prov.num_gpu_blocks:
+        prov.kv_capacity_tokens = prov.block_size * prov.num_gpu_blocks
+    quant = cache.get("quantization") or metrics.get("vllm:model_config_info", {}).get("quantization")
+    if quant and quant != "None":
+        prov.quantization = quant
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return None if value in (None, "", "None") else int(float(value))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,134 @@
+"""Human-facing output (always stderr) and logged subprocess steps.
+
+Contract: nothing here writes to stdout, so ``--json`` output stays clean. ``run_logged`` runs a
+command with its output appended to a log file, shows a spinner meanwhile, never outlives its
+timeout, and on failure prints the log's tail to stderr and raises ``LocalError``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+
+from ._errors import LocalError
+
+# stderr=True: rich resolves sys.stderr at write time, so pytest/CliRunner capture works too.
+console = Console(stderr=True, highlight=False)
+
+TAIL_LINES = 40
+
+
+def info(message: str) -> None:
+    console.print(message)
+
+
+def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    """The last ``lines`` lines of a log file ([] if it does not exist)."""
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            return [line.rstrip("\n") for line in deque(fh, maxlen=lines)]
+    except FileNotFoundError:
+        return []
+
+
+def print_log_tail(path: Path, lines: int = TAIL_LINES) -> None:
+    tail = log_tail(path, lines)
+    console.print(f"--- last {len(tail)} lines of {path} ---", style="dim")
+    for line in tail:
+        # markup=False: log lines contain brackets that rich would otherwise interpret.
+        console.print(line, markup=False, highlight=False)
+    console.print("--- end of log ---", style="dim")
+
+
+def kill_group(pid: int, grace: float = 15.0) -> None:
+    """SIGTERM the process group led by ``pid``, SIGKILL it after ``grace`` seconds.
+
+    Only for processes started with ``start_new_session=True`` (so pgid == pid).
+    """
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if not _group_exists(pid):
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and _group_exists(pid):
+        _reap(pid)
+        time.sleep(0.1)
+
+
+def _reap(pid: int) -> None:
+    # If the process is our own child, collect it so it does not linger as a zombie.
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def run_logged(
+    label: str,
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 1800.0,
+) -> float:
+    """Run one preparation command, output appended to ``log``; returns elapsed seconds."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log.open("a", encoding="utf-8") as fh:
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        fh.write(f"\n=== {stamp} {label}\n$ {' '.join(map(str, argv))}\n")
+        fh.flush()
+        with console.status(f"{label} (log: {log})"):
+            # A new session lets a timeout or Ctrl-C take down pip's/torch's children too.
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+            )
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_group(proc.pid)
+                print_log_tail(log)
+                raise LocalError(f"{label}: timed out after {timeout:.0f} s (log: {log})") from None
+            except BaseException:
+                kill_group(proc.pid)
+                raise
+    elapsed = time.monotonic() - started
+    if rc != 0:
+        print_log_tail(log)
+        raise LocalError(f"{label}: failed with exit status {rc} (log: {log})")
+    return elapsed

@@ -1,0 +1,37 @@
+"""The runner: executes suites against endpoints and gates the results (no database access).
+
+Contract: ``execute`` takes a sample sink and the keys already stored; it probes, checks
+capabilities, plans, sends, and returns a ``RunResult``. The service layer persists.
+"""
+
+from evalsvc.runner._runner import (
+    CancelledRun,
+    CandidateResult,
+    CapabilityError,
+    InfrastructureError,
+    NullProgress,
+    Progress,
+    RunResult,
+    SampleSink,
+    SuiteResult,
+    check_capabilities,
+    execute,
+    probe_all,
+    role_of,
+)
+
+__all__ = [
+    "CancelledRun",
+    "CandidateResult",
+    "CapabilityError",
+    "InfrastructureError",
+    "NullProgress",
+    "Progress",
+    "RunResult",
+    "SampleSink",
+    "SuiteResult",
+    "check_capabilities",
+    "execute",
+    "probe_all",
+    "role_of",
+]

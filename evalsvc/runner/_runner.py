@@ -1,0 +1,319 @@
+"""The runner: probe endpoints, plan items, send them, hand samples to a sink, gate the results.
+
+Contract:
+- ``execute(...)`` knows nothing of the database. It takes a ``SampleSink`` (the service layer
+  gives it one that writes to the store as samples complete) and the set of sample keys already
+  stored (so a resumed run skips finished items).
+- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable and
+  ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
+  item is sent. Everything after that is recorded, never raised: errored requests are samples
+  with ``error`` set, counted per suite; too many make the run's verdict ``error``.
+- The verdict per suite comes from ``evalsvc.gates.evaluate_gate``; the overall verdict from
+  ``evalsvc.gates.combine_verdicts``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
+from evalsvc.endpoints import EndpointClient, EndpointError, probe
+from evalsvc.gates import DEFAULTS, GateOutcome, combine_verdicts, evaluate_gate, threshold_gate
+from evalsvc.suites import Analysis, Suite, flips
+
+
+class InfrastructureError(RuntimeError):
+    """An endpoint is unreachable, or too many requests failed to trust a verdict (exit 4)."""
+
+
+class CapabilityError(ValueError):
+    """A suite needs an API feature that an endpoint does not have (exit 2)."""
+
+
+class CancelledRun(RuntimeError):
+    """The run was cancelled (or its lease lost) while executing."""
+
+
+class SampleSink(Protocol):
+    async def __call__(self, sample: Sample) -> None: ...
+
+
+class Progress(Protocol):
+    def planned(self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]) -> None: ...
+    def advance(self, suite: str, role: str) -> None: ...
+    def message(self, text: str) -> None: ...
+
+
+class NullProgress:
+    def planned(self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]) -> None:
+        pass
+
+    def advance(self, suite: str, role: str) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+
+@dataclass
+class SuiteResult:
+    """One suite's outcome for one candidate: the gate, errors and kind-specific details."""
+
+    suite: str
+    kind: str
+    version: str
+    outcome: GateOutcome
+    n_errors: int
+    n_planned: int
+    gated: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> str:
+        return self.outcome.verdict
+
+
+@dataclass
+class CandidateResult:
+    role: str
+    endpoint: EndpointRef
+    provenance: Provenance
+    suites: list[SuiteResult] = field(default_factory=list)
+    verdict: str = "inconclusive"
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    verdict: str
+    baseline: EndpointRef
+    baseline_provenance: Provenance
+    candidates: list[CandidateResult]
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+    duration_s: float = 0.0
+
+
+def role_of(index: int) -> str:
+    return f"candidate:{index}"
+
+
+async def probe_all(
+    baseline: EndpointRef, candidates: Sequence[EndpointRef], options: RunOptions
+) -> tuple[list[EndpointClient], list[Provenance]]:
+    """Open a client per endpoint and probe them all; unreachable endpoints raise InfrastructureError."""
+    refs = [baseline, *candidates]
+    clients = [
+        EndpointClient(ref, concurrency=options.concurrency, timeout_s=options.request_timeout_s)
+        for ref in refs
+    ]
+    results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
+    failures = []
+    provs: list[Provenance] = []
+    for ref, client, res in zip(refs, clients, results, strict=True):
+        if isinstance(res, BaseException):
+            failures.append(f"endpoint {ref.name or ref.url} unreachable: {res}")
+        else:
+            provs.append(res)
+            ref.model = client.model
+    if failures:
+        await asyncio.gather(*(c.aclose() for c in clients))
+        raise InfrastructureError("; ".join(failures))
+    return clients, provs
+
+
+def check_capabilities(suites: Sequence[Suite], refs: Sequence[EndpointRef], provs: Sequence[Provenance]) -> None:
+    problems = []
+    for suite in suites:
+        for ref, prov in zip(refs, provs, strict=True):
+            missing = sorted(c for c in suite.requires if not prov.capabilities.get(c, False))
+            if missing:
+                problems.append(
+                    f"suite {suite.name} ({suite.kind}) needs {', '.join(missing)}, which "
+                    f"{ref.name or ref.url} does not support"
+                )
+    if problems:
+        raise CapabilityError("; ".join(problems) + " (refused before sending any item; "
+                              "scoring it would give meaningless zeros)")
+
+
+async def execute(
+    *,
+    run_id: str,
+    baseline: EndpointRef,
+    candidates: Sequence[EndpointRef],
+    suites: Sequence[Suite],
+    options: RunOptions,
+    sink: SampleSink,
+    done: set[tuple[str, str, str, int]] | None = None,
+    stored: Callable[[], Awaitable[list[Sample]]] | None = None,
+    progress: Progress | None = None,
+    cancel: threading.Event | None = None,
+    on_probed: Callable[[str, EndpointRef, Provenance], None] | None = None,
+) -> RunResult:
+    """Run ``suites`` on the baseline and every candidate and gate each candidate.
+
+    ``stored`` returns the samples already persisted for this run (from earlier attempts); they
+    are merged with this attempt's samples before analysis, so a resumed run's verdict equals an
+    uninterrupted one's.
+    """
+    progress = progress or NullProgress()
+    done = done or set()
+    started = time.perf_counter()
+    clients, provs = await probe_all(baseline, candidates, options)
+    try:
+        refs = [baseline, *candidates]
+        roles = ["baseline", *(role_of(i) for i in range(len(candidates)))]
+        for role, ref, prov in zip(roles, refs, provs, strict=True):
+            if on_probed:
+                on_probed(role, ref, prov)
+        check_capabilities(suites, refs, provs)
+        warnings = _tokenizer_warnings(refs, provs)
+        collected: list[Sample] = []
+
+        async def emit(sample: Sample) -> None:
+            if cancel is not None and cancel.is_set():
+                raise CancelledRun("run cancelled")
+            collected.append(sample)
+            await sink(sample)
+            progress.advance(sample.suite, sample.endpoint)
+
+        plans: dict[str, list[Item]] = {}
+        for suite in suites:
+            progress.message(f"planning {suite.name}")
+            try:
+                items = await suite.plan(clients[0], provs[0])
+            except EndpointError as exc:
+                raise InfrastructureError(f"planning {suite.name} on the baseline failed: {exc}") from exc
+            plans[suite.name] = items
+            done_by_role = {
+                role: {(k[2], k[3]) for k in done if k[0] == role and k[1] == suite.name}
+                for role in roles
+            }
+            progress.planned(suite.name, roles, _expected(suite, items),
+                             {r: len(v) for r, v in done_by_role.items()})
+
+            async def run_on(role: str, client: EndpointClient, s: Suite = suite,
+                             its: list[Item] = items, d: dict[str, set[tuple[str, int]]] = done_by_role) -> None:
+                await s.run(its, client, role=role, emit=emit, done=d[role],
+                            concurrency=options.concurrency)
+
+            if suite.exclusive:
+                for role, client in zip(roles, clients, strict=True):
+                    await run_on(role, client)
+            else:
+                await asyncio.gather(*(run_on(r, c) for r, c in zip(roles, clients, strict=True)))
+            if cancel is not None and cancel.is_set():
+                raise CancelledRun("run cancelled")
+
+        all_samples = (await stored() if stored else []) + collected
+        # Later samples win on the same key (a resumed attempt retried an errored item).
+        by_key = {s.key: s for s in all_samples}
+        samples = list(by_key.values())
+        result = _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
+        result.warnings = warnings
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+def _expected(suite: Suite, items: list[Item]) -> int:
+    expected = getattr(suite, "expected_samples", None)
+    return int(expected(items)) if callable(expected) else len(items)
+
+
+def _tokenizer_warnings(refs: Sequence[EndpointRef], provs: Sequence[Provenance]) -> list[str]:
+    base = provs[0].tokenizer_fingerprint
+    out = []
+    for ref, prov in zip(refs[1:], provs[1:], strict=True):
+        if base and prov.tokenizer_fingerprint and prov.tokenizer_fingerprint != base:
+            out.append(
+                f"candidate {ref.name or ref.url} ({prov.model}) tokenizes differently from the "
+                f"baseline: items are paired by text, but token-level metrics are not comparable"
+            )
+    return out
+
+
+def _gate_all(
+    run_id: str,
+    baseline: EndpointRef,
+    candidates: Sequence[EndpointRef],
+    provs: Sequence[Provenance],
+    suites: Sequence[Suite],
+    plans: dict[str, list[Item]],
+    samples: list[Sample],
+    options: RunOptions,
+) -> RunResult:
+    by: dict[tuple[str, str], list[Sample]] = {}
+    for s in samples:
+        by.setdefault((s.endpoint, s.suite), []).append(s)
+    results: list[CandidateResult] = []
+    infra_errors: list[str] = []
+    for i, cand in enumerate(candidates):
+        role = role_of(i)
+        cres = CandidateResult(role=role, endpoint=cand, provenance=provs[i + 1])
+        for suite in suites:
+            base_s = by.get(("baseline", suite.name), [])
+            cand_s = by.get((role, suite.name), [])
+            analysis = suite.analyze(base_s, cand_s)
+            planned = _expected(suite, plans[suite.name])
+            res = _gate_one(suite, analysis, options, planned, base_s, cand_s)
+            cres.suites.append(res)
+            error_rate = res.n_errors / planned if planned else 0.0
+            if error_rate > options.max_error_rate:
+                infra_errors.append(
+                    f"{suite.name} on {cand.name or cand.url}: {res.n_errors} of {planned} items "
+                    f"errored (budget {options.max_error_rate:.0%})"
+                )
+        gated = [r.outcome for r in cres.suites if r.gated]
+        cres.verdict = combine_verdicts(gated) if gated else "inconclusive"
+        results.append(cres)
+    all_gated = [r.outcome for c in results for r in c.suites if r.gated]
+    verdict: str = combine_verdicts(all_gated) if all_gated else "inconclusive"
+    error = None
+    if infra_errors:
+        verdict, error = "error", "error budget exceeded: " + "; ".join(infra_errors)
+    return RunResult(run_id=run_id, verdict=verdict, baseline=baseline, baseline_provenance=provs[0],
+                     candidates=results, error=error, options=options)
+
+
+def _gate_one(
+    suite: Suite, analysis: Analysis, options: RunOptions, planned: int,
+    base_s: list[Sample], cand_s: list[Sample],
+) -> SuiteResult:
+    defaults = DEFAULTS.get(suite.kind)
+    policy = suite.spec.gate
+    metric = analysis.metric or policy.metric or suite.metric
+    margin = options.margin or policy.margin or (defaults.margin if defaults else 0.05)
+    alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
+    higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
+    gate_kind = analysis.gate_kind or suite.gate_kind
+    if policy.threshold is not None:
+        outcome = threshold_gate(analysis.candidate, metric=metric, threshold=policy.threshold,
+                                 higher_is_better=higher, alpha=alpha, seed=suite.spec.seed)
+    else:
+        outcome = evaluate_gate(
+            analysis.baseline, analysis.candidate, metric=metric, kind=gate_kind, margin=margin,
+            alpha=alpha, higher_is_better=higher, clusters=analysis.clusters,
+            paired=analysis.paired, seed=suite.spec.seed,
+        )
+    details = dict(analysis.details)
+    if gate_kind == "binary" and analysis.paired and analysis.baseline:
+        details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
+    heatmap = getattr(suite, "heatmap", None)
+    if callable(heatmap):
+        details["heatmap"] = {"baseline": heatmap(base_s), "candidate": heatmap(cand_s)}
+    errors = [s.error for s in cand_s + base_s if s.error]
+    if errors:
+        details["error_examples"] = sorted(set(errors))[:5]
+    return SuiteResult(
+        suite=suite.name, kind=suite.kind, version=suite.version, outcome=outcome,
+        n_errors=analysis.n_errors, n_planned=planned, gated=policy.enabled, details=details,
+    )

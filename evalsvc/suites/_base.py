@@ -1,0 +1,187 @@
+"""The suite plugin contract.
+
+A *suite kind* is a ``Suite`` subclass registered with ``@register``. A *suite* is a YAML instance
+of a kind (``SuiteSpec``): parameters, seed, gate policy. The runner:
+
+1. calls ``plan()`` once with the baseline's client to get the seeded items (the same items go to
+   every endpoint; that pairing is the point);
+2. calls ``run()`` once per endpoint, which sends the items through the client and hands each
+   ``Sample`` to ``emit`` as soon as it exists (the runner persists it);
+3. calls ``analyze()`` with the baseline's and one candidate's samples to get the gate outcome
+   and the details for the report.
+
+Suites never open sockets or touch the database: they only use the client they are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import EndpointClient
+
+Emit = Callable[[Sample], Awaitable[None]]
+
+
+class GatePolicy(BaseModel):
+    """How a suite's metric is gated. Unset fields take the kind's defaults (``evalsvc.gates.DEFAULTS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str | None = None
+    """Which metric the gate tests (defaults to the kind's primary metric)."""
+    margin: float | None = Field(default=None, gt=0)
+    """δ: the largest acceptable drop of the candidate versus the baseline, in metric units."""
+    alpha: float | None = Field(default=None, gt=0, lt=0.5)
+    threshold: float | None = None
+    """Optional absolute threshold instead of (or for kinds without) a paired comparison."""
+    enabled: bool = True
+    """A disabled gate still reports its metrics but never decides the verdict."""
+
+
+class SuiteSpec(BaseModel):
+    """One YAML file in ``suites/``: an instance of a suite kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    kind: str
+    description: str = ""
+    seed: int = 0
+    params: dict[str, Any] = Field(default_factory=dict)
+    gate: GatePolicy = Field(default_factory=GatePolicy)
+
+
+@dataclass
+class Analysis:
+    """What ``analyze()`` returns for one candidate: the gate input arrays and report details."""
+
+    baseline: list[float]
+    candidate: list[float]
+    clusters: list[str] | None = None
+    paired: bool = True
+    n_errors: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+    gate_kind: Literal["binary", "continuous", "ratio"] | None = None
+    """Overrides the kind's ``gate_kind`` for this metric."""
+    higher_is_better: bool | None = None
+    metric: str | None = None
+
+
+class Suite(ABC):
+    """Base class of every suite kind."""
+
+    kind: ClassVar[str]
+    version: ClassVar[str] = "1"
+    Params: ClassVar[type[BaseModel]]
+    requires: ClassVar[frozenset[str]] = frozenset()
+    """Capabilities (see ``evalsvc.endpoints.CAPABILITIES``) every endpoint must have."""
+    metric: ClassVar[str] = "accuracy"
+    gate_kind: ClassVar[Literal["binary", "continuous", "ratio"]] = "binary"
+    higher_is_better: ClassVar[bool] = True
+    exclusive: ClassVar[bool] = False
+    """Exclusive suites (speed) run one endpoint at a time, never beside other traffic."""
+    description: ClassVar[str] = ""
+
+    def __init__(self, spec: SuiteSpec) -> None:
+        self.spec = spec
+        self.params = self.Params.model_validate(spec.params)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def with_overrides(self, *, samples: int | None, seed: int | None) -> Suite:
+        """A copy with the run's ``--samples``/``--seed`` applied (kinds map samples to a param)."""
+        spec = self.spec.model_copy(deep=True)
+        if seed is not None:
+            spec.seed = seed
+        if samples is not None:
+            spec.params[self.samples_param()] = samples
+        return type(self)(spec)
+
+    def samples_param(self) -> str:
+        """The parameter that ``--samples`` overrides."""
+        return "n"
+
+    def item_count(self) -> int | None:
+        """Items this suite will plan, when known without an endpoint (for ``suites list``)."""
+        value = getattr(self.params, self.samples_param(), None)
+        return int(value) if isinstance(value, int) else None
+
+    @abstractmethod
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        """Generate the items, deterministically from ``self.spec.seed``."""
+
+    async def solve(self, item: Item, client: EndpointClient) -> Sample:
+        """Send one item and score the response. Kinds with per-item work override this."""
+        raise NotImplementedError
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        """Send every item not in ``done`` through ``client``; emit each sample as it completes.
+
+        The default sends items concurrently (bounded by ``concurrency``); kinds that need a
+        particular traffic shape (determinism, speed) override this.
+        """
+        sem = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(item: Item) -> None:
+            async with sem:
+                sample = await self.solve(item, client)
+            sample.endpoint = role
+            sample.suite = self.name
+            await emit(sample)
+
+        await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
+
+    def analyze(self, baseline: list[Sample], candidate: list[Sample]) -> Analysis:
+        """Pair samples by (item, repeat); errored pairs are excluded and counted."""
+        return paired_scores(baseline, candidate)
+
+
+def paired_scores(baseline: list[Sample], candidate: list[Sample]) -> Analysis:
+    """Pair two endpoints' samples by (item, repeat) and return aligned score arrays.
+
+    A pair where either side errored (or is missing) is left out of the arrays and counted in
+    ``n_errors``; the runner turns too many errors into an infrastructure error, so the verdict
+    never silently rests on fewer items than planned.
+    """
+    base = {(s.item_id, s.repeat): s for s in baseline}
+    cand = {(s.item_id, s.repeat): s for s in candidate}
+    keys = sorted(set(base) | set(cand))
+    b: list[float] = []
+    c: list[float] = []
+    clusters: list[str] = []
+    errors = 0
+    for key in keys:
+        sb, sc = base.get(key), cand.get(key)
+        if sb is None or sc is None or sb.score is None or sc.score is None:
+            errors += 1
+            continue
+        b.append(float(sb.score))
+        c.append(float(sc.score))
+        clusters.append(str(sb.data.get("cluster", key[0])))
+    has_clusters = len(set(clusters)) < len(clusters)
+    return Analysis(b, c, clusters if has_clusters else None, n_errors=errors)
+
+
+def flips(baseline: Sequence[float], candidate: Sequence[float]) -> dict[str, int]:
+    """Correct→incorrect and incorrect→correct counts ("Accuracy is Not All You Need", arXiv 2407.09141)."""
+    lost = sum(1 for b, c in zip(baseline, candidate, strict=True) if b >= 0.5 > c)
+    gained = sum(1 for b, c in zip(baseline, candidate, strict=True) if c >= 0.5 > b)
+    return {"correct_to_incorrect": lost, "incorrect_to_correct": gained}

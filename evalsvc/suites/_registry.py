@@ -1,0 +1,185 @@
+"""Suite-kind registry and the YAML catalog.
+
+Contract:
+- ``@register`` adds a kind; outside packages add kinds through the ``evalsvc.suites`` entry-point
+  group, loaded lazily the first time a kind is looked up.
+- ``load_suite(name_or_path)`` returns a ready ``Suite``; ``resolve(names)`` expands sets.
+- Every bad input raises ``SuiteError`` whose message names the file, the line and the field, or
+  lists the known names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import ValidationError
+
+from evalsvc.suites._base import Suite, SuiteSpec
+
+_KINDS: dict[str, type[Suite]] = {}
+_ENTRY_POINTS_LOADED = False
+S = TypeVar("S", bound=type[Suite])
+
+
+class SuiteError(ValueError):
+    """A suite could not be found or its YAML is invalid (CLI exit 2)."""
+
+
+def register(cls: S) -> S:
+    """Class decorator: register a suite kind under ``cls.kind``."""
+    existing = _KINDS.get(cls.kind)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"suite kind {cls.kind!r} registered twice ({existing} and {cls})")
+    _KINDS[cls.kind] = cls
+    return cls
+
+
+def kinds() -> dict[str, type[Suite]]:
+    _load_builtin_and_entry_points()
+    return dict(_KINDS)
+
+
+def _load_builtin_and_entry_points() -> None:
+    global _ENTRY_POINTS_LOADED
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    import evalsvc.suites.kinds  # noqa: F401  (registers the built-in kinds)
+
+    for ep in entry_points(group="evalsvc.suites"):
+        cls = ep.load()
+        if isinstance(cls, type) and issubclass(cls, Suite) and cls.kind not in _KINDS:
+            register(cls)
+
+
+def catalog_dir() -> Path:
+    """``EVALSVC_SUITES_DIR``, else the repository's ``suites/`` next to the package."""
+    env = os.environ.get("EVALSVC_SUITES_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "suites"
+
+
+def _catalog_files() -> dict[str, Path]:
+    root = catalog_dir()
+    if not root.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(root.glob("*.yaml"))} | {
+        p.stem: p for p in sorted((root / "sets").glob("*.yaml"))
+    }
+
+
+def catalog() -> list[Suite | SuiteSet]:
+    """Every suite and set in the catalog, parsed (raises ``SuiteError`` on a bad file)."""
+    return [_load_file(p) for p in _catalog_files().values()]
+
+
+class SuiteSet:
+    """A named list of suites (``suites/sets/*.yaml``: ``name``, ``description``, ``suites``)."""
+
+    def __init__(self, name: str, description: str, suites: list[str]) -> None:
+        self.name = name
+        self.description = description
+        self.suites = suites
+
+
+def resolve(names: Iterable[str]) -> list[Suite]:
+    """Expand names, paths and sets into suites, in order, without duplicates."""
+    out: list[Suite] = []
+    seen: set[str] = set()
+
+    def add(name: str, depth: int) -> None:
+        if depth > 5:
+            raise SuiteError(f"suite set nesting too deep at {name!r}")
+        loaded = _load_name(name)
+        if isinstance(loaded, SuiteSet):
+            for sub in loaded.suites:
+                add(sub, depth + 1)
+        elif loaded.name not in seen:
+            seen.add(loaded.name)
+            out.append(loaded)
+
+    for name in names:
+        add(name, 0)
+    return out
+
+
+def load_suite(name_or_path: str) -> Suite:
+    loaded = _load_name(name_or_path)
+    if isinstance(loaded, SuiteSet):
+        raise SuiteError(f"{name_or_path!r} is a suite set; use resolve()")
+    return loaded
+
+
+def _load_name(name_or_path: str) -> Suite | SuiteSet:
+    path = Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise SuiteError(f"suite file not found: {name_or_path}")
+        return _load_file(path)
+    files = _catalog_files()
+    if name_or_path not in files:
+        known = ", ".join(sorted(files)) or "(catalog empty)"
+        raise SuiteError(f"unknown suite {name_or_path!r}; known suites: {known}")
+    return _load_file(files[name_or_path])
+
+
+def _load_file(path: Path) -> Suite | SuiteSet:
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise SuiteError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    if not isinstance(data, dict):
+        raise SuiteError(f"{path}:1: a suite file must be a mapping")
+    if "suites" in data and "kind" not in data:
+        names = data.get("suites")
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise SuiteError(f"{path}:{_line(node, ('suites',))}: field 'suites' must be a list of names")
+        return SuiteSet(str(data.get("name", path.stem)), str(data.get("description", "")), names)
+    try:
+        spec = SuiteSpec.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(_format_error(path, node, exc)) from exc
+    kind_cls = kinds().get(spec.kind)
+    if kind_cls is None:
+        raise SuiteError(
+            f"{path}:{_line(node, ('kind',))}: field 'kind': unknown suite kind {spec.kind!r}; "
+            f"known kinds: {', '.join(sorted(kinds()))}"
+        )
+    try:
+        return kind_cls(spec)
+    except ValidationError as exc:
+        raise SuiteError(_format_error(path, node, exc, prefix=("params",))) from exc
+
+
+def _format_error(path: Path, node: Any, exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = prefix + tuple(str(p) for p in err["loc"])
+        lines.append(f"{path}:{_line(node, loc)}: field '{'.'.join(loc)}': {err['msg']}")
+    return "\n".join(lines)
+
+
+def _line(node: Any, loc: tuple[str, ...]) -> int:
+    """1-based line of the deepest YAML node on ``loc`` (falls back to the parent's line)."""
+    line = node.start_mark.line + 1 if node is not None else 1
+    for key in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for k, v in node.value:
+            if k.value == key:
+                line = k.start_mark.line + 1
+                node = v
+                break
+        else:
+            break
+    return line

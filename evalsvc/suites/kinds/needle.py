@@ -1,0 +1,250 @@
+"""``needle``: needle-in-a-haystack retrieval, in the style of RULER's NIAH tasks.
+
+Method (Hsieh et al. 2024, "RULER: What's the Real Context Size of Your Long-Context Language
+Models?", arXiv 2404.06654): hide "The special magic {type} for {key} is: {value}." sentences in
+natural prose at a chosen depth, ask for the value(s), and score ``string_match_all``: the item
+is correct when every expected value appears in the output. Variants follow RULER: ``single``,
+``multikey`` (distractor needles with other keys), ``multivalue`` (all values of one key) and
+``multiquery`` (several keys asked at once).
+
+Lengths are in the endpoint's own tokens: the haystack prefix is sized by binary search on
+characters with ``/tokenize`` on the whole user message, so each item's message is the largest
+that fits the target (the achieved count is recorded). Items that share a haystack (one length,
+one haystack draw, every depth) form a cluster for clustered standard errors.
+
+The haystack is project-written prose (``suites/data/haystack.txt``, original text, Apache-2.0
+with the project), shuffled by paragraph per haystack draw and repeated as needed.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import string
+import uuid
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.suites._base import Suite
+from evalsvc.suites._registry import catalog_dir, register
+
+_KEYS = (
+    "Lima Oslo Quito Accra Hanoi Perth Sofia Tunis Riga Dakar Cairo Lagos Minsk Porto Bern Kyiv "
+    "Malmo Turin Fargo Tulsa Boise Omaha Reno Nice Lyon Graz Brno Split Cork Bath York Leeds"
+).split()
+_WORDS = (
+    "amber banjo cactus dolphin ember falcon glacier harbor igloo jasmine kettle lantern meadow "
+    "nutmeg orchid pepper quartz raven saffron tundra velvet walrus yarrow zephyr copper marble"
+).split()
+
+_TEMPLATE = (
+    "Some special magic {type_plural} are hidden within the following text. Make sure to "
+    "memorize them. I will quiz you about the {type_plural} afterwards.\n\n{context}\n\n{question}"
+)
+
+
+class NeedleParams(BaseModel):
+    """Parameters of a needle suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lengths: list[int] = Field(default=[1024, 2048, 3072], min_length=1)
+    """Target user-message lengths in tokens of the endpoint's tokenizer."""
+    depths: list[float] = Field(default=[0.1, 0.3, 0.5, 0.7, 0.9], min_length=1)
+    """Relative needle positions in the haystack, 0 = start, 1 = end."""
+    haystacks: int = Field(default=2, ge=1)
+    """Independent haystack draws per length (each is one cluster across the depths)."""
+    n: int | None = Field(default=None, ge=1)
+    """Cap on the number of items (``--samples``); the grid is sampled evenly when set."""
+    variant: Literal["single", "multikey", "multivalue", "multiquery"] = "single"
+    value_type: Literal["number", "word", "uuid"] = "number"
+    num_distractors: int = Field(default=3, ge=0)
+    """multikey: needles with other keys."""
+    num_values: int = Field(default=2, ge=1)
+    """multivalue: values hidden for the one key."""
+    num_queries: int = Field(default=2, ge=1)
+    """multiquery: keys asked at once."""
+    max_tokens: int = Field(default=48, ge=1)
+
+
+@register
+class NeedleSuite(Suite):
+    kind = "needle"
+    version = "1"
+    Params = NeedleParams
+    requires = frozenset({"chat", "tokenize"})
+    metric = "accuracy"
+    gate_kind = "binary"
+    description = "Needle-in-a-haystack retrieval over a context-length x depth grid (RULER style)."
+    params: NeedleParams
+
+    def item_count(self) -> int:
+        p = self.params
+        grid = len(p.lengths) * len(p.depths) * p.haystacks
+        return min(grid, p.n) if p.n else grid
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        p = self.params
+        rng = random.Random(self.spec.seed)
+        paragraphs = _paragraphs()
+        max_ctx = provenance.max_context
+        cells = [(length, h, depth) for length in p.lengths for h in range(p.haystacks) for depth in p.depths]
+        if p.n and p.n < len(cells):
+            step = len(cells) / p.n
+            cells = [cells[int(i * step)] for i in range(p.n)]
+        items: list[Item] = []
+        haystack_cache: dict[tuple[int, int], str] = {}
+        for length, h, depth in cells:
+            if max_ctx is not None and length + p.max_tokens + 64 > max_ctx:
+                raise ValueError(
+                    f"suite {self.name}: length {length} + answer does not fit the endpoint's "
+                    f"max context {max_ctx}"
+                )
+            # One haystack per (length, draw), shared by every depth: that is the cluster.
+            key = (length, h)
+            if key not in haystack_cache:
+                hrng = random.Random(f"{self.spec.seed}-{length}-{h}")
+                order = paragraphs[:]
+                hrng.shuffle(order)
+                text = "\n\n".join(order)
+                while len(text) < length * 8:  # ~4 chars/token; 2x headroom for the search
+                    hrng.shuffle(order)
+                    text += "\n\n" + "\n\n".join(order)
+                haystack_cache[key] = text
+            needles, question, expected = self._needles(rng)
+            message, n_tokens = await _fit(client, haystack_cache[key], needles, depth, length,
+                                           question, self._type_plural())
+            items.append(
+                Item(
+                    id=f"L{length}-h{h}-d{depth:.2f}",
+                    prompt=[{"role": "user", "content": message}],
+                    expected=expected,
+                    cluster=f"L{length}-h{h}",
+                    metadata={"context_length": length, "context_tokens": n_tokens,
+                              "depth": depth, "haystack": h, "variant": p.variant},
+                )
+            )
+        return items
+
+    def _type_plural(self) -> str:
+        return {"number": "numbers", "word": "words", "uuid": "uuids"}[self.params.value_type]
+
+    def _value(self, rng: random.Random) -> str:
+        t = self.params.value_type
+        if t == "number":
+            return str(rng.randint(1_000_000, 9_999_999))
+        if t == "word":
+            return f"{rng.choice(_WORDS)}-{rng.choice(_WORDS)}"
+        return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+    def _needles(self, rng: random.Random) -> tuple[list[str], str, list[str]]:
+        p = self.params
+        kind = {"number": "number", "word": "word", "uuid": "uuid"}[p.value_type]
+        keys = rng.sample(_KEYS, k=1 + max(p.num_distractors, p.num_queries))
+        target = keys[0]
+
+        def needle(key: str, value: str) -> str:
+            return f"One of the special magic {kind}s for {key} is: {value}."
+
+        if p.variant == "single":
+            value = self._value(rng)
+            return ([needle(target, value)],
+                    f"What is the special magic {kind} for {target} mentioned in the provided text?",
+                    [value])
+        if p.variant == "multikey":
+            value = self._value(rng)
+            needles = [needle(target, value)] + [needle(k, self._value(rng)) for k in keys[1:1 + p.num_distractors]]
+            rng.shuffle(needles)
+            return (needles,
+                    f"What is the special magic {kind} for {target} mentioned in the provided text?",
+                    [value])
+        if p.variant == "multivalue":
+            values = [self._value(rng) for _ in range(p.num_values)]
+            return ([needle(target, v) for v in values],
+                    f"What are all the special magic {kind}s for {target} mentioned in the provided text?",
+                    values)
+        queried = keys[: p.num_queries]
+        values = [self._value(rng) for _ in queried]
+        return ([needle(k, v) for k, v in zip(queried, values, strict=True)],
+                f"What are the special magic {kind}s for {', '.join(queried)} mentioned in the provided text?",
+                values)
+
+    async def solve(self, item: Item, client: EndpointClient) -> Sample:
+        assert isinstance(item.prompt, list)
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
+        found = [v for v in item.expected if _normalise(v) in _normalise(out.text)] if out.ok else []
+        return Sample(
+            suite=self.name, item_id=item.id, endpoint="",
+            output=out.text,
+            score=None if out.error else float(len(found) == len(item.expected)),
+            prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+            latency_s=out.latency_s, error=out.error,
+            data={"cluster": item.cluster, "found": len(found), "expected": item.expected,
+                  **{k: item.metadata[k] for k in ("context_length", "context_tokens", "depth")}},
+        )
+
+    def heatmap(self, samples: list[Sample]) -> list[dict[str, float | int]]:
+        """Accuracy per (context length, depth) cell, for the report's heatmap."""
+        cells: dict[tuple[int, float], list[float]] = {}
+        for s in samples:
+            if s.score is not None:
+                cells.setdefault((int(s.data["context_length"]), float(s.data["depth"])), []).append(s.score)
+        return [
+            {"context_length": length, "depth": depth, "accuracy": sum(v) / len(v), "n": len(v)}
+            for (length, depth), v in sorted(cells.items())
+        ]
+
+
+def _normalise(text: str) -> str:
+    return re.sub(r"\s+", " ", text.strip().lower())
+
+
+def _paragraphs() -> list[str]:
+    path = Path(catalog_dir()) / "data" / "haystack.txt"
+    return [p.strip() for p in path.read_text(encoding="utf-8").split("\n\n") if p.strip()]
+
+
+def _insert(haystack: str, needles: list[str], depth: float) -> str:
+    """Insert the needles at sentence boundaries nearest to ``depth`` (spread a little for several)."""
+    bounds = [m.end() for m in re.finditer(r"[.!?]\s", haystack)] or [len(haystack)]
+    text = haystack
+    for i, needle in enumerate(reversed(needles)):
+        # Several needles go to nearby distinct boundaries around the depth, in order.
+        target = min(1.0, max(0.0, depth + 0.02 * (len(needles) - 1 - i)))
+        pos = min(bounds, key=lambda b: abs(b - target * len(haystack)))
+        text = text[:pos] + needle + " " + text[pos:]
+        bounds = [b for b in bounds if b < pos]
+        if not bounds:
+            bounds = [0]
+    return text
+
+
+async def _fit(
+    client: EndpointClient, haystack: str, needles: list[str], depth: float, length: int,
+    question: str, type_plural: str,
+) -> tuple[str, int]:
+    """The largest haystack prefix whose full message is ≤ ``length`` tokens (binary search)."""
+
+    def build(chars: int) -> str:
+        prefix = haystack[:chars]
+        return _TEMPLATE.format(type_plural=type_plural, context=_insert(prefix, needles, depth),
+                                question=question)
+
+    lo, hi = 0, len(haystack)
+    best: tuple[str, int] | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        message = build(mid)
+        n = len(await client.tokenize(message))
+        if n <= length:
+            best = (message, n)
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if best is None:
+        raise ValueError(f"length {length} is too short for the needle template")
+    return best
