@@ -20,6 +20,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from ._ui import info
+
 STATE_VERSION = 1
 
 
@@ -82,8 +84,6 @@ def state_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             # Another `up`/`down` is working; it has its own deadlines, so waiting is bounded.
-            from ._ui import info
-
             info(f"waiting for another evalsvc local process (lock: {path})")
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:

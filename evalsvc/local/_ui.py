@@ -7,13 +7,14 @@ timeout, and on failure prints the log's tail to stderr and raises ``LocalError`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -75,10 +76,8 @@ def kill_group(pid: int, grace: float = 15.0) -> None:
 
 def _reap(pid: int) -> None:
     # If the process is our own child, collect it so it does not linger as a zombie.
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def _group_exists(pgid: int) -> bool:
@@ -104,7 +103,7 @@ def run_logged(
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("a", encoding="utf-8") as fh:
-        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        stamp = datetime.now(UTC).isoformat(timespec="seconds")
         fh.write(f"\n=== {stamp} {label}\n$ {' '.join(map(str, argv))}\n")
         fh.flush()
         with console.status(f"{label} (log: {log})"):

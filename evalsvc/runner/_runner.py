@@ -225,8 +225,7 @@ async def execute(
 
 
 def _expected(suite: Suite, items: list[Item]) -> int:
-    expected = getattr(suite, "expected_samples", None)
-    return int(expected(items)) if callable(expected) else len(items)
+    return suite.expected_samples(items)
 
 
 def _tokenizer_warnings(refs: Sequence[EndpointRef], provs: Sequence[Provenance]) -> list[str]:
@@ -262,7 +261,7 @@ def _gate_all(
         for suite in suites:
             base_s = by.get(("baseline", suite.name), [])
             cand_s = by.get((role, suite.name), [])
-            analysis = suite.analyze(base_s, cand_s)
+            analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
             planned = _expected(suite, plans[suite.name])
             res = _gate_one(suite, analysis, options, planned, base_s, cand_s)
             cres.suites.append(res)
@@ -295,8 +294,9 @@ def _gate_one(
     alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
     higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
     gate_kind = analysis.gate_kind or suite.gate_kind
-    if policy.threshold is not None:
-        outcome = threshold_gate(analysis.candidate, metric=metric, threshold=policy.threshold,
+    threshold = policy.threshold if policy.threshold is not None else analysis.threshold
+    if threshold is not None:
+        outcome = threshold_gate(analysis.candidate, metric=metric, threshold=threshold,
                                  higher_is_better=higher, alpha=alpha, seed=suite.spec.seed)
     else:
         outcome = evaluate_gate(

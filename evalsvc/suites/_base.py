@@ -72,6 +72,9 @@ class Analysis:
     """Overrides the kind's ``gate_kind`` for this metric."""
     higher_is_better: bool | None = None
     metric: str | None = None
+    threshold: float | None = None
+    """Gate on an absolute threshold of the candidate's values (e.g. mean KLD) when the suite's
+    YAML sets none; used by kinds that measure the candidate *against* the baseline directly."""
 
 
 class Suite(ABC):
@@ -149,8 +152,21 @@ class Suite(ABC):
 
         await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
 
-    def analyze(self, baseline: list[Sample], candidate: list[Sample]) -> Analysis:
-        """Pair samples by (item, repeat); errored pairs are excluded and counted."""
+    def expected_samples(self, items: Sequence[Item]) -> int:
+        """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
+        return len(items)
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        """Pair samples by (item, repeat); errored pairs are excluded and counted.
+
+        ``provenance`` is (baseline's, candidate's), for kinds that report capacity (speed).
+        """
         return paired_scores(baseline, candidate)
 
 

@@ -1,0 +1,47 @@
+"""Persistence of evalsvc: the store, its migrations, the run queue, the sample writer.
+
+Contract: everything above this package sees domain objects (``evalsvc.domain``) and plain
+dicts, never ORM rows or SQLAlchemy errors. ``Store`` is the only entry point to the database;
+the queue (claim/heartbeat/release/reap) is part of it because runs ARE the queue.
+May import: ``evalsvc.domain``, ``evalsvc.settings``. Must not import the runner, suites,
+services or views.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._session import redact_url
+from ._store import API_SCOPES, Store
+from ._writer import SampleWriter, retry_transient
+
+if TYPE_CHECKING:
+    from ._export import EXPORT_FORMATS, ExportFormat, export_samples, samples_frame
+
+__all__ = [
+    "API_SCOPES",
+    "EXPORT_FORMATS",
+    "Conflict",
+    "DatabaseNotAtHead",
+    "DatabaseUnavailable",
+    "ExportFormat",
+    "SampleWriter",
+    "Store",
+    "StoreError",
+    "export_samples",
+    "redact_url",
+    "retry_transient",
+    "samples_frame",
+]
+
+_LAZY = {"EXPORT_FORMATS", "ExportFormat", "export_samples", "samples_frame"}
+
+
+def __getattr__(name: str) -> Any:
+    # pandas/pyarrow are only needed for exports; keep them out of worker and CLI start-up.
+    if name in _LAZY:
+        from . import _export
+
+        return getattr(_export, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

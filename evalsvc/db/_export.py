@@ -1,0 +1,68 @@
+"""Export a run's samples as a table (Parquet, CSV or JSON Lines).
+
+One row per sample, joined with the endpoint snapshot of its role (URL, model). ``data`` is
+kept as a JSON string in Parquet/CSV (its keys differ by suite kind, so it has no fixed
+column schema) and as an object in JSON Lines.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+from ._store import Store
+
+ExportFormat = Literal["parquet", "csv", "jsonl"]
+EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
+
+COLUMNS = [
+    "run_id", "endpoint", "endpoint_url", "endpoint_model", "suite", "item_id", "repeat",
+    "output", "score", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "error",
+    "data",
+]
+
+
+def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
+    """The samples of ``run_id`` as a DataFrame (``data`` left as dicts)."""
+    snapshots = store.get_endpoint_snapshots(run_id)
+    records: list[dict[str, Any]] = []
+    for sample in store.get_samples(run_id):
+        endpoint = snapshots.get(sample.endpoint)
+        records.append({
+            "run_id": run_id,
+            **sample.model_dump(),
+            "endpoint_url": endpoint[0].url if endpoint else None,
+            "endpoint_model": endpoint[0].model if endpoint else None,
+        })
+    frame = pd.DataFrame.from_records(records, columns=COLUMNS)
+    # Nullable integer dtypes: a missing token count must stay missing, not become 0 or 1.0.
+    for column in ("repeat", "prompt_tokens", "completion_tokens"):
+        frame[column] = frame[column].astype("Int64")
+    for column in ("score", "latency_s", "ttft_s"):
+        frame[column] = frame[column].astype("float64")
+    return frame
+
+
+def export_samples(store: Store, run_id: str, *, format: ExportFormat, out: Path) -> int:
+    """Write the samples of ``run_id`` to ``out``; returns the number of rows.
+
+    Raises LookupError when the run does not exist.
+    """
+    if store.get_run(run_id) is None:
+        raise LookupError(f"no run {run_id!r}")
+    frame = samples_frame(store, run_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if format == "jsonl":
+        frame.to_json(out, orient="records", lines=True, force_ascii=False)
+        return len(frame)
+    frame["data"] = [json.dumps(d, sort_keys=True) for d in frame["data"]]
+    if format == "parquet":
+        frame.to_parquet(out, index=False)
+    elif format == "csv":
+        frame.to_csv(out, index=False)
+    else:
+        raise ValueError(f"unknown export format {format!r}; use one of {EXPORT_FORMATS}")
+    return len(frame)

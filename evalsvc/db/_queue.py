@@ -1,0 +1,234 @@
+"""The run queue: claim, heartbeat, release, reap (query functions; ``session`` keyword-only).
+
+Runs ARE the queue. A claim is one compare-and-set ``queued -> running`` that also takes a
+lease (owner + expiry). The owner extends the lease by heartbeats; the reaper returns runs with
+expired leases to ``queued`` (or marks them ``error`` after ``max_attempts``). Completion checks
+the lease owner, so a worker that lost its lease cannot overwrite the next owner's result.
+
+Concurrency control:
+- PostgreSQL: candidate rows are selected ``FOR UPDATE SKIP LOCKED`` (workers never wait on each
+  other's candidates). The per-endpoint budget is a cross-row rule that row locks cannot
+  enforce, so a claim also takes transaction-scoped advisory try-locks on the run's endpoint
+  URLs before counting running runs for them; a worker that cannot get the lock skips the run.
+  Under READ COMMITTED the count, taken after the lock, sees every claim committed before.
+- SQLite: the write session starts with ``BEGIN IMMEDIATE``, which holds the database's single
+  writer lock for the whole claim, so the select-then-update cannot interleave.
+
+Timestamps come from the worker's clock (UTC); workers on several hosts need synchronised clocks
+(NTP), with lease lengths far above the expected skew.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from ._orm import RunCandidateRow, RunRow
+
+QUEUED = "queued"
+RUNNING = "running"
+ERROR = "error"
+
+_CLAIM_BATCH = 20
+_CLAIM_MAX_EXAMINED = 1000
+
+
+def normalize_url(url: str) -> str:
+    """Endpoint URLs compare without trailing slashes (``.../v1/`` is ``.../v1``)."""
+    return url.rstrip("/")
+
+
+def _run_urls(session: Session, run_ids: list[str]) -> dict[str, set[str]]:
+    """Every endpoint URL (baseline and candidates) of each run."""
+    urls: dict[str, set[str]] = {rid: set() for rid in run_ids}
+    rows = session.execute(
+        sa.select(RunRow.id, RunRow.baseline_url).where(RunRow.id.in_(run_ids))
+    )
+    for rid, url in rows:
+        urls[rid].add(url)
+    rows = session.execute(
+        sa.select(RunCandidateRow.run_id, RunCandidateRow.url).where(
+            RunCandidateRow.run_id.in_(run_ids)
+        )
+    )
+    for rid, url in rows:
+        urls[rid].add(url)
+    return urls
+
+
+def running_counts(session: Session, *, urls: Iterable[str] | None = None) -> Counter[str]:
+    """How many running runs use each endpoint URL (a run counts once per distinct URL)."""
+    ids = sa.select(RunRow.id).where(RunRow.status == RUNNING)
+    per_run = sa.union(
+        sa.select(RunRow.id.label("run_id"), RunRow.baseline_url.label("url")).where(
+            RunRow.status == RUNNING
+        ),
+        sa.select(RunCandidateRow.run_id, RunCandidateRow.url).where(
+            RunCandidateRow.run_id.in_(ids)
+        ),
+    ).subquery()
+    stmt = sa.select(per_run.c.url, sa.func.count()).group_by(per_run.c.url)
+    if urls is not None:
+        stmt = stmt.where(per_run.c.url.in_(list(urls)))
+    return Counter({url: int(n) for url, n in session.execute(stmt)})
+
+
+def _try_lock_urls(session: Session, urls: set[str]) -> bool:
+    """PostgreSQL: transaction-scoped advisory try-locks on each URL (sorted: fixed order)."""
+    for url in sorted(urls):
+        got = session.scalar(
+            sa.select(sa.func.pg_try_advisory_xact_lock(sa.func.hashtextextended(url, 0)))
+        )
+        if not got:
+            return False
+    return True
+
+
+def claim_next(
+    session: Session,
+    *,
+    dialect: str,
+    worker_id: str,
+    lease_seconds: float,
+    endpoint_max_runs: int,
+    now: datetime,
+) -> str | None:
+    """Claim the best queued run (priority desc, then oldest) within the endpoint budget.
+
+    Returns the claimed run id, or None when no queued run can be claimed now.
+    """
+    postgres = dialect == "postgresql"
+    budget = endpoint_max_runs if endpoint_max_runs > 0 else None
+    examined: list[str] = []
+    counts: Counter[str] | None = None
+    while len(examined) < _CLAIM_MAX_EXAMINED:
+        stmt = (
+            sa.select(RunRow.id)
+            .where(RunRow.status == QUEUED)
+            .order_by(RunRow.priority.desc(), RunRow.created_at, RunRow.id)
+            .limit(_CLAIM_BATCH)
+        )
+        if examined:
+            stmt = stmt.where(RunRow.id.not_in(examined))
+        if postgres:
+            stmt = stmt.with_for_update(skip_locked=True)
+        batch = list(session.scalars(stmt))
+        if not batch:
+            return None
+        examined.extend(batch)
+        urls_by_run = _run_urls(session, batch) if budget is not None else {}
+        for run_id in batch:
+            if budget is not None:
+                urls = urls_by_run[run_id]
+                if postgres:
+                    if not _try_lock_urls(session, urls):
+                        continue
+                    run_counts = running_counts(session, urls=urls)
+                else:
+                    # SQLite: we hold the writer lock; one count for the whole claim suffices.
+                    counts = counts if counts is not None else running_counts(session)
+                    run_counts = counts
+                if any(run_counts[u] >= budget for u in urls):
+                    continue
+            if _take_lease(session, run_id=run_id, worker_id=worker_id,
+                           lease_seconds=lease_seconds, now=now):
+                return run_id
+    return None
+
+
+def _take_lease(
+    session: Session, *, run_id: str, worker_id: str, lease_seconds: float, now: datetime
+) -> bool:
+    result = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.id == run_id, RunRow.status == QUEUED)
+        .values(
+            status=RUNNING,
+            lease_owner=worker_id,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            attempts=RunRow.attempts + 1,
+            started_at=sa.func.coalesce(RunRow.started_at, now),
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result) == 1
+
+
+def rowcount(result: sa.Result[object]) -> int:
+    return int(getattr(result, "rowcount", 0))
+
+
+def heartbeat(
+    session: Session, *, run_id: str, worker_id: str, lease_seconds: float, now: datetime
+) -> bool:
+    """Extend the lease; False when the lease is lost (reaped, cancelled, finished)."""
+    result = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.id == run_id, RunRow.lease_owner == worker_id, RunRow.status == RUNNING)
+        .values(lease_expires_at=now + timedelta(seconds=lease_seconds), updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result) == 1
+
+
+def release(session: Session, *, run_id: str, worker_id: str, now: datetime) -> bool:
+    """Give a run back to the queue (graceful shutdown). The attempt is not counted: the
+    worker left cleanly, so it is not evidence that the run kills workers."""
+    result = session.execute(
+        sa.update(RunRow)
+        .where(RunRow.id == run_id, RunRow.lease_owner == worker_id, RunRow.status == RUNNING)
+        .values(
+            status=QUEUED,
+            lease_owner=None,
+            lease_expires_at=None,
+            attempts=sa.case((RunRow.attempts > 0, RunRow.attempts - 1), else_=0),
+            updated_at=now,
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return rowcount(result) == 1
+
+
+def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[str]:
+    """Expired leases: back to queued, or ``error`` once ``attempts >= max_attempts``.
+
+    Each UPDATE re-checks its WHERE clause row by row after any lock wait, so concurrent
+    reapers never both act on one run. Runs without a lease (in-process runs) are never reaped.
+    """
+    expired = sa.and_(
+        RunRow.status == RUNNING,
+        RunRow.lease_expires_at.is_not(None),
+        RunRow.lease_expires_at < now,
+    )
+    failed = session.execute(
+        sa.update(RunRow)
+        .where(expired, RunRow.attempts >= max_attempts)
+        .values(
+            status=ERROR,
+            verdict=ERROR,
+            error=sa.literal(
+                f"worker lost: lease expired on each of {max_attempts} attempts; "
+                "not retried again (max_attempts)"
+            ),
+            lease_expires_at=None,
+            finished_at=now,
+            updated_at=now,
+        )
+        .returning(RunRow.id)
+        .execution_options(synchronize_session=False)
+    )
+    ids = list(failed.scalars())
+    requeued = session.execute(
+        sa.update(RunRow)
+        .where(expired, RunRow.attempts < max_attempts)
+        .values(status=QUEUED, lease_owner=None, lease_expires_at=None, updated_at=now)
+        .returning(RunRow.id)
+        .execution_options(synchronize_session=False)
+    )
+    ids.extend(requeued.scalars())
+    return ids

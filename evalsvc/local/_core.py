@@ -1,0 +1,140 @@
+"""The public operations behind ``evalsvc.local``: ensure_up, status, down, prepare.
+
+Contract: see the package docstring. ``ensure_up`` and ``down`` hold the state lock for their
+whole duration; ``status`` and ``server_info`` only read the state file and probe ``/health``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from ._catalog import (
+    BASELINE,
+    CANDIDATES,
+    DEFAULT_CANDIDATES,
+    KINDS,
+    build_spec,
+    validate_candidates,
+)
+from ._paths import Layout
+from ._prepare import Preparer
+from ._serve import ServerSpec, ensure_running, is_alive, is_healthy, stop_all
+from ._state import load_state, state_lock
+from ._ui import info
+
+DEFAULT_TIMEOUT = 600.0
+
+
+class LocalEndpoints(BaseModel):
+    """OpenAI base URLs of the running local servers."""
+
+    baseline: str
+    candidates: dict[str, str] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """``{"baseline": "http://127.0.0.1:P/v1", "candidates": {"fp8-kv": "...", ...}}``."""
+        return json.dumps({"baseline": self.baseline, "candidates": dict(self.candidates)})
+
+
+class ServerInfo(BaseModel):
+    """One recorded server and what a probe finds now."""
+
+    name: str
+    role: Literal["baseline", "candidate"]
+    pid: int
+    port: int
+    url: str
+    served_model_name: str
+    model_dir: str
+    started_at: datetime
+    log: str
+    alive: bool
+    healthy: bool
+
+
+def _names(candidates: Iterable[str] | str) -> tuple[str, ...]:
+    # A bare string would otherwise be iterated character by character.
+    items = candidates.split(",") if isinstance(candidates, str) else candidates
+    return validate_candidates(items)
+
+
+def prepare(candidates: Iterable[str] | str = DEFAULT_CANDIDATES) -> dict[str, float]:
+    """Prepare (without serving) what the baseline and these candidates need.
+
+    Returns the seconds taken by each step that actually ran (empty when all was ready).
+    """
+    names = _names(candidates)
+    layout = Layout.current()
+    with state_lock(layout.lock_file):
+        preparer = Preparer(layout)
+        preparer.models(KINDS[n].model for n in (BASELINE, *names))
+    return preparer.timings
+
+
+def ensure_up(
+    candidates: Iterable[str] | str = DEFAULT_CANDIDATES, *, timeout: float = DEFAULT_TIMEOUT
+) -> LocalEndpoints:
+    """Prepare, start and wait for the baseline and the requested candidates (idempotent).
+
+    Servers that already run healthy with the same configuration are reused at once; only missing
+    ones are prepared and started. Raises ``UnknownCandidateError`` (exit 2) for unknown names and
+    ``LocalError`` (exit 4) when a step fails or a server does not become healthy in ``timeout``
+    seconds (after printing its log tail to stderr and stopping what this call started).
+    """
+    names = _names(candidates)
+    layout = Layout.current()
+    layout.home.mkdir(parents=True, exist_ok=True)
+    specs = [build_spec(layout, n) for n in (BASELINE, *names)]
+
+    def _prepare(todo: Iterable[ServerSpec]) -> None:
+        Preparer(layout).models(KINDS[s.name].model for s in todo)
+
+    with state_lock(layout.lock_file):
+        records = ensure_running(layout, specs, timeout=timeout, prepare=_prepare)
+    return LocalEndpoints(
+        baseline=records[BASELINE].url, candidates={n: records[n].url for n in names}
+    )
+
+
+def server_info() -> list[ServerInfo]:
+    """Every recorded server with its current liveness and health, baseline first."""
+    layout = Layout.current()
+    state = load_state(layout.state_file)
+    order = {name: i for i, name in enumerate((BASELINE, *CANDIDATES))}
+    out: list[ServerInfo] = []
+    for rec in sorted(state.servers.values(), key=lambda r: order.get(r.name, len(order))):
+        alive = is_alive(rec)
+        out.append(
+            ServerInfo(
+                **rec.model_dump(include=set(ServerInfo.model_fields) - {"alive", "healthy"}),
+                alive=alive,
+                healthy=alive and is_healthy(rec.port),
+            )
+        )
+    return out
+
+
+def status() -> LocalEndpoints | None:
+    """The healthy local servers, or None when the baseline is not running and healthy."""
+    infos = {i.name: i for i in server_info()}
+    base = infos.get(BASELINE)
+    if base is None or not base.healthy:
+        return None
+    cands = {n: infos[n].url for n in CANDIDATES if n in infos and infos[n].healthy}
+    return LocalEndpoints(baseline=base.url, candidates=cands)
+
+
+def down() -> None:
+    """Stop every recorded server (SIGTERM to its process group, SIGKILL after a grace period)."""
+    layout = Layout.current()
+    with state_lock(layout.lock_file):
+        stopped = stop_all(layout)
+    for rec in stopped:
+        info(f"stopped {rec.name} (pid {rec.pid}, port {rec.port})")
+    if not stopped:
+        info("no local servers were running")

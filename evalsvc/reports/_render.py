@@ -1,0 +1,181 @@
+"""Report views: the JSON report (DESIGN.md contract), JUnit XML and Markdown.
+
+Contract: ``build_report`` turns a ``RunResult`` into the JSON-able dict that the CLI writes with
+``--json`` and that ``GET /api/v1/runs/{id}/report`` returns. JUnit and Markdown are rendered
+from that dict only, so every view shows the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from evalsvc import __version__
+from evalsvc.domain import EndpointRef, Provenance
+from evalsvc.runner import RunResult
+
+SCHEMA_VERSION = 1
+
+
+def _endpoint(ref: EndpointRef, prov: Provenance) -> dict[str, Any]:
+    return {
+        "url": ref.url,
+        "model": ref.model or prov.model,
+        "name": ref.name,
+        "provenance": prov.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: map them to None so every consumer can parse the report."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build_report(result: RunResult) -> dict[str, Any]:
+    candidates = []
+    for cand in result.candidates:
+        suites = []
+        for s in cand.suites:
+            o = s.outcome.to_dict()
+            suites.append({
+                "suite": s.suite,
+                "kind": s.kind,
+                "suite_version": s.version,
+                "verdict": s.verdict,
+                "gated": s.gated,
+                "metric": o["metric"],
+                "baseline": o["baseline"],
+                "candidate": o["candidate"],
+                "delta": o["delta"],
+                "ci": o["ci"],
+                "p_value": o["p_value"],
+                "margin": o["margin"],
+                "alpha": o["alpha"],
+                "n": o["n"],
+                "n_planned": s.n_planned,
+                "n_errors": s.n_errors,
+                "mde": o.get("mde"),
+                "test": o["test"],
+                "details": {**o.get("details", {}), **s.details},
+            })
+        entry = _endpoint(cand.endpoint, cand.provenance)
+        entry.update({"role": cand.role, "verdict": cand.verdict, "suites": suites})
+        candidates.append(entry)
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "evalsvc_version": __version__,
+        "run_id": result.run_id,
+        "verdict": result.verdict,
+        "error": result.error,
+        "warnings": result.warnings,
+        "duration_s": round(result.duration_s, 3),
+        "options": result.options.model_dump(mode="json"),
+        "baseline": _endpoint(result.baseline, result.baseline_provenance),
+        "candidates": candidates,
+    }
+    return _clean(report)  # type: ignore[no-any-return]
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.{digits}f}"
+    return str(x)
+
+
+def summary_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per (candidate, suite), formatted for tables (rich, Markdown)."""
+    rows = []
+    for cand in report["candidates"]:
+        for s in cand["suites"]:
+            ci = s.get("ci") or [None, None]
+            rows.append({
+                "candidate": cand.get("name") or cand.get("model") or cand["url"],
+                "suite": s["suite"],
+                "metric": s["metric"],
+                "baseline": _fmt(s["baseline"]),
+                "candidate_value": _fmt(s["candidate"]),
+                "delta": _fmt(s["delta"]),
+                "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
+                "margin": _fmt(s["margin"]),
+                "p": _fmt(s["p_value"], 4),
+                "n": f"{s['n']}" + (f" ({s['n_errors']} err)" if s["n_errors"] else ""),
+                "mde": _fmt(s.get("mde")),
+                "verdict": s["verdict"] + ("" if s.get("gated", True) else " (not gated)"),
+            })
+    return rows
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# evalsvc report — verdict: **{report['verdict']}**",
+        "",
+        f"Run `{report['run_id']}` · baseline `{report['baseline'].get('model')}` at "
+        f"{report['baseline']['url']}",
+        "",
+    ]
+    if report.get("error"):
+        lines += [f"> Error: {report['error']}", ""]
+    for w in report.get("warnings", []):
+        lines += [f"> Warning: {w}", ""]
+    lines += [
+        "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin | p | n | MDE | Verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary_rows(report):
+        lines.append(
+            f"| {r['candidate']} | {r['suite']} | {r['metric']} | {r['baseline']} | "
+            f"{r['candidate_value']} | {r['delta']} | {r['ci']} | {r['margin']} | {r['p']} | "
+            f"{r['n']} | {r['mde']} | {r['verdict']} |"
+        )
+    lines.append("")
+    for cand in report["candidates"]:
+        for s in cand["suites"]:
+            lines.append(f"- **{s['suite']}** on {cand.get('model')}: {s['test']}")
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(report: dict[str, Any]) -> str:
+    """One testsuite per candidate, one testcase per suite gate (fail → failure, else skipped/pass)."""
+    root = ET.Element("testsuites", name="evalsvc", tests="0", failures="0", errors="0")
+    total = failures = errors = 0
+    for cand in report["candidates"]:
+        name = cand.get("name") or cand.get("model") or cand["url"]
+        ts = ET.SubElement(root, "testsuite", name=f"evalsvc.{name}")
+        t = f = e = sk = 0
+        for s in cand["suites"]:
+            t += 1
+            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name=s["suite"])
+            msg = (f"{s['metric']}: baseline {_fmt(s['baseline'])}, candidate {_fmt(s['candidate'])}, "
+                   f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
+                   f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}")
+            if s["verdict"] == "fail":
+                f += 1
+                ET.SubElement(tc, "failure", message=f"gate failed: {msg}", type="fail").text = msg
+            elif s["verdict"] == "inconclusive":
+                sk += 1
+                ET.SubElement(tc, "skipped", message=f"inconclusive: {msg}")
+            ET.SubElement(tc, "system-out").text = msg
+        if report.get("error"):
+            e += 1
+            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")
+            ET.SubElement(tc, "error", message=str(report["error"]))
+            t += 1
+        ts.set("tests", str(t))
+        ts.set("failures", str(f))
+        ts.set("errors", str(e))
+        ts.set("skipped", str(sk))
+        total, failures, errors = total + t, failures + f, errors + e
+    root.set("tests", str(total))
+    root.set("failures", str(failures))
+    root.set("errors", str(errors))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -1,0 +1,206 @@
+"""The run service: the one code path behind ``evalsvc compare``, REST ``POST /runs`` and workers.
+
+Contract:
+- ``resolve_endpoint`` turns a URL or a registered name into an ``EndpointRef``.
+- ``compare`` runs in-process: it records the run in the store, executes it, persists samples as
+  they complete, the gates and the report, and returns the report dict.
+- ``submit`` queues a run for workers (REST); ``execute_stored_run`` is what a worker calls for a
+  claimed run, resuming at item level from the samples already stored.
+- Errors surface as ``UsageError`` (exit 2), ``InfrastructureError`` (exit 4) or are recorded in
+  the run. The verdict is always computed by ``evalsvc.runner`` and ``evalsvc.gates``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from evalsvc.db import SampleWriter, Store
+from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.reports import build_report
+from evalsvc.runner import (
+    CancelledRun,
+    CapabilityError,
+    InfrastructureError,
+    Progress,
+    execute,
+)
+from evalsvc.suites import Suite, SuiteError, resolve
+
+
+class UsageError(ValueError):
+    """Bad input from the user: unknown suite, bad YAML, unknown endpoint name (exit 2)."""
+
+
+def exit_code(verdict: str | None) -> int:
+    """The CLI exit status for a run verdict (DESIGN.md: 0 pass, 1 fail, 3 inconclusive, 4 error)."""
+    return EXIT_CODES.get(verdict or "error", EXIT_CODES["error"])
+
+
+def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
+    if "://" in name_or_url:
+        return EndpointRef(url=name_or_url.rstrip("/"))
+    found = store.get_endpoint(name_or_url) if store is not None else None
+    if found is None:
+        raise UsageError(
+            f"{name_or_url!r} is neither a URL (http://host:port/v1) nor a registered endpoint name"
+        )
+    return found
+
+
+def load_suites(spec: RunSpec) -> list[Suite]:
+    """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides."""
+    try:
+        suites = resolve(spec.suites)
+    except SuiteError as exc:
+        raise UsageError(str(exc)) from exc
+    opts = spec.options
+    if opts.samples is not None or opts.seed is not None:
+        try:
+            suites = [s.with_overrides(samples=opts.samples, seed=opts.seed) for s in suites]
+        except ValueError as exc:
+            raise UsageError(f"--samples/--seed rejected: {exc}") from exc
+    return suites
+
+
+def submit(spec: RunSpec, *, store: Store) -> RunInfo:
+    """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``)."""
+    load_suites(spec)  # refuse unknown suites at submission, not on the worker
+    return store.create_run(spec, status=RunStatus.queued)
+
+
+def compare(
+    spec: RunSpec,
+    *,
+    store: Store,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run ``spec`` in-process (``evalsvc compare``) and return the JSON report.
+
+    Raises ``UsageError`` before anything is recorded when the suites are invalid; raises
+    ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
+    """
+    suites = load_suites(spec)
+    run = store.create_run(spec, status=RunStatus.running)
+    return _execute(store, run, suites, progress=progress, cancel=None, worker_id=None)
+
+
+def execute_stored_run(
+    store: Store, run: RunInfo, *, cancel: threading.Event, worker_id: str,
+    progress: Progress | None = None,
+) -> None:
+    """Execute a claimed run (worker path). Never raises for run-level failures: it records them."""
+    try:
+        suites = load_suites(run.spec)
+    except UsageError as exc:
+        store.finish_run(run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id)
+        return
+    try:
+        _execute(store, run, suites, progress=progress or _StoreProgress(store, run.id),
+                 cancel=cancel, worker_id=worker_id)
+    except (InfrastructureError, CapabilityError):
+        pass  # already recorded by _execute
+    except CancelledRun:
+        pass  # the worker decides: release the lease (SIGTERM) or leave it cancelled
+
+
+def _execute(
+    store: Store,
+    run: RunInfo,
+    suites: list[Suite],
+    *,
+    progress: Progress | None,
+    cancel: threading.Event | None,
+    worker_id: str | None,
+) -> dict[str, Any]:
+    spec = run.spec
+    for suite in suites:
+        store.save_suite_snapshot(run.id, name=suite.name, kind=suite.kind, version=suite.version,
+                                  spec=suite.spec.model_dump(mode="json"))
+    writer = SampleWriter(store, run.id)
+    done = store.done_keys(run.id)
+
+    async def sink(sample: Sample) -> None:
+        writer.add(sample)
+        if writer.pending >= 32:
+            await asyncio.to_thread(writer.flush)
+
+    async def stored() -> list[Sample]:
+        return await asyncio.to_thread(store.get_samples, run.id)
+
+    def on_probed(role: str, ref: EndpointRef, prov: Provenance) -> None:
+        store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
+
+    try:
+        result = asyncio.run(execute(
+            run_id=run.id, baseline=spec.baseline, candidates=spec.candidates, suites=suites,
+            options=spec.options, sink=sink, done=done, stored=_flushing(writer, stored),
+            progress=progress, cancel=cancel, on_probed=on_probed,
+        ))
+    except (InfrastructureError, CapabilityError) as exc:
+        writer.flush()
+        store.finish_run(run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id)
+        raise
+    except CancelledRun:
+        writer.flush()
+        raise
+    except BaseException as exc:
+        writer.flush()
+        store.finish_run(run.id, status=RunStatus.error, verdict="error",
+                         error=f"{type(exc).__name__}: {exc}", worker_id=worker_id)
+        raise
+    writer.flush()
+    report = build_report(result)
+    store.save_gate_results(run.id, [
+        {"candidate": c["role"], "candidate_url": c["url"], **s}
+        for c in report["candidates"] for s in c["suites"]
+    ])
+    store.save_report(run.id, report)
+    store.finish_run(run.id, status=RunStatus.completed, verdict=result.verdict, error=result.error,
+                     worker_id=worker_id)
+    return report
+
+
+def _flushing(writer: SampleWriter, stored: Callable[[], Any]) -> Callable[[], Any]:
+    """Flush pending samples before reading the stored ones, so analysis sees everything."""
+
+    async def read() -> list[Sample]:
+        await asyncio.to_thread(writer.flush)
+        samples: list[Sample] = await stored()
+        return samples
+
+    return read
+
+
+class _StoreProgress:
+    """Progress reporter for workers: counts per (suite, role) written to the run's progress JSON."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store, self.run_id = store, run_id
+        self.counts: dict[str, dict[str, int]] = {}
+        self.totals: dict[str, int] = {}
+        self._since = 0
+
+    def planned(self, suite: str, roles: Any, n_items: int, n_done: dict[str, int]) -> None:
+        self.totals[suite] = n_items
+        self.counts[suite] = dict(n_done)
+        self._push()
+
+    def advance(self, suite: str, role: str) -> None:
+        self.counts.setdefault(suite, {}).setdefault(role, 0)
+        self.counts[suite][role] += 1
+        self._since += 1
+        if self._since >= 16:
+            self._push()
+
+    def message(self, text: str) -> None:
+        pass
+
+    def _push(self) -> None:
+        self._since = 0
+        try:
+            self.store.update_progress(self.run_id, {"items": self.totals, "done": self.counts})
+        except Exception:  # noqa: BLE001 - progress is advisory; never fail a run over it
+            pass
