@@ -244,6 +244,7 @@ class Store:
             fire_time=fire_time,
         )
         session.add(row)
+        session.flush()  # no ORM relationships: the run row must exist before its candidates
         for position, candidate in enumerate(spec.candidates):
             session.add(RunCandidateRow(
                 run_id=row.id, position=position, url=_queue.normalize_url(candidate.url),

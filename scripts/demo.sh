@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The main job on the embedded default: bring up the real local endpoints (bf16 baseline and the
+# candidates asked for), then gate every candidate against the baseline with `evalsvc compare`.
+# Exit status is compare's: 0 pass, 1 fail, 3 inconclusive (all three are a successful demo),
+# 2 usage error, 4 infrastructure error.
+set -euo pipefail
+EVALSVC=${EVALSVC:-evalsvc}
+CANDIDATES=${CANDIDATES:-fp8-kv}
+SUITE=${SUITE:-smoke}
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+
+urls=$("$EVALSVC" local up --candidates "$CANDIDATES" --json)
+baseline=$(printf '%s' "$urls" | python3 -c 'import json,sys; print(json.load(sys.stdin)["baseline"])')
+mapfile -t candidates < <(printf '%s' "$urls" | python3 -c 'import json,sys; [print(u) for u in json.load(sys.stdin)["candidates"].values()]')
+
+set +e
+"$EVALSVC" compare "$baseline" "${candidates[@]}" --suite "$SUITE" \
+  --json "$OUT/report.json" --junit "$OUT/junit.xml" --markdown "$OUT/report.md"
+code=$?
+set -e
+echo "reports: $OUT/report.json $OUT/junit.xml $OUT/report.md (compare exit status $code)" >&2
+case $code in
+  0|1|3) exit 0 ;;   # a verdict was reached: the demo worked, whatever the verdict
+  *) exit "$code" ;;
+esac
