@@ -185,6 +185,7 @@ async def execute(
             progress.advance(sample.suite, sample.endpoint)
 
         plans: dict[str, list[Item]] = {}
+        sequential: dict[str, dict[str, Any]] = {}
         for suite in suites:
             progress.message(f"planning {suite.name}")
             try:
@@ -199,16 +200,25 @@ async def execute(
             progress.planned(suite.name, roles, _expected(suite, items),
                              {r: len(v) for r, v in done_by_role.items()})
 
-            async def run_on(role: str, client: EndpointClient, s: Suite = suite,
-                             its: list[Item] = items, d: dict[str, set[tuple[str, int]]] = done_by_role) -> None:
+            async def run_on(role: str, client: EndpointClient, its: list[Item],
+                             s: Suite = suite, d: dict[str, set[tuple[str, int]]] = done_by_role) -> None:
                 await s.run(its, client, role=role, emit=emit, done=d[role],
                             concurrency=options.concurrency)
 
-            if suite.exclusive:
-                for role, client in zip(roles, clients, strict=True):
-                    await run_on(role, client)
+            async def run_batch(its: list[Item], s: Suite = suite) -> None:
+                if s.exclusive:
+                    for role, client in zip(roles, clients, strict=True):
+                        await run_on(role, client, its)
+                else:
+                    await asyncio.gather(*(run_on(r, c, its) for r, c in zip(roles, clients, strict=True)))
+
+            if options.sequential and suite.sequential_ok:
+                sequential[suite.name] = await _run_sequential(
+                    suite, items, run_batch, collected, roles, options, stored)
+                # Items never sent are not missing: the design stopped. Gate on what was sent.
+                plans[suite.name] = items[: sequential[suite.name]["items_used"]]
             else:
-                await asyncio.gather(*(run_on(r, c) for r, c in zip(roles, clients, strict=True)))
+                await run_batch(items)
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
 
@@ -218,10 +228,55 @@ async def execute(
         samples = list(by_key.values())
         result = _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
         result.warnings = warnings
+        for cand in result.candidates:
+            for sres in cand.suites:
+                if sres.suite in sequential:
+                    sres.details["sequential"] = sequential[sres.suite]
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     result.duration_s = time.perf_counter() - started
     return result
+
+
+async def _run_sequential(
+    suite: Suite,
+    items: list[Item],
+    run_batch: Callable[[list[Item]], Awaitable[None]],
+    collected: list[Sample],
+    roles: list[str],
+    options: RunOptions,
+    stored: Callable[[], Awaitable[list[Sample]]] | None,
+) -> dict[str, Any]:
+    """Send items in batches; stop once every candidate's always-valid decision is reached.
+
+    The decision uses ``evalsvc.stats.sequential_decision`` (a confidence sequence), which stays
+    valid under this continuous peeking, so stopping early does not inflate α.
+    """
+    from evalsvc.stats import sequential_decision
+
+    defaults = DEFAULTS.get(suite.kind)
+    margin = options.margin or suite.spec.gate.margin or (defaults.margin if defaults else 0.05)
+    alpha = options.alpha or suite.spec.gate.alpha or (defaults.alpha if defaults else 0.05)
+    batch = max(10, len(items) // 10)
+    previous = await stored() if stored else []
+    used = 0
+    decisions: dict[str, str | None] = {}
+    for start in range(0, len(items), batch):
+        await run_batch(items[start:start + batch])
+        used = min(len(items), start + batch)
+        mine = [s for s in previous + collected if s.suite == suite.name]
+        base = [s for s in mine if s.endpoint == "baseline"]
+        for role in roles[1:]:
+            analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
+            higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
+            sign = 1.0 if higher else -1.0
+            diffs = [sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)]
+            verdict, _, _ = sequential_decision(diffs, margin, alpha)
+            decisions[role] = verdict
+        if all(v is not None for v in decisions.values()):
+            break
+    return {"items_used": used, "items_planned": len(items), "batch": batch,
+            "stopped_early": used < len(items), "decisions": decisions}
 
 
 def _expected(suite: Suite, items: list[Item]) -> int:

