@@ -49,6 +49,8 @@ class Provenance(BaseModel):
     num_gpu_blocks: int | None = None
     kv_capacity_tokens: int | None = None
     """KV cache capacity in tokens = blocks x block size (vLLM ``cache_config_info``)."""
+    kv_cache_memory_bytes: int | None = None
+    prefix_caching: bool | None = None
     capabilities: dict[str, bool] = Field(default_factory=dict)
     """Which API features answered correctly: chat, completions, logprobs, prompt_logprobs, echo, tokenize."""
     tokenizer_fingerprint: str | None = None

@@ -43,17 +43,18 @@ def _die(message: str, code: int) -> typer.Exit:
 
 
 def _open_store(db: str | None) -> Any:
-    """Open the store; the embedded SQLite default is migrated on first use, others must be at head."""
-    from evalsvc.db import DatabaseNotAtHead, StoreError, Store
+    """Open the store. A brand-new SQLite database is created at head on first use (the embedded
+    default must just work); any other database must already be at head (``evalsvc db upgrade``)."""
+    from evalsvc.db import DatabaseNotAtHead, Store, StoreError
 
     try:
         store = Store.from_url(db)
         try:
             store.check_at_head()
-        except DatabaseNotAtHead:
-            if db is not None or not store.is_embedded_default():
+        except DatabaseNotAtHead as exc:
+            if not (store.url.startswith("sqlite") and "no revision" in str(exc)):
                 raise
-            store.upgrade()  # a fresh embedded database: nothing to protect, so just create it
+            store.upgrade()
     except StoreError as exc:
         raise _die(str(exc), EXIT_CODES["error"]) from exc
     return store
@@ -85,12 +86,13 @@ def _verdict_table(report: dict[str, Any]) -> Table:
     from evalsvc.reports import summary_rows
 
     table = Table(title=f"evalsvc · run {report['run_id']}", show_lines=False)
-    for col in ("candidate", "suite", "metric", "baseline", "candidate", "Δ", "CI", "margin", "p", "n", "MDE", "verdict"):
+    # Compact enough for an 80-column CI log; margin and MDE are in the JSON and Markdown reports.
+    for col in ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "p", "n", "verdict"):
         table.add_column(col, overflow="fold")
     for r in summary_rows(report):
         v = r["verdict"].split(" ")[0]
         table.add_row(r["candidate"], r["suite"], r["metric"], r["baseline"], r["candidate_value"],
-                      r["delta"], r["ci"], r["margin"], r["p"], r["n"], r["mde"],
+                      f"{r['delta']} {r['ci']}", r["p"], r["n"],
                       f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]")
     return table
 

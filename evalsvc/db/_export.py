@@ -19,8 +19,20 @@ ExportFormat = Literal["parquet", "csv", "jsonl"]
 EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
 
 COLUMNS = [
-    "run_id", "endpoint", "endpoint_url", "endpoint_model", "suite", "item_id", "repeat",
-    "output", "score", "prompt_tokens", "completion_tokens", "latency_s", "ttft_s", "error",
+    "run_id",
+    "endpoint",
+    "endpoint_url",
+    "endpoint_model",
+    "suite",
+    "item_id",
+    "repeat",
+    "output",
+    "score",
+    "prompt_tokens",
+    "completion_tokens",
+    "latency_s",
+    "ttft_s",
+    "error",
     "data",
 ]
 
@@ -31,12 +43,14 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
     records: list[dict[str, Any]] = []
     for sample in store.get_samples(run_id):
         endpoint = snapshots.get(sample.endpoint)
-        records.append({
-            "run_id": run_id,
-            **sample.model_dump(),
-            "endpoint_url": endpoint[0].url if endpoint else None,
-            "endpoint_model": endpoint[0].model if endpoint else None,
-        })
+        records.append(
+            {
+                "run_id": run_id,
+                **sample.model_dump(),
+                "endpoint_url": endpoint[0].url if endpoint else None,
+                "endpoint_model": endpoint[0].model if endpoint else None,
+            }
+        )
     frame = pd.DataFrame.from_records(records, columns=COLUMNS)
     # Nullable integer dtypes: a missing token count must stay missing, not become 0 or 1.0.
     for column in ("repeat", "prompt_tokens", "completion_tokens"):

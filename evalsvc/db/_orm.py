@@ -149,7 +149,9 @@ class EndpointSnapshotRow(Base):
     __tablename__ = "endpoint_snapshots"
     __table_args__ = (sa.UniqueConstraint("run_id", "role"),)
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     role: Mapped[str] = mapped_column(sa.String(64))
     url: Mapped[str] = mapped_column(sa.String(2000))
@@ -166,7 +168,9 @@ class SuiteSnapshotRow(Base):
     __tablename__ = "suite_snapshots"
     __table_args__ = (sa.UniqueConstraint("run_id", "name"),)
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(sa.String(500))
     kind: Mapped[str] = mapped_column(sa.String(100))
@@ -184,7 +188,9 @@ class SampleRow(Base):
         sa.Index("ix_samples_run_suite", "run_id", "suite"),
     )
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     endpoint: Mapped[str] = mapped_column(sa.String(64))
     suite: Mapped[str] = mapped_column(sa.String(500))
@@ -207,7 +213,9 @@ class GateResultRow(Base):
     __tablename__ = "gate_results"
     __table_args__ = (sa.UniqueConstraint("run_id", "candidate", "suite"),)
 
-    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True)
+    id: Mapped[int] = mapped_column(
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True
+    )
     run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"))
     candidate: Mapped[str] = mapped_column(sa.String(64))
     suite: Mapped[str] = mapped_column(sa.String(500))

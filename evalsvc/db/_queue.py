@@ -45,9 +45,7 @@ def normalize_url(url: str) -> str:
 def _run_urls(session: Session, run_ids: list[str]) -> dict[str, set[str]]:
     """Every endpoint URL (baseline and candidates) of each run."""
     urls: dict[str, set[str]] = {rid: set() for rid in run_ids}
-    rows = session.execute(
-        sa.select(RunRow.id, RunRow.baseline_url).where(RunRow.id.in_(run_ids))
-    )
+    rows = session.execute(sa.select(RunRow.id, RunRow.baseline_url).where(RunRow.id.in_(run_ids)))
     for rid, url in rows:
         urls[rid].add(url)
     rows = session.execute(
@@ -96,13 +94,31 @@ def claim_next(
     lease_seconds: float,
     endpoint_max_runs: int,
     now: datetime,
-) -> str | None:
+) -> RunRow | None:
     """Claim the best queued run (priority desc, then oldest) within the endpoint budget.
 
-    Returns the claimed run id, or None when no queued run can be claimed now.
+    Returns the claimed run's row (already updated), or None when nothing is claimable now.
     """
     postgres = dialect == "postgresql"
-    budget = endpoint_max_runs if endpoint_max_runs > 0 else None
+    lease = _lease_values(worker_id=worker_id, lease_seconds=lease_seconds, now=now)
+    if endpoint_max_runs <= 0:
+        # No budget: one statement, UPDATE ... WHERE id = (SELECT ... SKIP LOCKED LIMIT 1).
+        best = (
+            sa.select(RunRow.id)
+            .where(RunRow.status == QUEUED)
+            .order_by(RunRow.priority.desc(), RunRow.created_at, RunRow.id)
+            .limit(1)
+        )
+        if postgres:
+            best = best.with_for_update(skip_locked=True)
+        return session.scalars(
+            sa.update(RunRow)
+            .where(RunRow.id == best.scalar_subquery(), RunRow.status == QUEUED)
+            .values(**lease)
+            .returning(RunRow)
+            .execution_options(synchronize_session=False)
+        ).first()
+
     examined: list[str] = []
     counts: Counter[str] | None = None
     while len(examined) < _CLAIM_MAX_EXAMINED:
@@ -120,43 +136,40 @@ def claim_next(
         if not batch:
             return None
         examined.extend(batch)
-        urls_by_run = _run_urls(session, batch) if budget is not None else {}
+        urls_by_run = _run_urls(session, batch)
         for run_id in batch:
-            if budget is not None:
-                urls = urls_by_run[run_id]
-                if postgres:
-                    if not _try_lock_urls(session, urls):
-                        continue
-                    run_counts = running_counts(session, urls=urls)
-                else:
-                    # SQLite: we hold the writer lock; one count for the whole claim suffices.
-                    counts = counts if counts is not None else running_counts(session)
-                    run_counts = counts
-                if any(run_counts[u] >= budget for u in urls):
+            urls = urls_by_run[run_id]
+            if postgres:
+                if not _try_lock_urls(session, urls):
                     continue
-            if _take_lease(session, run_id=run_id, worker_id=worker_id,
-                           lease_seconds=lease_seconds, now=now):
-                return run_id
+                run_counts = running_counts(session, urls=urls)
+            else:
+                # SQLite: we hold the writer lock; one count for the whole claim suffices.
+                counts = counts if counts is not None else running_counts(session)
+                run_counts = counts
+            if any(run_counts[u] >= endpoint_max_runs for u in urls):
+                continue
+            row = session.scalars(
+                sa.update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status == QUEUED)
+                .values(**lease)
+                .returning(RunRow)
+                .execution_options(synchronize_session=False)
+            ).first()
+            if row is not None:
+                return row
     return None
 
 
-def _take_lease(
-    session: Session, *, run_id: str, worker_id: str, lease_seconds: float, now: datetime
-) -> bool:
-    result = session.execute(
-        sa.update(RunRow)
-        .where(RunRow.id == run_id, RunRow.status == QUEUED)
-        .values(
-            status=RUNNING,
-            lease_owner=worker_id,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            attempts=RunRow.attempts + 1,
-            started_at=sa.func.coalesce(RunRow.started_at, now),
-            updated_at=now,
-        )
-        .execution_options(synchronize_session=False)
-    )
-    return rowcount(result) == 1
+def _lease_values(*, worker_id: str, lease_seconds: float, now: datetime) -> dict[str, object]:
+    return {
+        "status": RUNNING,
+        "lease_owner": worker_id,
+        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        "attempts": RunRow.attempts + 1,
+        "started_at": sa.func.coalesce(RunRow.started_at, now),
+        "updated_at": now,
+    }
 
 
 def rowcount(result: sa.Result[object]) -> int:

@@ -9,6 +9,7 @@ writer lock is taken up front: a deferred transaction that reads and then writes
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,35 +31,52 @@ def redact_url(url: str | sa.URL) -> str:
     return sa.make_url(url).render_as_string(hide_password=True)
 
 
-def _prepare_sqlite_path(url: sa.URL) -> None:
+def _sqlite_file(url: sa.URL) -> Path | None:
     database = url.database
-    if database and database != ":memory:" and not database.startswith("file:"):
-        path = Path(database).expanduser()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise DatabaseUnavailable(
-                f"cannot create directory for database {redact_url(url)}: {err}"
-            ) from err
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
 
 
 def create_engine(url: str) -> Engine:
     """An engine for ``url``: SQLite file (WAL, foreign keys, busy timeout) or PostgreSQL."""
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        _prepare_sqlite_path(parsed)
         engine = sa.create_engine(
             parsed,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
         )
-        _install_sqlite_hooks(engine)
+        _install_sqlite_hooks(engine, _sqlite_file(parsed))
         return engine
     # pre_ping: after a database restart, pooled connections are dead; replace them silently
     # instead of failing the first statement of every pooled connection.
-    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    # Bounded connects and TCP keepalives: behind a network partition a connect or a read
+    # would otherwise hang for minutes, and a hung heartbeat cannot notice its lease is gone.
+    # Values given in the URL's query win.
+    libpq_defaults = {
+        "connect_timeout": 10,
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+    }
+    connect_args = {k: v for k, v in libpq_defaults.items() if k not in parsed.query}
+    return sa.create_engine(
+        parsed, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args
+    )
 
 
-def _install_sqlite_hooks(engine: Engine) -> None:
+def _install_sqlite_hooks(engine: Engine, path: Path | None) -> None:
+    @event.listens_for(engine, "do_connect")
+    def _create_directory(*_args: Any) -> None:
+        # Created on first connect, not when the store is built: building a store never fails.
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                # A DBAPI error, so that SQLAlchemy wraps it like any failed connect.
+                raise sqlite3.OperationalError(f"cannot create {path.parent}: {err}") from err
+
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy (not the sqlite3 module) emit BEGIN, so we choose IMMEDIATE or DEFERRED.

@@ -63,7 +63,7 @@ def _run_info(row: RunRow) -> RunInfo:
         id=row.id,
         status=RunStatus(row.status),
         spec=RunSpec.model_validate(row.spec),
-        verdict=row.verdict,  # type: ignore[arg-type]  # validated by pydantic
+        verdict=row.verdict,
         error=row.error,
         created_at=row.created_at,
         started_at=row.started_at,
@@ -153,7 +153,9 @@ class Store:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.close()
@@ -191,6 +193,11 @@ class Store:
             _migrate.downgrade(conn, revision)
             conn.commit()
 
+    def new_revision(self, message: str, *, autogenerate: bool = True) -> str:
+        """(Developers) write a migration file, diffing the ORM against this database."""
+        with self._db.connection() as conn:
+            return _migrate.new_revision(conn, message, autogenerate=autogenerate)
+
     def is_empty(self) -> bool:
         """True when the database has no tables at all (never used by anything)."""
         with self._db.connection() as conn:
@@ -220,13 +227,20 @@ class Store:
         """Store a new run. ``status=running`` is for in-process runs (no lease, never reaped)."""
         now = utcnow()
         with self._db.session() as session:
-            row = self._add_run(session, spec, status=status, now=now,
-                                schedule_id=schedule_id, fire_time=fire_time)
+            row = self._add_run(
+                session, spec, status=status, now=now, schedule_id=schedule_id, fire_time=fire_time
+            )
             return _run_info(row)
 
     def _add_run(
-        self, session: Session, spec: RunSpec, *, status: RunStatus, now: datetime,
-        schedule_id: str | None, fire_time: datetime | None,
+        self,
+        session: Session,
+        spec: RunSpec,
+        *,
+        status: RunStatus,
+        now: datetime,
+        schedule_id: str | None,
+        fire_time: datetime | None,
     ) -> RunRow:
         row = RunRow(
             id=_new_id(),
@@ -246,10 +260,15 @@ class Store:
         session.add(row)
         session.flush()  # no ORM relationships: the run row must exist before its candidates
         for position, candidate in enumerate(spec.candidates):
-            session.add(RunCandidateRow(
-                run_id=row.id, position=position, url=_queue.normalize_url(candidate.url),
-                model=candidate.model, name=candidate.name,
-            ))
+            session.add(
+                RunCandidateRow(
+                    run_id=row.id,
+                    position=position,
+                    url=_queue.normalize_url(candidate.url),
+                    model=candidate.model,
+                    name=candidate.name,
+                )
+            )
         session.flush()
         return row
 
@@ -288,7 +307,8 @@ class Store:
         """Replace the run's progress dict (whatever the runner wants dashboards to show)."""
         with self._db.session() as session:
             session.execute(
-                sa.update(RunRow).where(RunRow.id == run_id)
+                sa.update(RunRow)
+                .where(RunRow.id == run_id)
                 .values(progress=progress, updated_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
@@ -311,13 +331,18 @@ class Store:
         now = utcnow()
         stmt = sa.update(RunRow).where(RunRow.id == run_id)
         if worker_id is not None:
-            stmt = stmt.where(RunRow.lease_owner == worker_id,
-                              RunRow.status == RunStatus.running.value)
+            stmt = stmt.where(
+                RunRow.lease_owner == worker_id, RunRow.status == RunStatus.running.value
+            )
         else:
             stmt = stmt.where(RunRow.status.not_in(_TERMINAL))
         stmt = stmt.values(
-            status=RunStatus(status).value, verdict=verdict, error=error,
-            finished_at=now, updated_at=now, lease_expires_at=None,
+            status=RunStatus(status).value,
+            verdict=verdict,
+            error=error,
+            finished_at=now,
+            updated_at=now,
+            lease_expires_at=None,
         ).execution_options(synchronize_session=False)
         with self._db.session() as session:
             return _queue.rowcount(session.execute(stmt)) == 1
@@ -329,10 +354,16 @@ class Store:
         with self._db.session() as session:
             result = session.execute(
                 sa.update(RunRow)
-                .where(RunRow.id == run_id,
-                       RunRow.status.in_([RunStatus.queued.value, RunStatus.running.value]))
-                .values(status=RunStatus.cancelled.value, finished_at=now, updated_at=now,
-                        lease_expires_at=None)
+                .where(
+                    RunRow.id == run_id,
+                    RunRow.status.in_([RunStatus.queued.value, RunStatus.running.value]),
+                )
+                .values(
+                    status=RunStatus.cancelled.value,
+                    finished_at=now,
+                    updated_at=now,
+                    lease_expires_at=None,
+                )
                 .execution_options(synchronize_session=False)
             )
             return _queue.rowcount(result) == 1
@@ -360,22 +391,40 @@ class Store:
         unique = {s.key: s for s in samples}
         rows = [
             {
-                "run_id": run_id, "endpoint": s.endpoint, "suite": s.suite,
-                "item_id": s.item_id, "repeat": s.repeat, "output": s.output, "score": s.score,
-                "prompt_tokens": s.prompt_tokens, "completion_tokens": s.completion_tokens,
-                "latency_s": s.latency_s, "ttft_s": s.ttft_s, "error": s.error,
-                "data": s.data, "created_at": now,
+                "run_id": run_id,
+                "endpoint": s.endpoint,
+                "suite": s.suite,
+                "item_id": s.item_id,
+                "repeat": s.repeat,
+                "output": s.output,
+                "score": s.score,
+                "prompt_tokens": s.prompt_tokens,
+                "completion_tokens": s.completion_tokens,
+                "latency_s": s.latency_s,
+                "ttft_s": s.ttft_s,
+                "error": s.error,
+                "data": s.data,
+                "created_at": now,
             }
             for s in unique.values()
         ]
         table = SampleRow.__table__
         with self._db.session() as session:
             for start in range(0, len(rows), _SAMPLE_CHUNK):
-                stmt = self._insert(table).values(rows[start:start + _SAMPLE_CHUNK])
+                stmt = self._insert(table).values(rows[start : start + _SAMPLE_CHUNK])
                 replace = {
                     c: stmt.excluded[c]
-                    for c in ("output", "score", "prompt_tokens", "completion_tokens",
-                              "latency_s", "ttft_s", "error", "data", "created_at")
+                    for c in (
+                        "output",
+                        "score",
+                        "prompt_tokens",
+                        "completion_tokens",
+                        "latency_s",
+                        "ttft_s",
+                        "error",
+                        "data",
+                        "created_at",
+                    )
                 }
                 stmt = stmt.on_conflict_do_update(
                     index_elements=list(_SAMPLE_KEY),
@@ -421,9 +470,14 @@ class Store:
     ) -> None:
         """Record (or replace) which endpoint played ``role`` and what the probe found."""
         values = {
-            "run_id": run_id, "role": role, "url": endpoint.url, "model": endpoint.model,
-            "name": endpoint.name, "api_key_env": endpoint.api_key_env,
-            "provenance": provenance.model_dump(mode="json"), "created_at": utcnow(),
+            "run_id": run_id,
+            "role": role,
+            "url": endpoint.url,
+            "model": endpoint.model,
+            "name": endpoint.name,
+            "api_key_env": endpoint.api_key_env,
+            "provenance": provenance.model_dump(mode="json"),
+            "created_at": utcnow(),
         }
         stmt = self._insert(EndpointSnapshotRow.__table__).values(values)
         stmt = stmt.on_conflict_do_update(
@@ -439,8 +493,9 @@ class Store:
         with self._db.session(write=False) as session:
             return {
                 row.role: (
-                    EndpointRef(url=row.url, model=row.model, name=row.name,
-                                api_key_env=row.api_key_env),
+                    EndpointRef(
+                        url=row.url, model=row.model, name=row.name, api_key_env=row.api_key_env
+                    ),
                     Provenance.model_validate(row.provenance),
                 )
                 for row in session.scalars(stmt)
@@ -450,8 +505,14 @@ class Store:
         self, run_id: str, *, name: str, kind: str, version: str, spec: dict[str, Any]
     ) -> None:
         """Record (or replace) the exact suite spec a run used."""
-        values = {"run_id": run_id, "name": name, "kind": kind, "version": version,
-                  "spec": spec, "created_at": utcnow()}
+        values = {
+            "run_id": run_id,
+            "name": name,
+            "kind": kind,
+            "version": version,
+            "spec": spec,
+            "created_at": utcnow(),
+        }
         stmt = self._insert(SuiteSnapshotRow.__table__).values(values)
         stmt = stmt.on_conflict_do_update(
             index_elements=["run_id", "name"],
@@ -462,11 +523,16 @@ class Store:
 
     def get_suite_snapshots(self, run_id: str) -> list[dict[str, Any]]:
         """``[{"name", "kind", "version", "spec"}]`` in the order they were saved."""
-        stmt = (sa.select(SuiteSnapshotRow).where(SuiteSnapshotRow.run_id == run_id)
-                .order_by(SuiteSnapshotRow.id))
+        stmt = (
+            sa.select(SuiteSnapshotRow)
+            .where(SuiteSnapshotRow.run_id == run_id)
+            .order_by(SuiteSnapshotRow.id)
+        )
         with self._db.session(write=False) as session:
-            return [{"name": r.name, "kind": r.kind, "version": r.version, "spec": dict(r.spec)}
-                    for r in session.scalars(stmt)]
+            return [
+                {"name": r.name, "kind": r.kind, "version": r.version, "spec": dict(r.spec)}
+                for r in session.scalars(stmt)
+            ]
 
     def save_gate_results(self, run_id: str, gates: list[dict[str, Any]]) -> None:
         """Replace the gate outcomes of a run. Each dict needs ``candidate`` and ``suite``;
@@ -477,16 +543,25 @@ class Store:
             session.execute(sa.delete(GateResultRow).where(GateResultRow.run_id == run_id))
             for gate in gates:
                 delta = gate.get("delta")
-                session.add(GateResultRow(
-                    run_id=run_id, candidate=str(gate["candidate"]), suite=str(gate["suite"]),
-                    verdict=gate.get("verdict"), metric=gate.get("metric"),
-                    delta=float(delta) if delta is not None else None,
-                    payload=gate, created_at=now,
-                ))
+                session.add(
+                    GateResultRow(
+                        run_id=run_id,
+                        candidate=str(gate["candidate"]),
+                        suite=str(gate["suite"]),
+                        verdict=gate.get("verdict"),
+                        metric=gate.get("metric"),
+                        delta=float(delta) if delta is not None else None,
+                        payload=gate,
+                        created_at=now,
+                    )
+                )
 
     def get_gate_results(self, run_id: str) -> list[dict[str, Any]]:
-        stmt = (sa.select(GateResultRow).where(GateResultRow.run_id == run_id)
-                .order_by(GateResultRow.id))
+        stmt = (
+            sa.select(GateResultRow)
+            .where(GateResultRow.run_id == run_id)
+            .order_by(GateResultRow.id)
+        )
         with self._db.session(write=False) as session:
             return [dict(row.payload) for row in session.scalars(stmt)]
 
@@ -514,21 +589,26 @@ class Store:
         budget; None when nothing is claimable. See ``_queue`` for the locking."""
         now = utcnow()
         with self._db.session() as session:
-            run_id = _queue.claim_next(
-                session, dialect=self.dialect, worker_id=worker_id, lease_seconds=lease_seconds,
-                endpoint_max_runs=self.endpoint_max_runs, now=now,
+            row = _queue.claim_next(
+                session,
+                dialect=self.dialect,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                endpoint_max_runs=self.endpoint_max_runs,
+                now=now,
             )
-            if run_id is None:
-                return None
-            row = session.get(RunRow, run_id, populate_existing=True)
-            assert row is not None
-            return _run_info(row)
+            return _run_info(row) if row is not None else None
 
     def heartbeat(self, run_id: str, *, worker_id: str, lease_seconds: float) -> bool:
         """Extend the lease. False: the lease is lost or the run cancelled; stop working on it."""
         with self._db.session() as session:
-            return _queue.heartbeat(session, run_id=run_id, worker_id=worker_id,
-                                    lease_seconds=lease_seconds, now=utcnow())
+            return _queue.heartbeat(
+                session,
+                run_id=run_id,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                now=utcnow(),
+            )
 
     def release_run(self, run_id: str, *, worker_id: str) -> None:
         """Put a run this worker holds back in the queue (graceful shutdown)."""
@@ -589,8 +669,13 @@ class Store:
         now = utcnow()
         start = start_at or now
         row = ScheduleRow(
-            id=_new_id(), name=name, cron=cron, template=template.model_dump(mode="json"),
-            enabled=True, start_at=start, created_at=now,
+            id=_new_id(),
+            name=name,
+            cron=cron,
+            template=template.model_dump(mode="json"),
+            enabled=True,
+            start_at=start,
+            created_at=now,
             next_fire_time=_schedules.next_fire_time(cron, start),
         )
         try:
@@ -608,15 +693,21 @@ class Store:
 
     def get_schedule(self, name_or_id: str) -> dict[str, Any] | None:
         with self._db.session(write=False) as session:
-            row = session.scalar(sa.select(ScheduleRow).where(
-                sa.or_(ScheduleRow.name == name_or_id, ScheduleRow.id == name_or_id)))
+            row = session.scalar(
+                sa.select(ScheduleRow).where(
+                    sa.or_(ScheduleRow.name == name_or_id, ScheduleRow.id == name_or_id)
+                )
+            )
             return _schedule_dict(row) if row is not None else None
 
     def remove_schedule(self, name_or_id: str) -> bool:
         """Delete a schedule; its past runs stay (their schedule_id becomes NULL)."""
         with self._db.session() as session:
-            result = session.execute(sa.delete(ScheduleRow).where(
-                sa.or_(ScheduleRow.name == name_or_id, ScheduleRow.id == name_or_id)))
+            result = session.execute(
+                sa.delete(ScheduleRow).where(
+                    sa.or_(ScheduleRow.name == name_or_id, ScheduleRow.id == name_or_id)
+                )
+            )
             return _queue.rowcount(result) >= 1
 
     def fire_due_schedules(self, *, now: datetime) -> list[RunInfo]:
@@ -633,11 +724,18 @@ class Store:
                 if fire_time is None:
                     schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, anchor)
                     continue
-                if not _schedules.fire_exists(session, schedule_id=schedule.id,
-                                              fire_time=fire_time):
+                if not _schedules.fire_exists(
+                    session, schedule_id=schedule.id, fire_time=fire_time
+                ):
                     spec = RunSpec.model_validate(schedule.template)
-                    row = self._add_run(session, spec, status=RunStatus.queued, now=utcnow(),
-                                        schedule_id=schedule.id, fire_time=fire_time)
+                    row = self._add_run(
+                        session,
+                        spec,
+                        status=RunStatus.queued,
+                        now=utcnow(),
+                        schedule_id=schedule.id,
+                        fire_time=fire_time,
+                    )
                     created.append(_run_info(row))
                 schedule.last_fire_time = fire_time
                 schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, fire_time)
@@ -651,8 +749,13 @@ class Store:
         if unknown or not scopes:
             raise ValueError(f"scopes must be a non-empty subset of {sorted(API_SCOPES)}")
         token = "evs_" + secrets.token_urlsafe(32)
-        row = ApiTokenRow(id=_new_id(), name=name, token_hash=_hash_token(token),
-                          scopes=sorted(set(scopes)), created_at=utcnow())
+        row = ApiTokenRow(
+            id=_new_id(),
+            name=name,
+            token_hash=_hash_token(token),
+            scopes=sorted(set(scopes)),
+            created_at=utcnow(),
+        )
         try:
             with self._db.session() as session:
                 session.add(row)

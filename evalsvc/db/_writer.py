@@ -21,7 +21,8 @@ from tenacity import (
     Retrying,
     retry_if_exception_type,
     stop_after_delay,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from evalsvc.domain import Sample
@@ -46,11 +47,13 @@ def retry_transient(
     retrying = Retrying(
         retry=retry_if_exception_type(DatabaseUnavailable),
         stop=stop_after_delay(retry_seconds),
-        wait=wait_exponential_jitter(initial=0.2, max=max_wait),
+        # jitter: workers that lost the same database must not retry in lockstep
+        wait=wait_exponential(multiplier=0.2, max=max_wait) + wait_random(0, 0.2),
         reraise=True,
         before_sleep=lambda state: log.warning(
             "database unavailable (attempt %d), retrying: %s",
-            state.attempt_number, state.outcome.exception() if state.outcome else "",
+            state.attempt_number,
+            state.outcome.exception() if state.outcome else "",
         ),
     )
     return retrying(fn)
@@ -93,8 +96,10 @@ class SampleWriter:
         """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old."""
         with self._lock:
             self._buffer.append(sample)
-            due = (len(self._buffer) >= self.batch_size
-                   or time.monotonic() - self._last_flush >= self.flush_interval_s)
+            due = (
+                len(self._buffer) >= self.batch_size
+                or time.monotonic() - self._last_flush >= self.flush_interval_s
+            )
         if due:
             try:
                 self._write_once()
@@ -122,7 +127,9 @@ class SampleWriter:
         return self
 
     def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
         self.flush()

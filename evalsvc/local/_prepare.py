@@ -84,6 +84,7 @@ def _staged_dir(final: Path, key: str) -> Iterator[Path]:
     try:
         yield tmp
         _write_marker(tmp, key)
+        tmp.chmod(0o755)  # mkdtemp makes it private; the checkpoint is not secret
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

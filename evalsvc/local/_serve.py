@@ -37,7 +37,7 @@ HOST = "127.0.0.1"
 BASE_PORT = 8100
 PORT_SPAN = 400
 PORT_PLACEHOLDER = "{port}"
-POLL_INTERVAL = 1.0
+POLL_INTERVAL = 0.5
 STOP_GRACE = 20.0
 # Variables of the caller's interpreter that must not leak into a managed venv's interpreter.
 _DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "__PYVENV_LAUNCHER__")
@@ -128,8 +128,9 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def choose_port(taken: Iterable[int], base: int = BASE_PORT, span: int = PORT_SPAN) -> int:
-    """The lowest port >= ``base`` that is neither recorded as taken nor bound by anyone."""
+def choose_port(taken: Iterable[int], base: int | None = None, span: int = PORT_SPAN) -> int:
+    """The lowest port >= ``base`` (default ``BASE_PORT``) not recorded as taken nor bound."""
+    base = BASE_PORT if base is None else base
     skip = set(taken)
     for port in range(base, base + span):
         if port not in skip and port_is_free(port):

@@ -22,7 +22,7 @@ from rich.console import Console
 from ._errors import LocalError
 
 # stderr=True: rich resolves sys.stderr at write time, so pytest/CliRunner capture works too.
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 TAIL_LINES = 40
 
@@ -81,13 +81,29 @@ def _reap(pid: int) -> None:
 
 
 def _group_exists(pgid: int) -> bool:
+    """Whether any non-zombie process is left in the group."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    # Zombies count for killpg until their new parent reaps them, which a container's init may
+    # do late; they hold no resources, so waiting for them would only stretch `down`.
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def run_logged(

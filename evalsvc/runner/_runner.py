@@ -254,9 +254,7 @@ async def _run_sequential(
     """
     from evalsvc.stats import sequential_decision
 
-    defaults = DEFAULTS.get(suite.kind)
-    margin = options.margin or suite.spec.gate.margin or (defaults.margin if defaults else 0.05)
-    alpha = options.alpha or suite.spec.gate.alpha or (defaults.alpha if defaults else 0.05)
+    margin, alpha = _margin_alpha(suite, options)
     batch = max(10, len(items) // 10)
     previous = await stored() if stored else []
     used = 0
@@ -277,6 +275,15 @@ async def _run_sequential(
             break
     return {"items_used": used, "items_planned": len(items), "batch": batch,
             "stopped_early": used < len(items), "decisions": decisions}
+
+
+def _margin_alpha(suite: Suite, options: RunOptions) -> tuple[float, float]:
+    """CLI flag, else the suite's YAML, else the kind's documented default (evalsvc.gates.DEFAULTS)."""
+    defaults = DEFAULTS.get(suite.kind)
+    policy = suite.spec.gate
+    margin = options.margin or policy.margin or (defaults.margin if defaults and defaults.margin else 0.05)
+    alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
+    return margin, alpha
 
 
 def _expected(suite: Suite, items: list[Item]) -> int:
@@ -345,11 +352,12 @@ def _gate_one(
     defaults = DEFAULTS.get(suite.kind)
     policy = suite.spec.gate
     metric = analysis.metric or policy.metric or suite.metric
-    margin = options.margin or policy.margin or (defaults.margin if defaults else 0.05)
-    alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
+    margin, alpha = _margin_alpha(suite, options)
     higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
     gate_kind = analysis.gate_kind or suite.gate_kind
     threshold = policy.threshold if policy.threshold is not None else analysis.threshold
+    if threshold is None and defaults is not None and defaults.gate == "threshold":
+        threshold = defaults.threshold
     if threshold is not None:
         outcome = threshold_gate(analysis.candidate, metric=metric, threshold=threshold,
                                  higher_is_better=higher, alpha=alpha, seed=suite.spec.seed)
@@ -359,6 +367,7 @@ def _gate_one(
             alpha=alpha, higher_is_better=higher, clusters=analysis.clusters,
             paired=analysis.paired, seed=suite.spec.seed,
         )
+    gated = policy.enabled if policy.enabled is not None else (defaults.required if defaults else True)
     details = dict(analysis.details)
     if gate_kind == "binary" and analysis.paired and analysis.baseline:
         details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
@@ -370,5 +379,5 @@ def _gate_one(
         details["error_examples"] = sorted(set(errors))[:5]
     return SuiteResult(
         suite=suite.name, kind=suite.kind, version=suite.version, outcome=outcome,
-        n_errors=analysis.n_errors, n_planned=planned, gated=policy.enabled, details=details,
+        n_errors=analysis.n_errors, n_planned=planned, gated=gated, details=details,
     )

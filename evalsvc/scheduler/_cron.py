@@ -55,8 +55,9 @@ class Scheduler:
             except DatabaseUnavailable as err:
                 if once:
                     raise
-                log.warning("scheduler tick failed, retrying in %.0fs: %s",
-                            self.interval_seconds, err)
+                log.warning(
+                    "scheduler tick failed, retrying in %.0fs: %s", self.interval_seconds, err
+                )
             if once:
                 break
             stop.wait(self.interval_seconds)

@@ -11,9 +11,9 @@ Contract with the executor (``evalsvc.services.runs.execute_stored_run`` by defa
 The worker settles what the executor left: an exception marks the run ``error``; returning
 without finishing (and without a cancel) is also an ``error``, never a silent pass.
 
-One heartbeat thread per executing run extends the lease every ``lease_seconds / 3``. If the
-heartbeat says the lease is lost (reaped, or the run was cancelled), or the database has been
-unreachable for longer than a lease, the run's ``cancel`` event is set.
+One heartbeat thread per worker extends the leases of its executing runs every
+``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was cancelled),
+or the database has been unreachable for longer than a lease, that run's ``cancel`` event is set.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class _Execution:
     done: threading.Event = field(default_factory=threading.Event)
     lease_lost: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
+    last_heartbeat_ok: float = field(default_factory=time.monotonic)
 
 
 class Worker:
@@ -98,11 +99,14 @@ class Worker:
         self.max_attempts = max_attempts
         self.scheduler = scheduler
         self.settle_retry_seconds = settle_retry_seconds
+        self.reap_interval = min(max(lease_seconds / 4, poll_seconds), 15.0)
+        self._last_reap: float | None = None
         self.executed = 0
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, _Execution] = {}
         self._lock = threading.Lock()
+        self._heartbeats_done = threading.Event()
 
     @property
     def stopping(self) -> bool:
@@ -126,18 +130,29 @@ class Worker:
         ``max_runs``: claim at most this many runs, then exit when they are done.
         """
         claimed = 0
-        log.info("worker %s started (concurrency %d, lease %.0fs)",
-                 self.worker_id, self.concurrency, self.lease_seconds)
+        log.info(
+            "worker %s started (concurrency %d, lease %.0fs)",
+            self.worker_id,
+            self.concurrency,
+            self.lease_seconds,
+        )
+        self._heartbeats_done.clear()
+        heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        heartbeats.start()
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
                 queue_empty = False
                 try:
                     self._housekeeping()
-                    while (self._free_slots() > 0 and not self._stopping.is_set()
-                           and (max_runs is None or claimed < max_runs)):
-                        run = self.store.claim_run(worker_id=self.worker_id,
-                                                   lease_seconds=self.lease_seconds)
+                    while (
+                        self._free_slots() > 0
+                        and not self._stopping.is_set()
+                        and (max_runs is None or claimed < max_runs)
+                    ):
+                        run = self.store.claim_run(
+                            worker_id=self.worker_id, lease_seconds=self.lease_seconds
+                        )
                         if run is None:
                             queue_empty = True
                             break
@@ -147,20 +162,28 @@ class Worker:
                     # Keep executing what we have; claims resume when the database is back.
                     log.warning("worker %s: database unavailable: %s", self.worker_id, err)
                 idle = self._free_slots() == self.concurrency
-                if idle and ((once and queue_empty)
-                             or (max_runs is not None and claimed >= max_runs)):
+                if idle and (
+                    (once and queue_empty) or (max_runs is not None and claimed >= max_runs)
+                ):
                     break
                 self._wake.wait(self.poll_seconds)
         finally:
             self.stop()
             self._join_all()
+            self._heartbeats_done.set()
+            heartbeats.join()
             log.info("worker %s stopped after %d runs", self.worker_id, self.executed)
         return self.executed
 
     def _housekeeping(self) -> None:
-        reaped = self.store.reap_expired(max_attempts=self.max_attempts)
-        if reaped:
-            log.info("reaped expired leases: %s", ", ".join(reaped))
+        # Reaping is a write; leases expire on a scale of lease_seconds, so checking every
+        # loop iteration (up to hundreds per second when busy) would only add contention.
+        now = time.monotonic()
+        if self._last_reap is None or now - self._last_reap >= self.reap_interval:
+            self._last_reap = now
+            reaped = self.store.reap_expired(max_attempts=self.max_attempts)
+            if reaped:
+                log.info("reaped expired leases: %s", ", ".join(reaped))
         if self.scheduler is not None:
             self.scheduler.maybe_tick()
 
@@ -190,9 +213,6 @@ class Worker:
         execution.thread.start()
 
     def _execute(self, execution: _Execution) -> None:
-        heartbeat = threading.Thread(target=self._heartbeat, args=(execution,),
-                                     name=f"heartbeat-{execution.run.id[:8]}", daemon=True)
-        heartbeat.start()
         failure: BaseException | None = None
         try:
             self.executor(self.store, execution.run, execution.cancel, self.worker_id)
@@ -201,14 +221,14 @@ class Worker:
             log.exception("run %s failed in worker %s", execution.run.id, self.worker_id)
         finally:
             execution.done.set()
-            heartbeat.join()
         try:
             self._settle(execution, failure)
         except StoreError as err:
             # Could not record the outcome: the lease will expire and the reaper re-queues the
             # run; resume then skips the samples already stored.
-            log.error("run %s: could not settle (%s); leaving it to the reaper",
-                      execution.run.id, err)
+            log.error(
+                "run %s: could not settle (%s); leaving it to the reaper", execution.run.id, err
+            )
         finally:
             with self._lock:
                 self._active.pop(execution.run.id, None)
@@ -223,38 +243,62 @@ class Worker:
         if self._stopping.is_set():
             # Shutdown wins over the executor's outcome: the run goes back to the queue unless
             # the executor already finished it (release only acts on a running, owned run).
-            retry_transient(lambda: self.store.release_run(run_id, worker_id=self.worker_id),
-                            retry_seconds=self.settle_retry_seconds)
+            retry_transient(
+                lambda: self.store.release_run(run_id, worker_id=self.worker_id),
+                retry_seconds=self.settle_retry_seconds,
+            )
             log.info("run %s released back to the queue", run_id)
             return
+        if failure is None:
+            # A read, not a conditional write: the common case (the executor finished the run)
+            # then costs no write transaction (SQLite has a single writer).
+            current = retry_transient(
+                lambda: self.store.get_run(run_id), retry_seconds=self.settle_retry_seconds
+            )
+            if (
+                current is None
+                or current.status != RunStatus.running
+                or current.lease_owner != self.worker_id
+            ):
+                return
         if failure is not None:
             message = f"worker {self.worker_id}: {type(failure).__name__}: {failure}"
         else:
             message = f"worker {self.worker_id}: executor returned without finishing the run"
         finished = retry_transient(
-            lambda: self.store.finish_run(run_id, status=RunStatus.error, verdict="error",
-                                          error=message, worker_id=self.worker_id),
+            lambda: self.store.finish_run(
+                run_id,
+                status=RunStatus.error,
+                verdict="error",
+                error=message,
+                worker_id=self.worker_id,
+            ),
             retry_seconds=self.settle_retry_seconds,
         )
         if finished:
             log.warning("run %s marked error: %s", run_id, message)
 
-    def _heartbeat(self, execution: _Execution) -> None:
+    def _heartbeat_loop(self) -> None:
         interval = self.lease_seconds / 3
-        last_ok = time.monotonic()
-        while not execution.done.wait(interval):
-            try:
-                ok = self.store.heartbeat(execution.run.id, worker_id=self.worker_id,
-                                          lease_seconds=self.lease_seconds)
-            except StoreError as err:
-                if time.monotonic() - last_ok < self.lease_seconds:
-                    log.warning("heartbeat for run %s failed, retrying: %s", execution.run.id, err)
-                    continue
-                log.error("run %s: no heartbeat for a whole lease; assuming it lost",
-                          execution.run.id)
-                ok = False
-            if not ok:
-                execution.lease_lost.set()
-                execution.cancel.set()
+        while not self._heartbeats_done.wait(interval):
+            with self._lock:
+                executions = [e for e in self._active.values() if not e.done.is_set()]
+            for execution in executions:
+                self._heartbeat(execution)
+
+    def _heartbeat(self, execution: _Execution) -> None:
+        try:
+            ok = self.store.heartbeat(
+                execution.run.id, worker_id=self.worker_id, lease_seconds=self.lease_seconds
+            )
+        except StoreError as err:
+            if time.monotonic() - execution.last_heartbeat_ok < self.lease_seconds:
+                log.warning("heartbeat for run %s failed, retrying: %s", execution.run.id, err)
                 return
-            last_ok = time.monotonic()
+            log.error("run %s: no heartbeat for a whole lease; assuming it lost", execution.run.id)
+            ok = False
+        if ok:
+            execution.last_heartbeat_ok = time.monotonic()
+        elif not execution.done.is_set():
+            execution.lease_lost.set()
+            execution.cancel.set()

@@ -28,6 +28,8 @@ from scipy import optimize, stats  # type: ignore[import-untyped]
 from evalsvc.stats._common import FloatArray, MarginTest, as_binary_vector
 
 __all__ = [
+    "TANGO_CONTINUITY",
+    "TANGO_MAX_SKEW",
     "PairedBinaryCounts",
     "mcnemar_exact",
     "miettinen_nurminen_ci",
@@ -112,7 +114,7 @@ def mcnemar_exact(regressions: int, improvements: int) -> float:
 
     Conditional on the number of discordant pairs ``m``, the regressions are Binomial(m, 1/2)
     under H0 (McNemar 1947, Psychometrika 12:153–157; exact form e.g. Agresti, *Categorical Data
-    Analysis*, 3rd ed., §11.1). Returns 1.0 when there are no discordant pairs. This tests
+    Analysis*, ch. on matched pairs). Returns 1.0 when there are no discordant pairs. This tests
     equality, not the margin; the gate reports it alongside the non-inferiority test.
     """
     m = int(regressions) + int(improvements)
@@ -133,7 +135,7 @@ def _tango_restricted_q(
 ) -> FloatArray:
     """Restricted MLE of the regression-cell probability under H0: Δ = delta0.
 
-    Derivation (Tango 1998, Stat Med 17:891–908, §2): with cell probabilities
+    Derivation (Tango 1998, Stat Med 17:891–908): with cell probabilities
     ``q`` (regressions) and ``q + Δ0`` (improvements), the concordant cells share
     ``1 − 2q − Δ0``; setting the profile-likelihood derivative to zero gives
     ``2n q² + B q + C = 0`` with ``B = −b − c + (2n − b + c) Δ0``, ``C = −c Δ0 (1 − Δ0)``,
@@ -150,46 +152,91 @@ def _tango_restricted_q(
     return np.clip(q, np.maximum(0.0, -delta0), np.maximum(0.0, (1.0 - delta0) / 2.0))
 
 
-def tango_statistic(improvements: Any, regressions: Any, n: Any, delta0: Any) -> FloatArray:
+# Half the lattice step of the score numerator b − c − nΔ0 (one item moving between cells).
+TANGO_CONTINUITY = 0.5
+# Bound on the estimated skewness used in the Cornish–Fisher correction: beyond it the one-term
+# expansion is unreliable (it only arises with a handful of discordant pairs).
+TANGO_MAX_SKEW = 0.25
+
+
+def tango_statistic(
+    improvements: Any, regressions: Any, n: Any, delta0: Any, *, corrected: bool = False
+) -> FloatArray:
     """Tango's score statistic ``Z(Δ0)`` for paired proportions (vectorised).
 
     ``Z = (b − c − n Δ0) / sqrt(n (2 q̃ + Δ0 (1 − Δ0)))`` with ``q̃`` the restricted MLE
     (Tango 1998, Stat Med 17:891–908). Large positive ``Z`` is evidence that Δ > Δ0.
     At ``Δ0 = 0`` this is the (uncorrected) McNemar z statistic. Counts may be non-integer
     (design-effect-deflated counts for clustered data, Rao & Scott 1992).
+
+    ``corrected=True`` (what the gate uses) adds two small-sample corrections that make the
+    *one-sided* error rates conservative, which the plain statistic is not: in our simulations
+    (tests/stats/test_calibration.py) its one-sided rejection rate at the boundary reached about
+    0.08 at nominal 0.05 for n = 30 and 0.07 for n = 100 when nearly all discordant pairs go
+    one way; with both corrections no simulated configuration exceeded 0.05 + Monte Carlo error.
+
+    1. Continuity correction: shrink ``|b − c − nΔ0|`` by 0.5, half the lattice step.
+    2. Skewness correction (one-term Cornish–Fisher; Gart & Nam 1990, Biometrics 46:637–643,
+       and Laud 2017, Pharm Stat 16:334–348, for the analogous independent-sample case):
+       ``Z − (γ/6)(Z² − 1)`` where ``γ = μ₃/(σ³√n)`` is the skewness of the score under the
+       restricted MLE, with per-item third central moment
+       ``μ₃ = (q̃+Δ0)(1−Δ0)³ + q̃(−1−Δ0)³ + (1−2q̃−Δ0)(−Δ0)³``. γ is bounded to
+       ``±TANGO_MAX_SKEW`` and the corrected statistic is held constant past its turning point
+       ``Z = 3/γ`` so that it stays monotone in the data.
     """
     b = np.asarray(improvements, dtype=np.float64)
     c = np.asarray(regressions, dtype=np.float64)
     nn = np.asarray(n, dtype=np.float64)
     d0 = np.asarray(delta0, dtype=np.float64)
     q = _tango_restricted_q(b, c, nn, d0)
-    var = np.maximum(nn * (2.0 * q + d0 * (1.0 - d0)), 0.0)
+    per_item_var = np.maximum(2.0 * q + d0 * (1.0 - d0), 0.0)
+    var = nn * per_item_var
     num = b - c - nn * d0
+    if corrected:
+        num = np.sign(num) * np.maximum(np.abs(num) - TANGO_CONTINUITY, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         z = num / np.sqrt(var)
     # 0/0 happens only when the data sit exactly on the boundary with no variance (e.g. no
     # discordant pairs and Δ0 = 0): no evidence either way.
     z = np.where((var <= 0.0) & (num == 0.0), 0.0, z)
+    if corrected:
+        mu3 = (q + d0) * (1.0 - d0) ** 3 + q * (-1.0 - d0) ** 3 + (1.0 - 2.0 * q - d0) * (-d0) ** 3
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gamma = np.where(var > 0.0, mu3 / (per_item_var**1.5 * np.sqrt(nn)), 0.0)
+        gamma = np.clip(np.nan_to_num(gamma), -TANGO_MAX_SKEW, TANGO_MAX_SKEW)
+        zc = z - (gamma / 6.0) * (z * z - 1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            turn = np.where(gamma != 0.0, 3.0 / gamma, np.inf)
+            plateau = 1.5 / gamma + gamma / 6.0
+        past = ((gamma > 0.0) & (z > turn)) | ((gamma < 0.0) & (z < turn))
+        z = np.where(past, plateau, zc)
     return np.asarray(z, dtype=np.float64)
 
 
-def tango_test(improvements: float, regressions: float, n: float, delta0: float) -> MarginTest:
+def tango_test(
+    improvements: float,
+    regressions: float,
+    n: float,
+    delta0: float,
+    *,
+    corrected: bool = False,
+) -> MarginTest:
     """One-sided Tango score tests of H0: Δ ≤ Δ0 (``p_greater``) and H0: Δ ≥ Δ0 (``p_less``).
 
-    Normal reference distribution for the score statistic (Tango 1998, §3; Nam 1997, Biometrics
+    Normal reference distribution for the score statistic (Tango 1998; Nam 1997, Biometrics
     53:1422–1430 for the equivalent non-inferiority test). Inverting these tests at one-sided
-    level α gives exactly the bounds returned by :func:`tango_ci` at ``alpha = 2α``.
+    level α gives the bounds returned by :func:`tango_ci` at ``alpha = 2α`` (same ``corrected``).
     """
     if n <= 0:
         raise ValueError("n must be positive")
-    z = float(tango_statistic(improvements, regressions, n, delta0))
+    z = float(tango_statistic(improvements, regressions, n, delta0, corrected=corrected))
     return MarginTest(
         estimate=(improvements - regressions) / n,
         null_value=float(delta0),
         statistic=z,
         p_greater=float(stats.norm.sf(z)),
         p_less=float(stats.norm.cdf(z)),
-        method="Tango score",
+        method="Tango score (continuity + skewness corrected)" if corrected else "Tango score",
     )
 
 
@@ -216,7 +263,12 @@ def _invert_decreasing(
 
 
 def tango_ci(
-    improvements: float, regressions: float, n: float, alpha: float = 0.05
+    improvements: float,
+    regressions: float,
+    n: float,
+    alpha: float = 0.05,
+    *,
+    corrected: bool = False,
 ) -> tuple[float, float]:
     """Two-sided ``1 − alpha`` Tango score interval for the paired difference Δ.
 
@@ -224,7 +276,7 @@ def tango_ci(
     by Fagerland, Lydersen & Laake 2014, Stat Med 33:2850–2875). Unlike the Wald interval it does
     not collapse to a point when there are no discordant pairs: with ``b = c = 0`` the bounds are
     ``±z²/(n + z²)``. Each limit is a one-sided ``alpha/2`` bound, so the gate calls this with
-    ``alpha = 2α`` to get one-sided α bounds.
+    ``alpha = 2α`` to get one-sided α bounds; ``corrected`` as in :func:`tango_statistic`.
     """
     if n <= 0:
         raise ValueError("n must be positive")
@@ -232,7 +284,7 @@ def tango_ci(
     est = (improvements - regressions) / n
 
     def fn(d0: float) -> float:
-        return float(tango_statistic(improvements, regressions, n, d0))
+        return float(tango_statistic(improvements, regressions, n, d0, corrected=corrected))
 
     return _invert_decreasing(fn, est, crit, -1.0, 1.0)
 
@@ -340,9 +392,7 @@ def _mn_restricted_p1(
     return np.asarray(np.clip(p1r, lo, hi), dtype=np.float64)
 
 
-def miettinen_nurminen_statistic(
-    x1: Any, n1: Any, x2: Any, n2: Any, delta0: Any
-) -> FloatArray:
+def miettinen_nurminen_statistic(x1: Any, n1: Any, x2: Any, n2: Any, delta0: Any) -> FloatArray:
     """Miettinen–Nurminen score statistic for ``p1 − p2 = Δ0`` (vectorised).
 
     ``Z = (p̂1 − p̂2 − Δ0) / sqrt((p̃1 q̃1/n1 + p̃2 q̃2/n2) · N/(N − 1))`` with restricted MLEs

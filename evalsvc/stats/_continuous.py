@@ -8,10 +8,10 @@ interval whose limits are the matching one-sided ``alpha/2`` bounds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from scipy import stats  # type: ignore[import-untyped]
+from scipy import special, stats  # type: ignore[import-untyped]
 
 from evalsvc.stats._common import FloatArray, as_vector
 
@@ -26,6 +26,8 @@ __all__ = [
 
 # Cap on the number of resampled indices held in memory at once (≈16 MB of int64).
 _CHUNK_ELEMENTS = 2_000_000
+# Fewer resamples than this beyond the null value: tail probability from a normal approximation.
+_MIN_TAIL_COUNT = 10
 
 
 @dataclass(frozen=True)
@@ -54,21 +56,43 @@ class BootstrapResult:
     z0: float  # bias correction
     acceleration: float
     n_resamples: int
-    method: str  # "BCa" or "percentile"
+    method: str  # "BCa", "percentile" or "studentized"
     degenerate: bool  # every difference identical: the bootstrap distribution is a point
 
 
-def _resampled_means(x: FloatArray, n_resamples: int, seed: int) -> FloatArray:
-    """Means of ``n_resamples`` with-replacement resamples of ``x`` (Efron 1979)."""
+def _resample_moments(
+    x: FloatArray, n_resamples: int, seed: int, *, with_sd: bool
+) -> tuple[FloatArray, FloatArray | None]:
+    """Means (and SDs) of ``n_resamples`` with-replacement resamples of ``x`` (Efron 1979)."""
     rng = np.random.default_rng(seed)
     n = x.size
-    out = np.empty(n_resamples, dtype=np.float64)
+    means = np.empty(n_resamples, dtype=np.float64)
+    sds = np.empty(n_resamples, dtype=np.float64) if with_sd else None
     rows = max(1, _CHUNK_ELEMENTS // n)
     for start in range(0, n_resamples, rows):
         stop = min(n_resamples, start + rows)
-        idx = rng.integers(0, n, size=(stop - start, n))
-        out[start:stop] = x[idx].mean(axis=1)
-    return out
+        sample = x[rng.integers(0, n, size=(stop - start, n))]
+        means[start:stop] = sample.mean(axis=1)
+        if sds is not None:
+            sds[start:stop] = sample.std(axis=1, ddof=1) if n > 1 else 0.0
+    return means, sds
+
+
+def _tail_z(sample: FloatArray, value: float, tol: float) -> float:
+    """``Φ⁻¹(P*(T < value))`` for a bootstrap sample of T, ties counted half.
+
+    When fewer than ``_MIN_TAIL_COUNT`` resamples lie beyond ``value`` the tail probability is
+    taken from a normal approximation to the bootstrap distribution instead of being floored at
+    ~1/B, which would otherwise cap the evidence a clear result can carry into Holm's correction.
+    """
+    finite = sample[np.isfinite(sample)]
+    big_b = sample.size
+    below = float(np.sum(sample < value - tol) + 0.5 * np.sum(np.abs(sample - value) <= tol))
+    spread = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+    if min(below, big_b - below) < _MIN_TAIL_COUNT and spread > 0:
+        return (value - float(finite.mean())) / spread
+    g = float(np.clip(below / big_b, 1.0 / (big_b + 1), big_b / (big_b + 1.0)))
+    return float(special.ndtri(g))
 
 
 def bootstrap_mean(
@@ -78,68 +102,108 @@ def bootstrap_mean(
     alpha: float = 0.05,
     n_resamples: int = 9999,
     seed: int = 0,
-    method: str = "BCa",
+    method: Literal["BCa", "percentile", "studentized"] = "BCa",
 ) -> BootstrapResult:
-    """Paired bootstrap for the mean difference: BCa interval and test-inversion p-values.
+    """Paired bootstrap for the mean difference: interval and test-inversion p-values.
 
-    Bias-corrected and accelerated percentile interval (Efron 1987, JASA 82:171–185; Efron &
-    Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 14): with bias correction
-    ``z0 = Φ⁻¹(P*(θ* < θ̂))`` (ties counted half) and jackknife acceleration, which for the mean
-    is ``a = Σ(dᵢ − d̄)³ / (6 (Σ(dᵢ − d̄)²)^{3/2})``, the level-γ limit is the bootstrap quantile
-    at ``Φ(z0 + (z0 + z_γ)/(1 − a(z0 + z_γ)))``.
+    ``method="BCa"`` — bias-corrected and accelerated percentile interval (Efron 1987, JASA
+    82:171–185; Efron & Tibshirani 1993, *An Introduction to the Bootstrap*, ch. 14): with bias
+    correction ``z0 = Φ⁻¹(P*(θ* < θ̂))`` (ties counted half) and jackknife acceleration, which for
+    the mean is ``a = Σ(dᵢ − d̄)³ / (6 (Σ(dᵢ − d̄)²)^{3/2})``, the level-γ limit is the bootstrap
+    quantile at ``Φ(z0 + (z0 + z_γ)/(1 − a(z0 + z_γ)))``. The p-values invert the same map:
+    ``p_greater`` is the γ at which the lower limit equals ``null_value``; with
+    ``z_g = Φ⁻¹(Ĝ(null_value))`` for the bootstrap CDF Ĝ, ``w = (z_g − z0)/(1 + a (z_g − z0))``
+    and ``p_greater = Φ(w − z0)`` (the percentile-bootstrap p-value Ĝ(null) when a = z0 = 0).
+    ``scipy.stats.bootstrap(..., method="BCa")`` computes the same interval (used as a reference
+    in the tests); resampling here is direct so the p-values share the interval's resamples.
 
-    p-values invert the same construction: ``p_greater`` is the γ at which the lower BCa limit
-    equals ``null_value``. Writing ``z_g = Φ⁻¹(Ĝ(null_value))`` for the bootstrap CDF Ĝ,
-    ``w = (z_g − z0)/(1 + a (z_g − z0))`` and ``p_greater = Φ(w − z0)`` (with ``a = z0 = 0`` this
-    is the percentile-bootstrap p-value ``Ĝ(null_value)``). Ĝ is clipped to
-    ``[1/(B+1), B/(B+1)]`` so no p-value is reported below the Monte Carlo resolution.
+    ``method="studentized"`` — bootstrap-t (Efron & Tibshirani 1993, ch. 12; Hall 1988, Ann.
+    Statist. 16:927–953): ``t* = (θ* − θ̂)/(s*/√n)``; limits ``θ̂ − t*_{(1−γ)} s/√n`` and
+    ``p_greater = P*(t* ≥ (θ̂ − null)/(s/√n))``. For a mean under skew it has better one-sided
+    coverage than BCa at moderate n (our simulations: tests/stats/test_calibration.py).
 
-    ``scipy.stats.bootstrap(..., method="BCa")`` computes the same interval; it is used in the
-    tests as a reference, here the resampling is done directly so the p-values share the exact
-    resamples of the interval.
+    ``method="percentile"`` — plain percentile interval (Efron 1979).
     """
-    if method not in ("BCa", "percentile"):
-        raise ValueError("method must be 'BCa' or 'percentile'")
+    if method not in ("BCa", "percentile", "studentized"):
+        raise ValueError("method must be 'BCa', 'percentile' or 'studentized'")
     x = as_vector(diffs, name="differences", allow_empty=False)
     if n_resamples < 99:
         raise ValueError("n_resamples must be at least 99")
     n = x.size
     est = float(x.mean())
-    boot = _resampled_means(x, n_resamples, seed)
-    big_b = boot.size
-    scale = max(1.0, abs(est))
-    tol = 1e-12 * scale
-
+    tol = 1e-12 * max(1.0, abs(est))
     dev = x - est
     ss = float(np.sum(dev * dev))
-    degenerate = ss <= (tol * tol) * n
+    degenerate = n < 2 or ss <= (tol * tol) * n
     if degenerate:
-        boot = np.full(big_b, est)
+        # Every difference identical: the bootstrap distribution is a point, as is the interval;
+        # the test is decided by which side of the null the point lies on.
+        pg = 0.0 if est > null_value + tol else (1.0 if est < null_value - tol else 0.5)
+        return BootstrapResult(
+            estimate=est,
+            ci=(est, est),
+            null_value=float(null_value),
+            p_greater=pg,
+            p_less=1.0 - pg,
+            z0=0.0,
+            acceleration=0.0,
+            n_resamples=int(n_resamples),
+            method=method,
+            degenerate=True,
+        )
 
-    if method == "BCa" and not degenerate:
+    if method == "studentized":
+        means, sds = _resample_moments(x, n_resamples, seed, with_sd=True)
+        assert sds is not None
+        se = float(np.sqrt(ss / (n - 1) / n))
+        root_n = np.sqrt(n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tstar = (means - est) / (sds / root_n)
+        # A resample with zero spread gives 0/0 (same mean) or ±inf (different mean).
+        tstar = np.where(sds > 0, tstar, np.where(np.abs(means - est) <= tol, 0.0, tstar))
+        q_lo, q_hi = np.quantile(tstar, [alpha / 2.0, 1.0 - alpha / 2.0])
+        ci = (est - float(q_hi) * se, est - float(q_lo) * se)
+        t_obs = (est - null_value) / se
+        # p_greater = P*(t* ≥ t_obs) = 1 − Φ(z(t_obs)).
+        p_greater = float(special.ndtr(-_tail_z(tstar, t_obs, 1e-12 * max(1.0, abs(t_obs)))))
+        return BootstrapResult(
+            estimate=est,
+            ci=ci,
+            null_value=float(null_value),
+            p_greater=p_greater,
+            p_less=1.0 - p_greater,
+            z0=0.0,
+            acceleration=0.0,
+            n_resamples=int(n_resamples),
+            method=method,
+            degenerate=False,
+        )
+
+    boot, _ = _resample_moments(x, n_resamples, seed, with_sd=False)
+    big_b = boot.size
+    if method == "BCa":
         below = np.sum(boot < est - tol) + 0.5 * np.sum(np.abs(boot - est) <= tol)
-        z0 = float(stats.norm.ppf(np.clip(below / big_b, 0.5 / big_b, 1.0 - 0.5 / big_b)))
-        accel = float(np.sum(dev**3) / (6.0 * ss**1.5)) if ss > 0 else 0.0
+        z0 = float(special.ndtri(np.clip(below / big_b, 0.5 / big_b, 1.0 - 0.5 / big_b)))
+        accel = float(np.sum(dev**3) / (6.0 * ss**1.5))
     else:
         z0, accel = 0.0, 0.0
 
     def level(gamma: float) -> float:
-        zg = float(stats.norm.ppf(gamma))
+        zg = float(special.ndtri(gamma))
         w = z0 + zg
         denom = 1.0 - accel * w
-        if denom <= 0:  # extreme skew: BCa is undefined; use the nearest percentile end
+        if denom <= 0:  # extreme skew: BCa is undefined; use the nearest end
             return 0.0 if gamma < 0.5 else 1.0
-        return float(stats.norm.cdf(z0 + w / denom))
+        return float(special.ndtr(z0 + w / denom))
 
     lo_q, hi_q = level(alpha / 2.0), level(1.0 - alpha / 2.0)
     ci = (float(np.quantile(boot, lo_q)), float(np.quantile(boot, hi_q)))
-
-    g = (np.sum(boot < null_value - tol) + 0.5 * np.sum(np.abs(boot - null_value) <= tol)) / big_b
-    g = float(np.clip(g, 1.0 / (big_b + 1), big_b / (big_b + 1.0)))
-    zg = float(stats.norm.ppf(g)) - z0
+    zg = _tail_z(boot, null_value, tol) - z0
     denom = 1.0 + accel * zg
-    w = zg / denom if denom > 0 else zg
-    p_greater = float(stats.norm.cdf(w - z0))
+    # If 1 + a·zg ≤ 0 the BCa limits never reach this far into the tail (they saturate at
+    # Φ(z0 − 1/a)): the null lies beyond every achievable bound on that side.
+    saturated = 0.0 if zg < 0 else 1.0
+    p_greater = float(special.ndtr(zg / denom - z0)) if denom > 0 else saturated
     return BootstrapResult(
         estimate=est,
         ci=ci,
@@ -150,7 +214,7 @@ def bootstrap_mean(
         acceleration=accel,
         n_resamples=big_b,
         method=method,
-        degenerate=bool(degenerate),
+        degenerate=False,
     )
 
 
@@ -166,7 +230,9 @@ def _t_result(
         pg = 0.0 if est > null_value else 1.0
         pl = 0.0 if est < null_value else 1.0
         return MeanTest(est, 0.0, df, (est, est), null_value, pg, pl, method)
-    crit = float(stats.t.isf(alpha / 2.0, df))
+    # Student-t via scipy.special: the values of scipy.stats.t without its per-call overhead
+    # (the calibration simulations call this thousands of times).
+    crit = float(special.stdtrit(df, 1.0 - alpha / 2.0))
     t = (est - null_value) / se
     return MeanTest(
         estimate=est,
@@ -174,8 +240,8 @@ def _t_result(
         df=df,
         ci=(est - crit * se, est + crit * se),
         null_value=null_value,
-        p_greater=float(stats.t.sf(t, df)),
-        p_less=float(stats.t.cdf(t, df)),
+        p_greater=float(special.stdtr(df, -t)),
+        p_less=float(special.stdtr(df, t)),
         method=method,
     )
 
@@ -184,7 +250,7 @@ def t_test_mean(diffs: Any, *, null_value: float = 0.0, alpha: float = 0.05) -> 
     """One-sample (paired) Student t test and interval for the mean difference.
 
     Student (1908), Biometrika 6:1–25; any textbook, e.g. Casella & Berger, *Statistical
-    Inference*, §8.3. Equals ``scipy.stats.ttest_1samp`` (checked in the tests).
+    Inference*, ch. 8 and 9. Equals ``scipy.stats.ttest_1samp`` (checked in the tests).
     """
     x = as_vector(diffs, name="differences", allow_empty=False)
     n = x.size
@@ -222,7 +288,8 @@ def wilcoxon_signed_rank(diffs: Any, *, null_value: float = 0.0) -> MeanTest | N
     """Wilcoxon signed-rank tests of the location of ``diffs`` against ``null_value``.
 
     Wilcoxon (1945), Biometrics Bulletin 1:80–83, via ``scipy.stats.wilcoxon`` on
-    ``diffs − null_value`` (zero differences dropped, Wilcoxon's convention). It tests the
+    ``diffs − null_value`` with ``zero_method="wilcox"`` (zero differences dropped, Wilcoxon's
+    convention; scipy then uses the normal approximation). It tests the
     pseudo-median, not the mean, so the gate reports it as a robustness check only. Returns
     ``None`` when every shifted difference is zero (no information). ``estimate`` is the
     Hodges–Lehmann pseudo-median (median of Walsh averages) for n ≤ 2000, else the median.
@@ -231,8 +298,8 @@ def wilcoxon_signed_rank(diffs: Any, *, null_value: float = 0.0) -> MeanTest | N
     nz = x[x != 0.0]
     if nz.size == 0:
         return None
-    pg = float(stats.wilcoxon(nz, alternative="greater").pvalue)
-    pl = float(stats.wilcoxon(nz, alternative="less").pvalue)
+    pg = float(stats.wilcoxon(x, alternative="greater", zero_method="wilcox").pvalue)
+    pl = float(stats.wilcoxon(x, alternative="less", zero_method="wilcox").pvalue)
     if x.size <= 2000:
         i, j = np.triu_indices(x.size)
         loc = float(np.median((x[i] + x[j]) / 2.0)) + null_value

@@ -41,8 +41,9 @@ class GatePolicy(BaseModel):
     alpha: float | None = Field(default=None, gt=0, lt=0.5)
     threshold: float | None = None
     """Optional absolute threshold instead of (or for kinds without) a paired comparison."""
-    enabled: bool = True
-    """A disabled gate still reports its metrics but never decides the verdict."""
+    enabled: bool | None = None
+    """A disabled gate still reports its metrics but never decides the verdict (default: the
+    kind's ``required`` flag in ``evalsvc.gates.DEFAULTS``)."""
 
 
 class SuiteSpec(BaseModel):

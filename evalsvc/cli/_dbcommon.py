@@ -1,0 +1,68 @@
+"""Shared plumbing of the database-backed CLI commands (db, worker, schedules, export).
+
+Contract: a command that needs the database opens it with ``open_store``, which turns an
+unreachable database or one not at the migration head into a one-line error and a non-zero
+exit (4: infrastructure, 2: configuration), instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+from evalsvc.db import DatabaseNotAtHead, DatabaseUnavailable, Store, StoreError
+
+EXIT_CONFIG = 2
+EXIT_INFRA = 4
+
+DatabaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url",
+        help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded "
+        "SQLite database).",
+        show_default=False,
+    ),
+]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def fail_store(err: StoreError) -> NoReturn:
+    """Exit with the one-line message of a store error and its exit code."""
+    if isinstance(err, DatabaseUnavailable):
+        fail(str(err), EXIT_INFRA)
+    if isinstance(err, DatabaseNotAtHead):
+        fail(str(err), EXIT_CONFIG)
+    fail(str(err), 1)
+
+
+def open_store(database_url: str | None, *, check_head: bool = True) -> Store:
+    """Open the store and (by default) refuse a database that is not at the migration head."""
+    store = Store.from_url(database_url)
+    try:
+        if check_head:
+            store.check_at_head()
+    except StoreError as err:
+        store.close()
+        fail_store(err)
+    return store
+
+
+def configure_logging(verbose: bool = False) -> None:
+    """Log to stderr unless the application already configured logging."""
+    if logging.getLogger().handlers:
+        return
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    # Alembic logs its migration context at INFO on every head check; not news for a worker.
+    logging.getLogger("alembic").setLevel(logging.WARNING)

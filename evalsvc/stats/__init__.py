@@ -1,0 +1,100 @@
+"""Statistics for paired baseline-vs-candidate evaluation.
+
+Contract: pure functions over arrays and counts — no I/O, no database, no network, no global
+state (randomness only through an explicit ``seed``). Inputs are validated (NaN/inf raise
+``ValueError`` with positions). It depends on numpy and scipy only and calls nothing else in
+evalsvc; :mod:`evalsvc.gates` builds the verdicts on top of it.
+
+Every function names its test and the reference for its formula in its docstring, and is checked
+in ``tests/stats`` against scipy/statsmodels, a published worked example, or an independent
+numerical computation, plus seeded calibration simulations.
+
+Conventions: differences are ``candidate − baseline``; a ``MarginTest``/result carries two
+one-sided p-values, ``p_greater`` (H0: Δ ≤ null_value) and ``p_less`` (H0: Δ ≥ null_value);
+interval functions take a two-sided ``alpha`` (``1 − alpha`` coverage) whose ends are one-sided
+``alpha/2`` bounds.
+"""
+
+from evalsvc.stats._binary import (
+    TANGO_CONTINUITY,
+    TANGO_MAX_SKEW,
+    PairedBinaryCounts,
+    mcnemar_exact,
+    miettinen_nurminen_ci,
+    miettinen_nurminen_statistic,
+    miettinen_nurminen_test,
+    newcombe_paired_ci,
+    newcombe_unpaired_ci,
+    paired_binary_counts,
+    tango_ci,
+    tango_statistic,
+    tango_test,
+    wilson_interval,
+)
+from evalsvc.stats._cluster import ClusterRobustResult, cluster_ids, cluster_robust_mean
+from evalsvc.stats._common import FloatArray, MarginTest, as_binary_vector, as_vector, check_alpha
+from evalsvc.stats._continuous import (
+    BootstrapResult,
+    MeanTest,
+    bootstrap_mean,
+    t_test_mean,
+    welch_test,
+    wilcoxon_signed_rank,
+)
+from evalsvc.stats._multiple import holm
+from evalsvc.stats._power import (
+    mde_mean,
+    mde_paired_binary,
+    mde_two_proportions,
+    power_paired_binary,
+    required_n,
+    required_n_mean,
+)
+from evalsvc.stats._sequential import (
+    SequentialSimulation,
+    confidence_sequence,
+    sequential_decision,
+    simulate_sample_use,
+)
+
+__all__ = [
+    "TANGO_CONTINUITY",
+    "TANGO_MAX_SKEW",
+    "BootstrapResult",
+    "ClusterRobustResult",
+    "FloatArray",
+    "MarginTest",
+    "MeanTest",
+    "PairedBinaryCounts",
+    "SequentialSimulation",
+    "as_binary_vector",
+    "as_vector",
+    "bootstrap_mean",
+    "check_alpha",
+    "cluster_ids",
+    "cluster_robust_mean",
+    "confidence_sequence",
+    "holm",
+    "mcnemar_exact",
+    "mde_mean",
+    "mde_paired_binary",
+    "mde_two_proportions",
+    "miettinen_nurminen_ci",
+    "miettinen_nurminen_statistic",
+    "miettinen_nurminen_test",
+    "newcombe_paired_ci",
+    "newcombe_unpaired_ci",
+    "paired_binary_counts",
+    "power_paired_binary",
+    "required_n",
+    "required_n_mean",
+    "sequential_decision",
+    "simulate_sample_use",
+    "t_test_mean",
+    "tango_ci",
+    "tango_statistic",
+    "tango_test",
+    "welch_test",
+    "wilcoxon_signed_rank",
+    "wilson_interval",
+]

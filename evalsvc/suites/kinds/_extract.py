@@ -1,0 +1,60 @@
+"""Answer extraction shared by the generative kinds (reasoning).
+
+Contract: pure functions over the model's output text; no I/O.
+
+Method: the "flexible extract" of GSM8K-style harnesses (the final number in the output), made
+more robust for chatty small models: when the output states its answer explicitly ("the answer
+is X", "Answer: X", "result = X"), the *first* candidate after the last such marker wins (as
+GSM8K's strict "#### X" match does); otherwise the *last* candidate of the whole output wins,
+because models put the conclusion after the working.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+# "answer is", "answer:", "Final answer -", "result is" ... (case-insensitive). The last match
+# wins: models that restate the question first ("the answer to how many... The answer is 7").
+_MARKER = re.compile(r"(?:final\s+answer|answer|result)\s*(?:is|:|=|-)\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def answer_span(text: str) -> str | None:
+    """The part of ``text`` after its last explicit answer marker, or None without a marker."""
+    last = None
+    for m in _MARKER.finditer(text):
+        last = m
+    if last is not None and text[last.end():].strip():
+        return text[last.end():]
+    return None
+
+
+def extract_number(text: str) -> str | None:
+    """The committed number, normalised (thousands separators and a ``.0`` dropped)."""
+    span = answer_span(text)
+    after = _NUMBER.findall(span) if span is not None else []
+    matches = after[:1] or _NUMBER.findall(text)[-1:]
+    if not matches:
+        return None
+    raw = matches[0].replace(",", "").rstrip(".")
+    if re.fullmatch(r"-?\d+\.0+", raw):
+        raw = raw.split(".")[0]
+    return raw
+
+
+def extract_choice(text: str, vocabulary: Iterable[str]) -> str | None:
+    """The committed vocabulary entry (whole words, case-insensitive), by the same rule.
+
+    The vocabulary is the closed set an answer may come from (weekday names, the words of a
+    list), so a stray word of the model's prose is never taken for an answer.
+    """
+    words = sorted({w.lower() for w in vocabulary}, key=len, reverse=True)
+    if not words:
+        return None
+    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    span = answer_span(text)
+    if span is not None and (found := pattern.findall(span)):
+        return str(found[0]).lower()
+    found = pattern.findall(text)
+    return str(found[-1]).lower() if found else None

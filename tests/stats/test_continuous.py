@@ -1,0 +1,127 @@
+"""Continuous statistics against scipy, and the bootstrap within Monte Carlo error of the
+analytic answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from evalsvc.stats import bootstrap_mean, t_test_mean, welch_test, wilcoxon_signed_rank
+
+
+@pytest.fixture
+def skewed() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    return rng.exponential(1.0, 60) - 0.8
+
+
+def test_t_test_matches_scipy(skewed: np.ndarray) -> None:
+    for null in (-0.3, 0.0, 0.4):
+        ours = t_test_mean(skewed, null_value=null, alpha=0.1)
+        for alt, p in (("greater", ours.p_greater), ("less", ours.p_less)):
+            ref = stats.ttest_1samp(skewed, null, alternative=alt)
+            assert p == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-15)
+        ci = stats.ttest_1samp(skewed, null).confidence_interval(confidence_level=0.9)
+        assert ours.ci[0] == pytest.approx(ci.low, abs=1e-12)
+        assert ours.ci[1] == pytest.approx(ci.high, abs=1e-12)
+
+
+def test_welch_matches_scipy() -> None:
+    rng = np.random.default_rng(4)
+    b, c = rng.normal(0, 1, 40), rng.normal(0.3, 2, 25)
+    for null in (-0.5, 0.0, 0.2):
+        ours = welch_test(b, c, null_value=null, alpha=0.1)
+        for alt, p in (("greater", ours.p_greater), ("less", ours.p_less)):
+            ref = stats.ttest_ind(c - null, b, equal_var=False, alternative=alt)
+            assert p == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-15)
+    ci = stats.ttest_ind(c, b, equal_var=False).confidence_interval(confidence_level=0.9)
+    ours = welch_test(b, c, alpha=0.1)
+    assert ours.ci[0] == pytest.approx(ci.low, abs=1e-12)
+    assert ours.ci[1] == pytest.approx(ci.high, abs=1e-12)
+
+
+def test_wilcoxon_matches_scipy(skewed: np.ndarray) -> None:
+    for null in (-0.2, 0.0, 0.3):
+        ours = wilcoxon_signed_rank(skewed, null_value=null)
+        assert ours is not None
+        for alt, p in (("greater", ours.p_greater), ("less", ours.p_less)):
+            ref = stats.wilcoxon(skewed - null, alternative=alt)
+            assert p == pytest.approx(ref.pvalue, rel=1e-12, abs=1e-15)
+    # Zero differences are dropped (Wilcoxon's convention); all-zero → no information.
+    assert wilcoxon_signed_rank(np.zeros(10)) is None
+    with_zeros = np.r_[np.zeros(5), skewed[:20]]
+    ours = wilcoxon_signed_rank(with_zeros)
+    assert ours is not None
+    assert ours.p_greater == pytest.approx(
+        stats.wilcoxon(with_zeros, alternative="greater", zero_method="wilcox").pvalue
+    )
+
+
+def test_bca_matches_scipy_within_monte_carlo_error(skewed: np.ndarray) -> None:
+    ours = bootstrap_mean(skewed, alpha=0.1, n_resamples=9999, seed=1)
+    ref = stats.bootstrap(
+        (skewed,), np.mean, confidence_level=0.9, n_resamples=9999, method="BCa", rng=2
+    ).confidence_interval
+    se = skewed.std(ddof=1) / np.sqrt(skewed.size)
+    # Two independent sets of 9999 resamples: quantile MC error ≈ 0.02·SE each.
+    assert ours.ci[0] == pytest.approx(ref.low, abs=0.08 * se)
+    assert ours.ci[1] == pytest.approx(ref.high, abs=0.08 * se)
+
+
+def test_bootstrap_close_to_t_interval_for_normal_data() -> None:
+    rng = np.random.default_rng(5)
+    x = rng.normal(0.1, 1.0, 400)
+    t = t_test_mean(x, alpha=0.1)
+    for method in ("BCa", "percentile"):
+        b = bootstrap_mean(x, alpha=0.1, n_resamples=9999, seed=6, method=method)
+        se = x.std(ddof=1) / np.sqrt(x.size)
+        # Bootstrap SE uses 1/n instead of 1/(n−1) and z instead of t: a 0.3% narrower interval,
+        # plus Monte Carlo error; 0.1·SE covers both comfortably.
+        assert b.ci[0] == pytest.approx(t.ci[0], abs=0.1 * se)
+        assert b.ci[1] == pytest.approx(t.ci[1], abs=0.1 * se)
+        # p-values within Monte Carlo error of the t test's.
+        for null in (-0.05, 0.0, 0.05):
+            bb = bootstrap_mean(x, null_value=null, alpha=0.1, n_resamples=9999, seed=6)
+            tt = t_test_mean(x, null_value=null)
+            assert bb.p_greater == pytest.approx(tt.p_greater, abs=0.01)
+
+
+def test_bootstrap_p_value_inverts_its_interval(skewed: np.ndarray) -> None:
+    res = bootstrap_mean(skewed, alpha=0.1, n_resamples=20000, seed=8)
+    at_lower = bootstrap_mean(skewed, null_value=res.ci[0], alpha=0.1, n_resamples=20000, seed=8)
+    at_upper = bootstrap_mean(skewed, null_value=res.ci[1], alpha=0.1, n_resamples=20000, seed=8)
+    assert at_lower.p_greater == pytest.approx(0.05, abs=0.003)
+    assert at_upper.p_less == pytest.approx(0.05, abs=0.003)
+
+
+def test_bca_acceleration_matches_generic_jackknife(skewed: np.ndarray) -> None:
+    # Jackknife acceleration (Efron & Tibshirani 1993, ch. 14) with leave-one-out means.
+    n = skewed.size
+    loo = (skewed.sum() - skewed) / (n - 1)
+    u = loo.mean() - loo
+    expected = np.sum(u**3) / (6 * np.sum(u**2) ** 1.5)
+    assert bootstrap_mean(skewed, n_resamples=99).acceleration == pytest.approx(expected, rel=1e-10)
+
+
+def test_bootstrap_degenerate_and_small_inputs() -> None:
+    res = bootstrap_mean(np.full(30, 0.25), null_value=0.0, n_resamples=999)
+    assert res.degenerate
+    assert res.ci == (0.25, 0.25)
+    assert res.p_greater < 0.01
+    single = t_test_mean([0.3])
+    assert single.p_greater == 1.0 and single.p_less == 1.0
+    constant = t_test_mean(np.zeros(5), null_value=-0.1)
+    assert constant.ci == (0.0, 0.0) and constant.p_greater == 0.0
+    with pytest.raises(ValueError, match="NaN"):
+        bootstrap_mean([0.1, float("nan")])
+    with pytest.raises(ValueError, match="empty"):
+        bootstrap_mean([])
+
+
+def test_bootstrap_is_reproducible_given_seed(skewed: np.ndarray) -> None:
+    a = bootstrap_mean(skewed, seed=42, n_resamples=999)
+    b = bootstrap_mean(skewed, seed=42, n_resamples=999)
+    c = bootstrap_mean(skewed, seed=43, n_resamples=999)
+    assert a == b
+    assert a.ci != c.ci
