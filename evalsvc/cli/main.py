@@ -244,6 +244,40 @@ def suites_list(
     Console().print(table)
 
 
+@app.command()
+def plan(
+    suite: Annotated[list[str], typer.Option("--suite", "-s", help="Suite name, set or YAML path (repeatable).")],
+    margin: Annotated[float | None, typer.Option(min=0.0, help="Margin δ (default: the suite's).")] = None,
+    alpha: Annotated[float | None, typer.Option(min=0.0, max=0.5)] = None,
+    power: Annotated[float, typer.Option(min=0.5, max=0.99)] = 0.8,
+    discordance: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Expected share of items that flip.")] = None,
+    pilot_run: Annotated[str | None, typer.Option(help="Take the discordance from this stored run's report.")] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    db: Annotated[str | None, typer.Option(help="Database URL.")] = None,
+) -> None:
+    """How many items each suite needs to decide at margin δ, before running it."""
+    from evalsvc.services import planning
+    from evalsvc.services.runs import UsageError
+
+    try:
+        rows = planning.plan(suites=suite, margin=margin, alpha=alpha, power=power,
+                             discordance=discordance, pilot_run=pilot_run,
+                             store=_open_store(db) if pilot_run else None)
+    except UsageError as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title=f"items needed (power {power})")
+    for col in ("suite", "margin", "discordance", "required", "planned", "MDE at planned", "note"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["suite"], str(r["margin"]), str(r.get("discordance", "")),
+                      str(r.get("required_items", "")), str(r.get("planned_items", "")),
+                      f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "", r.get("note", ""))
+    Console().print(table)
+
+
 @endpoints_app.command("add")
 def endpoints_add(
     name: str, url: str,

@@ -128,7 +128,7 @@ def compare_positions(base: Sequence[Position], cand: Sequence[Position]) -> dic
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
     """Mean, median, p90, p99, p99.9 and max (numpy's linear interpolation), as llama.cpp lists."""
-    if not values:
+    if len(values) == 0:
         return {}
     arr = np.asarray(values, dtype=float)
     qs = np.percentile(arr, [50, 90, 99, 99.9])

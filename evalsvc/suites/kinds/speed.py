@@ -70,7 +70,7 @@ def corpus_windows(seed: int, label: str, count: int, chars: int) -> list[str]:
 
 def percentile_summary(values: Sequence[float], scale: float = 1.0) -> dict[str, float]:
     """Mean, p50, p90 and p99 (numpy linear interpolation), multiplied by ``scale``."""
-    if not values:
+    if len(values) == 0:
         return {}
     arr = np.asarray(values, dtype=float) * scale
     p50, p90, p99 = np.percentile(arr, [50, 90, 99])

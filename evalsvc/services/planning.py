@@ -1,0 +1,69 @@
+"""Sample-size planning (``evalsvc plan``): how many items a suite needs before running it.
+
+Contract: pure computation over the catalog and, when a pilot run is named, that run's stored
+report (its measured discordance). Formulas live in ``evalsvc.stats`` (Nam 1997 for paired
+binary outcomes, the normal approximation for continuous ones).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalsvc.db import Store
+from evalsvc.gates import DEFAULTS
+from evalsvc.services.runs import UsageError
+from evalsvc.stats import mde_paired_binary, required_n
+from evalsvc.suites import SuiteError, resolve
+
+
+def plan(
+    *,
+    suites: list[str],
+    margin: float | None,
+    alpha: float | None,
+    power: float = 0.8,
+    discordance: float | None = None,
+    pilot_run: str | None = None,
+    store: Store | None = None,
+) -> list[dict[str, Any]]:
+    """One row per suite: the items needed to pass a candidate as good as the baseline with
+    ``power`` (which also fails a true drop of 2δ with at least that power; see
+    ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n."""
+    try:
+        resolved = resolve(suites)
+    except SuiteError as exc:
+        raise UsageError(str(exc)) from exc
+    pilot: dict[str, float] = {}
+    if pilot_run is not None:
+        report = store.get_report(pilot_run) if store is not None else None
+        if report is None:
+            raise UsageError(f"no report stored for run {pilot_run!r}")
+        for cand in report["candidates"]:
+            for s in cand["suites"]:
+                d = (s.get("details") or {}).get("discordance")
+                if d is not None:
+                    pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
+    rows = []
+    for suite in resolved:
+        defaults = DEFAULTS.get(suite.kind)
+        m = margin or suite.spec.gate.margin or (defaults.margin if defaults and defaults.margin else None)
+        a = alpha or suite.spec.gate.alpha or (defaults.alpha if defaults else 0.05)
+        row: dict[str, Any] = {"suite": suite.name, "kind": suite.kind, "margin": m, "alpha": a,
+                               "power": power, "planned_items": suite.item_count()}
+        psi = discordance if discordance is not None else pilot.get(suite.name)
+        if suite.gate_kind != "binary" or m is None:
+            row["note"] = "not a paired binary gate: plan from a pilot run's SD (evalsvc.stats.required_n_mean)"
+        elif psi is None:
+            row["note"] = "give --discordance or --pilot-run (the share of items on which the endpoints disagree)"
+        else:
+            if discordance is None:
+                # A pilot's discordance is an estimate (often 0 on a small pilot): smooth it as the
+                # gate does for the MDE, (discordant + 1)/(n + 2), with the suite's planned n.
+                n = row["planned_items"] or 100
+                psi = (psi * n + 1) / (n + 2)
+            row["discordance"] = psi
+            row["required_items"] = required_n(m, psi, a, power)
+            if row["planned_items"]:
+                row["mde_at_planned"] = mde_paired_binary(row["planned_items"], psi, a, power)
+        rows.append(row)
+    return rows

@@ -1,0 +1,22 @@
+"""``evalsvc plan`` agrees with the statistics module and refuses bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalsvc.services.planning import plan
+from evalsvc.services.runs import UsageError
+from evalsvc.stats import required_n
+
+
+def test_plan_matches_required_n() -> None:
+    (row,) = plan(suites=["needle-smoke"], margin=0.1, alpha=0.05, discordance=0.05)
+    assert row["required_items"] == required_n(0.1, 0.05, 0.05, 0.8)
+    assert row["planned_items"] == 12 and row["mde_at_planned"] > 0.1
+
+
+def test_plan_needs_a_discordance_and_known_suites() -> None:
+    (row,) = plan(suites=["needle-smoke"], margin=0.1, alpha=None)
+    assert "required_items" not in row and "--discordance" in row["note"]
+    with pytest.raises(UsageError, match="unknown suite"):
+        plan(suites=["nope"], margin=0.1, alpha=None)
