@@ -12,7 +12,6 @@ import time
 from typing import Annotated, NoReturn
 
 import typer
-from rich.table import Table
 
 import evalsvc.local as local_api
 from evalsvc.local import CANDIDATES, DEFAULT_CANDIDATES, DEFAULT_TIMEOUT, LocalError
@@ -32,24 +31,20 @@ def _fail(err: LocalError) -> NoReturn:
 
 def _show_servers() -> None:
     infos = local_api.server_info()
+    home = local_api.home_dir()
     if not infos:
-        console.print(f"no local servers recorded (home: {local_api.home_dir()})")
+        console.print(f"no local servers recorded (home: {home})")
         return
-    table = Table(title=f"local servers ({local_api.home_dir()})", title_justify="left")
-    for col in ("name", "url", "model", "pid", "state", "started", "log"):
-        table.add_column(col)
+    console.print(f"local servers (home: {home}):")
+    # Plain lines, not a table: URLs and log paths must stay whole and copyable at any width.
     for i in infos:
         state = "healthy" if i.healthy else ("starting/unhealthy" if i.alive else "dead")
-        table.add_row(
-            i.name,
-            i.url,
-            i.served_model_name,
-            str(i.pid),
-            state,
-            i.started_at.strftime("%Y-%m-%d %H:%M:%S"),
-            i.log,
+        colour = {"healthy": "green", "dead": "red"}.get(state, "yellow")
+        since = i.started_at.strftime("%Y-%m-%d %H:%M:%SZ")
+        console.print(
+            f"  {i.name:<6} [{colour}]{state:<8}[/] {i.url}  model={i.served_model_name}"
+            f"  pid={i.pid}  since={since}  log={i.log}"
         )
-    console.print(table)
 
 
 @app.command()

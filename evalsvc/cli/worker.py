@@ -61,9 +61,16 @@ def worker(
     configure_logging(verbose)
     settings = Settings()
     try:
-        run_executor = load_executor(executor) if executor else None
+        if executor:
+            run_executor = load_executor(executor)
+        else:
+            # Import the service layer now: a broken install must stop the worker at start,
+            # not turn every claimed run into an error.
+            import evalsvc.services.runs  # noqa: F401
+
+            run_executor = None
     except (ImportError, AttributeError, ValueError) as err:
-        fail(f"cannot load executor {executor!r}: {err}", 2)
+        fail(f"cannot load executor {executor or 'evalsvc.services.runs'!r}: {err}", 2)
     store = open_store(database_url)
     scheduler = Scheduler(store, interval_seconds=schedule_interval) if schedules else None
     runner = Worker(

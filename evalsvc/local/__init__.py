@@ -9,8 +9,9 @@ Contract:
 - The baseline ``bf16`` and the candidates in ``CANDIDATES`` (``fp8-kv``, ``w8a8``, ``w4a16``) are
   served on 127.0.0.1 by detached servers that outlive the caller, until ``down()``.
 - ``ensure_up`` returns at once when the requested servers are already healthy, starts only the
-  missing ones, never waits past its deadline, and raises ``LocalError`` (``exit_code`` 4) or
-  ``UnknownCandidateError`` (``exit_code`` 2) with a one-line message.
+  missing ones, never waits past its deadline, refuses at once a candidate the CPU cannot serve
+  (``supported_candidates()``: FP8 KV cache needs AVX-512 or AMX), and raises ``LocalError``
+  (``exit_code`` 4) or ``UnknownCandidateError`` (``exit_code`` 2) with a one-line message.
 """
 
 from ._catalog import BASELINE, CANDIDATES, DEFAULT_CANDIDATES, served_model_name
@@ -23,6 +24,7 @@ from ._core import (
     prepare,
     server_info,
     status,
+    supported_candidates,
 )
 from ._errors import LocalError, UnknownCandidateError
 from ._paths import home_dir
@@ -43,4 +45,5 @@ __all__ = [
     "server_info",
     "served_model_name",
     "status",
+    "supported_candidates",
 ]

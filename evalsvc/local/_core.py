@@ -21,6 +21,8 @@ from ._catalog import (
     build_spec,
     validate_candidates,
 )
+from ._errors import LocalError
+from ._host import unsupported_reason
 from ._paths import Layout
 from ._prepare import Preparer
 from ._serve import ServerSpec, ensure_running, is_alive, is_healthy, stop_all
@@ -83,10 +85,16 @@ def ensure_up(
 
     Servers that already run healthy with the same configuration are reused at once; only missing
     ones are prepared and started. Raises ``UnknownCandidateError`` (exit 2) for unknown names and
-    ``LocalError`` (exit 4) when a step fails or a server does not become healthy in ``timeout``
-    seconds (after printing its log tail to stderr and stopping what this call started).
+    ``LocalError`` (exit 4) at once for a candidate this CPU cannot serve (see
+    ``supported_candidates``), or when a step fails or a server does not become healthy in
+    ``timeout`` seconds (after printing its log tail to stderr and stopping what this call
+    started).
     """
     names = _names(candidates)
+    for name in names:
+        reason = unsupported_reason(name)
+        if reason is not None:
+            raise LocalError(f"candidate {name} cannot be served on this host: {reason}")
     layout = Layout.current()
     layout.home.mkdir(parents=True, exist_ok=True)
     specs = [build_spec(layout, n) for n in (BASELINE, *names)]
@@ -99,6 +107,11 @@ def ensure_up(
     return LocalEndpoints(
         baseline=records[BASELINE].url, candidates={n: records[n].url for n in names}
     )
+
+
+def supported_candidates() -> tuple[str, ...]:
+    """The candidates that this host's CPU can serve (all of ``CANDIDATES`` on AVX-512/AMX)."""
+    return tuple(n for n in CANDIDATES if unsupported_reason(n) is None)
 
 
 def server_info() -> list[ServerInfo]:

@@ -31,7 +31,7 @@ import httpx
 from ._errors import LocalError
 from ._paths import Layout
 from ._state import ServerRecord, State, load_state, save_state
-from ._ui import console, info, kill_group, print_log_tail
+from ._ui import console, info, kill_group, print_log_tail, root_cause
 
 HOST = "127.0.0.1"
 BASE_PORT = 8100
@@ -266,10 +266,13 @@ def _wait(waiting: dict[str, _Pending], deadline: float, timeout: float) -> dict
                 else:
                     rc, dead = None, not is_alive(p.record)
                 if dead:
-                    print_log_tail(Path(p.record.log))
+                    log = Path(p.record.log)
+                    print_log_tail(log)
                     how = f"exit status {rc}" if rc is not None else "it exited"
+                    cause = root_cause(log)
                     raise LocalError(
-                        f"server {name} died during startup ({how}; log: {p.record.log})"
+                        f"server {name} died during startup ({how}; log: {log})"
+                        + (f": {cause}" if cause else "")
                     )
                 if is_healthy(p.record.port, p.spec.health_path):
                     elapsed = time.monotonic() - p.since

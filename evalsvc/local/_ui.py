@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -38,6 +39,22 @@ def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
             return [line.rstrip("\n") for line in deque(fh, maxlen=lines)]
     except FileNotFoundError:
         return []
+
+
+_EXCEPTION_LINE = re.compile(r"(?:^|\] )((?:[A-Za-z_][\w.]*)?(?:Error|Exception): \S.*)$")
+
+
+def root_cause(path: Path, limit: int = 240) -> str | None:
+    """The first ``SomethingError: message`` line of a log (vLLM logs the root cause first)."""
+    try:
+        with path.open("r", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                match = _EXCEPTION_LINE.search(line.rstrip("\n"))
+                if match and not match.group(1).startswith("OSError: [Errno 24]"):
+                    return match.group(1)[:limit]
+    except FileNotFoundError:
+        return None
+    return None
 
 
 def print_log_tail(path: Path, lines: int = TAIL_LINES) -> None:

@@ -105,7 +105,9 @@ class Worker:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._active: dict[str, _Execution] = {}
-        self._lock = threading.Lock()
+        # Reentrant: stop() runs in a signal handler, which may interrupt the main thread
+        # while it holds this lock.
+        self._lock = threading.RLock()
         self._heartbeats_done = threading.Event()
 
     @property

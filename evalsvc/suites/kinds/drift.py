@@ -154,8 +154,9 @@ def decode_positions(data: dict[str, Any]) -> list[Position]:
     ]
 
 
-def passages(files: Sequence[str], min_chars: int) -> list[str]:
-    """Paragraphs of the corpus files, joined in order until each has ``min_chars`` characters."""
+def passages(files: Sequence[str], min_chars: int, count: int = 0, seed: int = 0) -> list[str]:
+    """The corpus paragraphs; with ``min_chars``, at least ``count`` passages of ≥ ``min_chars``
+    characters made by joining paragraphs, each round of the corpus in a seeded order."""
     paragraphs: list[str] = []
     for name in files:
         text = (Path(catalog_dir()) / "data" / name).read_text(encoding="utf-8")
@@ -164,11 +165,18 @@ def passages(files: Sequence[str], min_chars: int) -> list[str]:
         return paragraphs
     out: list[str] = []
     current: list[str] = []
-    for p in paragraphs * max(1, math.ceil(min_chars / max(1, sum(map(len, paragraphs))))):
-        current.append(p)
-        if sum(map(len, current)) + 2 * (len(current) - 1) >= min_chars:
-            out.append("\n\n".join(current))
-            current = []
+    size = 0
+    rounds = 0
+    while len(out) < max(1, count):
+        order = paragraphs[:]
+        random.Random(f"{seed}:round:{rounds}").shuffle(order)
+        rounds += 1
+        for p in order:
+            current.append(p)
+            size += len(p) + 2
+            if size >= min_chars:
+                out.append("\n\n".join(current))
+                current, size = [], 0
     return out
 
 
@@ -195,7 +203,7 @@ class DriftSuite(Suite):
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params
-        texts = passages(p.corpus, p.min_chars)
+        texts = passages(p.corpus, p.min_chars, p.n, self.spec.seed)
         # A seeded choice of passages; cycling if the suite asks for more than the corpus has
         # (a repeated passage is a repeated measurement, still deterministic).
         order = list(range(len(texts)))
