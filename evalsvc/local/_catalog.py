@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._errors import UnknownCandidateError
+from ._host import emulation_reason
 from ._paths import Layout, venv_python
 from ._serve import HOST, PORT_PLACEHOLDER, ServerSpec
 
@@ -34,6 +35,8 @@ class ServerKind:
     model: str
     """Directory name under ``models/`` that holds the checkpoint."""
     extra_args: tuple[str, ...] = ()
+    emulated: bool = False
+    """A bf16 checkpoint holding the fake-quantized weights, for hosts without the kernel."""
 
 
 KINDS: dict[str, ServerKind] = {
@@ -44,6 +47,17 @@ KINDS: dict[str, ServerKind] = {
     "w8a8": ServerKind("w8a8"),
     "w4a16": ServerKind("w4a16"),
 }
+# Where the native kernel is missing (see _host.emulation_reason): the same 4-bit group-64
+# values, dequantized to bf16 ("quantize-dequantize"), so the quality drift is the candidate's
+# while the speed and memory are the baseline's.
+EMULATED: dict[str, ServerKind] = {"w4a16": ServerKind("w4a16-qdq", emulated=True)}
+
+
+def server_kind(name: str) -> ServerKind:
+    """The kind serving ``name`` on this host (an emulated one where the kernel is missing)."""
+    if name in EMULATED and emulation_reason(name) is not None:
+        return EMULATED[name]
+    return KINDS[name]
 
 
 def validate_candidates(names: Iterable[str]) -> tuple[str, ...]:
@@ -76,7 +90,8 @@ def eager_enabled() -> bool:
 
 
 def served_model_name(name: str) -> str:
-    return f"{MODEL_FAMILY}-{name}"
+    """``smollm2-135m-<name>``, with ``-qdq`` when this host serves an emulated checkpoint."""
+    return f"{MODEL_FAMILY}-{name}" + ("-qdq" if server_kind(name).emulated else "")
 
 
 def server_env(layout: Layout) -> dict[str, str]:
@@ -94,7 +109,7 @@ def server_env(layout: Layout) -> dict[str, str]:
 
 
 def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> ServerSpec:
-    kind = KINDS[name]
+    kind = server_kind(name)
     model_dir = layout.model_dir(kind.model)
     argv = [
         str(venv_python(layout.vllm_venv)),
@@ -122,4 +137,5 @@ def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> Serve
         env=server_env(layout),
         model_dir=str(model_dir),
         served_model_name=served_model_name(name),
+        smoke_test=True,
     )

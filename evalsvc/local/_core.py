@@ -17,8 +17,8 @@ from ._catalog import (
     BASELINE,
     CANDIDATES,
     DEFAULT_CANDIDATES,
-    KINDS,
     build_spec,
+    server_kind,
     validate_candidates,
 )
 from ._errors import LocalError
@@ -74,7 +74,7 @@ def prepare(candidates: Iterable[str] | str = DEFAULT_CANDIDATES) -> dict[str, f
     layout = Layout.current()
     with state_lock(layout.lock_file):
         preparer = Preparer(layout)
-        preparer.models(KINDS[n].model for n in (BASELINE, *names))
+        preparer.models(server_kind(n).model for n in (BASELINE, *names))
     return preparer.timings
 
 
@@ -100,7 +100,7 @@ def ensure_up(
     specs = [build_spec(layout, n) for n in (BASELINE, *names)]
 
     def _prepare(todo: Iterable[ServerSpec]) -> None:
-        Preparer(layout).models(KINDS[s.name].model for s in todo)
+        Preparer(layout).models(server_kind(s.name).model for s in todo)
 
     with state_lock(layout.lock_file):
         records = ensure_running(layout, specs, timeout=timeout, prepare=_prepare)

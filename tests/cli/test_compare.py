@@ -87,7 +87,7 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
     _check_report(report, 1)
     assert {0: "pass", 1: "fail", 3: "inconclusive"}[r.returncode] == report["verdict"]
     s = report["candidates"][0]["suites"][0]
-    assert s["suite"] == "needle-smoke" and s["n"] == 12
+    assert s["suite"] == "needle-smoke" and s["n"] == 40
     assert s["details"]["heatmap"]["baseline"], "needle details carry the heatmap data"
     # fp8 KV cache doubles the KV capacity at the same KV memory (ENDPOINTS.md: 186,368 vs 93,184).
     kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]

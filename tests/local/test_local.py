@@ -14,7 +14,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 import pytest
@@ -22,7 +24,7 @@ from typer.testing import CliRunner
 
 import evalsvc.local as local
 from evalsvc.cli.local import app
-from evalsvc.local import _catalog, _core, _prepare, _serve
+from evalsvc.local import _catalog, _core, _host, _prepare, _serve
 from evalsvc.local._errors import LocalError, UnknownCandidateError
 from evalsvc.local._paths import Layout, home_dir, venv_python
 from evalsvc.local._state import ServerRecord, State, load_state, save_state
@@ -38,6 +40,10 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
         self.wfile.write(b"ok")
+    def do_POST(self):  # the smoke test's completion; "broken" mimics a missing kernel
+        self.send_response(500 if "broken" in sys.argv else 200)
+        self.end_headers()
+        self.wfile.write(b'{"error": "no attribute cpu_gemm_wna16"}')
     def log_message(self, *args):
         pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
@@ -58,10 +64,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Layout]:
     _serve.stop_all(layout)
 
 
-def spec(name: str, code: str, **env: str) -> _serve.ServerSpec:
-    role = "baseline" if name == local.BASELINE else "candidate"
+def spec(name: str, code: str, *extra: str, **env: str) -> _serve.ServerSpec:
+    role: Literal["baseline", "candidate"] = "baseline" if name == local.BASELINE else "candidate"
     return _serve.ServerSpec(
-        name=name, role=role, argv=(sys.executable, "-c", code, "{port}"), env=env
+        name=name, role=role, argv=(sys.executable, "-c", code, "{port}", *extra), env=env
     )
 
 
@@ -102,7 +108,7 @@ def _record(name: str = "bf16", port: int = 8100) -> ServerRecord:
         url=_serve.base_url(port),
         model_dir="/m",
         served_model_name="smollm2-135m-bf16",
-        started_at="2026-11-29T00:00:00Z",  # type: ignore[arg-type]
+        started_at=datetime(2026, 11, 29, tzinfo=UTC),
         log="/l",
         spec_key="k",
     )
@@ -185,6 +191,9 @@ def test_build_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "VLLM_CPU_OMP_THREADS_BIND" not in fp8.env
     assert fp8.role == "candidate"
 
+    assert fp8.smoke_test
+
+    monkeypatch.setattr(_catalog, "emulation_reason", lambda name: None)
     w4 = _catalog.build_spec(layout, "w4a16", eager=False)
     assert w4.model_dir == str(tmp_path / "models/w4a16")
     assert "--kv-cache-dtype" not in w4.argv and "--enforce-eager" not in w4.argv
@@ -194,6 +203,47 @@ def test_build_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--enforce-eager" not in _catalog.build_spec(layout, "bf16").argv
     monkeypatch.setenv(_catalog.ENV_EAGER, "1")
     assert "--enforce-eager" in _catalog.build_spec(layout, "bf16").argv
+
+
+AVX2 = frozenset({"sse2", "avx2", "fma"})
+AVX512 = AVX2 | {"avx512f", "avx512bw"}
+
+
+def test_host_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _host.unsupported_reason("fp8-kv", AVX2) is not None
+    assert _host.unsupported_reason("fp8-kv", AVX2 | {"amx_tile"}) is None
+    assert _host.unsupported_reason("fp8-kv", AVX512) is None
+    assert _host.unsupported_reason("w8a8", AVX2) is None
+    assert _host.emulation_reason("w4a16", AVX2) is not None
+    assert _host.emulation_reason("w4a16", AVX512) is None
+    assert _host.emulation_reason("w8a8", AVX2) is None
+    assert _host.unsupported_reason("fp8-kv", frozenset()) is None  # unknown CPU: let vLLM try
+    monkeypatch.setenv(_host.ENV_SKIP, "1")
+    assert _host.unsupported_reason("fp8-kv", AVX2) is None
+    assert _host.emulation_reason("w4a16", AVX2) is None
+
+
+def test_emulated_w4a16_where_the_kernel_is_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_catalog, "emulation_reason", lambda name: "no kernel")
+    w4 = _catalog.build_spec(Layout(tmp_path), "w4a16")
+    assert w4.model_dir == str(tmp_path / "models/w4a16-qdq")
+    assert w4.served_model_name == "smollm2-135m-w4a16-qdq"
+    assert _catalog.server_kind("w8a8").model == "w8a8"
+
+
+def test_unsupported_candidate_is_refused_at_once(
+    home: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reasons = {"fp8-kv": "no AVX-512"}
+    monkeypatch.setattr(_core, "unsupported_reason", reasons.get)
+    assert local.supported_candidates() == ("w8a8", "w4a16")
+    with pytest.raises(LocalError, match="fp8-kv cannot be served on this host: no AVX-512"):
+        local.ensure_up(["w8a8", "fp8-kv"])
+    assert not home.state_file.exists()
+    result = CliRunner().invoke(app, ["up", "--candidates", "fp8-kv"])
+    assert result.exit_code == 4
 
 
 def test_endpoints_json() -> None:
@@ -328,6 +378,18 @@ def test_failed_start_prints_log_tail_and_cleans_up(
     assert load_state(home.state_file).servers == {}
 
 
+def test_smoke_test_catches_a_server_that_cannot_generate(
+    home: Layout, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = dataclasses.replace(spec("bf16", FAKE_SERVER), smoke_test=True)
+    broken = dataclasses.replace(spec("w4a16", FAKE_SERVER, "broken"), smoke_test=True)
+    with pytest.raises(LocalError, match="w4a16 is up but cannot generate: .*HTTP 500"):
+        _serve.ensure_running(home, [good, broken], timeout=60)
+    assert "fake server child=" in capsys.readouterr().err
+    assert load_state(home.state_file).servers == {}
+    assert _serve.ensure_running(home, [good], timeout=60).keys() == {"bf16"}
+
+
 def test_deadline_is_hard(home: Layout, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     with pytest.raises(LocalError, match="not healthy after 2 s"):
@@ -374,6 +436,7 @@ def fake_catalog(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
     monkeypatch.setattr(_core, "Preparer", NoPrepare)
     monkeypatch.setattr(_core, "build_spec", build)
+    monkeypatch.setattr(_core, "unsupported_reason", lambda name: None)
     return codes
 
 

@@ -59,7 +59,7 @@ def test_sigkill_mid_run_then_resume_on_another_worker(
     candidate = next(iter(local_endpoints.candidates.values()))
     spec = RunSpec(baseline=EndpointRef(url=local_endpoints.baseline),
                    candidates=[EndpointRef(url=candidate)], suites=["needle-smoke"],
-                   options=RunOptions(concurrency=2))
+                   options=RunOptions(samples=12, concurrency=2))
     store = Store.from_url(real_db_url)
     run = runs.submit(spec, store=store)
     first = _worker(real_db_url, tmp_path / "w1.log")

@@ -12,7 +12,7 @@ from evalsvc.stats import required_n
 def test_plan_matches_required_n() -> None:
     (row,) = plan(suites=["needle-smoke"], margin=0.1, alpha=0.05, discordance=0.05)
     assert row["required_items"] == required_n(0.1, 0.05, 0.05, 0.8)
-    assert row["planned_items"] == 12 and row["mde_at_planned"] > 0.1
+    assert row["planned_items"] == 40 and row["mde_at_planned"] > 0.1
 
 
 def test_plan_needs_a_discordance_and_known_suites() -> None:

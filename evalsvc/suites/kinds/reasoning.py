@@ -92,6 +92,10 @@ class ReasoningParams(BaseModel):
     n: int = Field(default=120, ge=1)
     """Total items, spread over ``tasks`` in proportion to their weights (``--samples``)."""
     tasks: list[ReasoningTask] = Field(default_factory=_default_tasks, min_length=1)
+    shots: int = Field(default=1, ge=0, le=8)
+    """Worked demonstrations before the question, as earlier chat turns: other draws of the same
+    task answered "The answer is X." (GSM8K is run 8-shot for the same reason: a small model
+    learns the answer format from them)."""
     max_tokens: int = Field(default=48, ge=1)
     """Answers are short; the cap keeps a rambling model from costing minutes on CPU."""
     system_prompt: str | None = None
@@ -245,6 +249,13 @@ def generate(seed: int, family: str, level: int, k: int) -> Problem:
     return GENERATORS[family](random.Random(f"{seed}:{family}:{level}:{k}"), level)
 
 
+def _display(problem: Problem) -> str:
+    """The canonical answer as a person would write it (weekdays capitalised)."""
+    if problem.answer_type == "choice":
+        return next((v for v in problem.vocabulary if v.lower() == problem.answer), problem.answer)
+    return problem.answer
+
+
 def extract(problem_type: str, text: str, vocabulary: list[str] | tuple[str, ...]) -> str | None:
     """The answer the output commits to, normalised for comparison with the canonical answer."""
     if problem_type == "number":
@@ -285,7 +296,13 @@ class ReasoningSuite(Suite):
             items = []
             for k in range(count):
                 prob = generate(self.spec.seed, task.family, task.level, k)
-                messages = [{"role": "user", "content": prob.question}]
+                messages = []
+                for j in range(p.shots):
+                    # Demonstrations come from a disjoint draw stream (negative indices).
+                    demo = generate(self.spec.seed, task.family, task.level, -1 - k * p.shots - j)
+                    messages += [{"role": "user", "content": demo.question},
+                                 {"role": "assistant", "content": f"The answer is {_display(demo)}."}]
+                messages.append({"role": "user", "content": prob.question})
                 if p.system_prompt:
                     messages.insert(0, {"role": "system", "content": p.system_prompt})
                 items.append(Item(
