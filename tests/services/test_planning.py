@@ -6,13 +6,16 @@ import pytest
 
 from evalsvc.services.planning import plan
 from evalsvc.services.runs import UsageError
-from evalsvc.stats import required_n
+from evalsvc.stats import mde_paired_binary, required_n
 
 
 def test_plan_matches_required_n() -> None:
     (row,) = plan(suites=["needle-smoke"], margin=0.1, alpha=0.05, discordance=0.05)
     assert row["required_items"] == required_n(0.1, 0.05, 0.05, 0.8)
-    assert row["planned_items"] == 40 and row["mde_at_planned"] > 0.1
+    assert row["planned_items"] == 40
+    assert row["mde_at_planned"] == mde_paired_binary(40, 0.05, 0.05, 0.8)
+    # Fewer items than required means the MDE at the planned n exceeds the margin, and vice versa.
+    assert (row["required_items"] > 40) == (row["mde_at_planned"] > 0.1)
 
 
 def test_plan_needs_a_discordance_and_known_suites() -> None:
