@@ -6,7 +6,7 @@ import pytest
 
 from evalsvc.services.planning import plan
 from evalsvc.services.runs import UsageError
-from evalsvc.stats import mde_paired_binary, required_n
+from evalsvc.stats import mde_paired_binary, power_paired_binary, required_n
 
 
 def test_plan_matches_required_n() -> None:
@@ -14,8 +14,9 @@ def test_plan_matches_required_n() -> None:
     assert row["required_items"] == required_n(0.1, 0.05, 0.05, 0.8)
     assert row["planned_items"] == 40
     assert row["mde_at_planned"] == mde_paired_binary(40, 0.05, 0.05, 0.8)
-    # Fewer items than required means the MDE at the planned n exceeds the margin, and vice versa.
-    assert (row["required_items"] > 40) == (row["mde_at_planned"] > 0.1)
+    # The required n is the smallest with power >= 0.8 to pass a candidate as good as the baseline.
+    n = row["required_items"]
+    assert power_paired_binary(n, 0.1, 0.05) >= 0.8 > power_paired_binary(n - 1, 0.1, 0.05)
 
 
 def test_plan_needs_a_discordance_and_known_suites() -> None:
