@@ -124,7 +124,7 @@ def compare(
     alpha: Annotated[float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")] = None,
     sequential: Annotated[bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")] = False,
     server: Annotated[str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")] = None,
-    db: Annotated[str | None, typer.Option(help="Database URL (default: EVALSVC_DATABASE_URL or the embedded SQLite file).")] = None,
+    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).")] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
@@ -250,7 +250,7 @@ def plan(
     discordance: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Expected share of items that flip.")] = None,
     pilot_run: Annotated[str | None, typer.Option(help="Take the discordance from this stored run's report.")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    db: Annotated[str | None, typer.Option(help="Database URL.")] = None,
+    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
 ) -> None:
     """How many items each suite needs to decide at margin δ, before running it."""
     from evalsvc.services import planning
@@ -280,7 +280,7 @@ def endpoints_add(
     name: str, url: str,
     model: Annotated[str | None, typer.Option(help="Served model name (default: discovered).")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable that holds the API key.")] = None,
-    db: Annotated[str | None, typer.Option(help="Database URL.")] = None,
+    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
 ) -> None:
     """Register an endpoint under NAME."""
     store = _open_store(db)
@@ -291,7 +291,7 @@ def endpoints_add(
 @endpoints_app.command("list")
 def endpoints_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    db: Annotated[str | None, typer.Option(help="Database URL.")] = None,
+    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
 ) -> None:
     """List registered endpoints."""
     refs = _open_store(db).list_endpoints()
@@ -307,7 +307,7 @@ def endpoints_list(
 
 
 @endpoints_app.command("remove")
-def endpoints_remove(name: str, db: Annotated[str | None, typer.Option(help="Database URL.")] = None) -> None:
+def endpoints_remove(name: str, db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None) -> None:
     """Remove a registered endpoint."""
     if not _open_store(db).delete_endpoint(name):
         raise _die(f"no endpoint named {name!r}", EXIT_CODES["usage"])
