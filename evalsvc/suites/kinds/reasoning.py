@@ -92,12 +92,13 @@ class ReasoningParams(BaseModel):
     n: int = Field(default=120, ge=1)
     """Total items, spread over ``tasks`` in proportion to their weights (``--samples``)."""
     tasks: list[ReasoningTask] = Field(default_factory=_default_tasks, min_length=1)
-    shots: int = Field(default=1, ge=0, le=8)
+    shots: int = Field(default=0, ge=0, le=8)
     """Worked demonstrations before the question, as earlier chat turns: other draws of the same
-    task answered "The answer is X." (GSM8K is run 8-shot for the same reason: a small model
-    learns the answer format from them)."""
-    max_tokens: int = Field(default=48, ge=1)
-    """Answers are short; the cap keeps a rambling model from costing minutes on CPU."""
+    task answered "The answer is X.". Off by default: SmolLM2-135M copies the demonstration's
+    answer (measured: 1-shot arithmetic fell from ~15% to ~5%)."""
+    max_tokens: int = Field(default=128, ge=1)
+    """Room for a short worked answer: small models reason "step by step" before the number,
+    and a 32-token cap cut off a third of the correct answers (measured on SmolLM2-135M)."""
     system_prompt: str | None = None
     """Optional system message; the default relies on the engine's chat template."""
 
@@ -155,14 +156,16 @@ def _arithmetic(rng: random.Random, level: int) -> Problem:
             b = rng.randint(2, 9)  # from 2: "1 more stickers" would read wrong
             lines.append(rng.choice(add).format(b=b))
             total += b
-    text = " ".join(lines) + f" {question}\nAnswer with just the number."
-    return Problem(text, str(total), "number", template=template)
+    return Problem(" ".join(lines) + f" {question}", str(total), "number", template=template)
 
 
 def _variable_tracking(rng: random.Random, level: int) -> Problem:
-    """RULER ``vt``: a chain of ``level + 1`` hops among ``level - 1`` distractor chains."""
-    hops = level + 1
-    n_chains = level  # the target chain plus level - 1 distractors
+    """RULER ``vt``: a chain of assignments among distractor chains.
+
+    Levels (hops, distractor chains): 1 (2, 0), 2 (3, 0), 3 (3, 1), 4 (4, 2), 5 (5, 3).
+    """
+    hops, distractors = ((2, 0), (3, 0), (3, 1), (4, 2), (5, 3))[level - 1]
+    n_chains = 1 + distractors
     letters = rng.sample(_VAR_LETTERS, (hops + 1) * n_chains)
     values = rng.sample(range(10, 100), n_chains)
     chains: list[list[str]] = []
@@ -181,59 +184,57 @@ def _variable_tracking(rng: random.Random, level: int) -> Problem:
         order.append(chains[c][pointers[c]])
         pointers[c] += 1
     target = letters[hops]  # last variable of chain 0
-    text = " ".join(order) + f" What is the value of {target}?\nAnswer with just the number."
+    text = " ".join(order) + f" What is the value of {target}?"
     return Problem(text, str(values[0]), "number", template=f"hops{hops}-chains{n_chains}")
 
 
 def _dates(rng: random.Random, level: int) -> Problem:
-    """Weekday offsets (levels 1, 3, 4) and calendar-date shifts within a month (level 2)."""
-    if level == 2:
+    """Date arithmetic. Levels: 1 the weekday after X, 2 the weekday before X, 3 "today is X,
+    what day is it in k days" (k 2-6), 4 a calendar date moved k days within its month,
+    5 a weekday k = 8-20 days ahead (needs the week's wrap-around)."""
+    day = rng.randrange(7)
+    if level == 4:
         month = rng.choice(_MONTHS)
-        day = rng.randint(2, 18)
+        date = rng.randint(2, 18)
         k = rng.randint(2, 9)
         event = rng.choice(_EVENTS)
-        later = rng.random() < 0.6 or day - k < 1
-        new = day + k if later else day - k
+        later = rng.random() < 0.6 or date - k < 1
+        new = date + k if later else date - k
         shift = f"moved {k} days later" if later else f"moved {k} days earlier"
-        text = (f"The {event} was planned for {month} {day}. It is {shift}. "
-                f"On which day of {month} is the {event} now?\nAnswer with just the number.")
+        text = (f"The {event} was planned for {month} {date}. It is {shift}. "
+                f"On which day of {month} is the {event} now?")
         return Problem(text, str(new), "number", template="date-shift")
-    today = rng.randrange(7)
     if level == 1:
-        forward = rng.random() < 0.5
-        k = 1 if forward else -1
-        question = ("What day of the week is it tomorrow?" if forward
-                    else "What day of the week was it yesterday?")
-        template = "tomorrow" if forward else "yesterday"
+        k, question, template = 1, f"What day of the week comes after {_WEEKDAYS[day]}?", "after"
+    elif level == 2:
+        k, question, template = -1, f"What day of the week comes before {_WEEKDAYS[day]}?", "before"
     else:
         k = rng.randint(2, 6) if level == 3 else rng.randint(8, 20)
-        question = f"What day of the week will it be in {k} days?"
-        template = f"weekday+{'small' if level == 3 else 'large'}"
-    answer = _WEEKDAYS[(today + k) % 7]
-    text = f"Today is {_WEEKDAYS[today]}. {question}\nAnswer with just the day."
-    return Problem(text, answer.lower(), "choice", vocabulary=_WEEKDAYS, template=template)
+        question = f"Today is {_WEEKDAYS[day]}. What day of the week will it be in {k} days?"
+        template = "in-k-days" if level == 3 else "in-k-days-wrap"
+    answer = _WEEKDAYS[(day + k) % 7]
+    return Problem(question, answer.lower(), "choice", vocabulary=_WEEKDAYS, template=template)
 
 
 def _lists(rng: random.Random, level: int) -> Problem:
-    """List operations; the level picks the operation (1 first, 2 last, 3 successor, 4 length,
-    5 alphabetically first)."""
-    size = rng.randint(4, 6) if level != 4 else rng.randint(3, 7)
+    """List operations on 4-6 words. Levels: 1 first word, 2 last word, 3 the word after X,
+    4 the number of words, 5 the alphabetically first word."""
+    size = rng.randint(4, 6)
     words = rng.sample(_LIST_WORDS, size)
     listing = ", ".join(words)
+    if level == 4:
+        return Problem(f"How many words are in this list: {listing}?", str(size), "number",
+                       template="length")
     if level == 1:
-        q, answer, op = "What is the first item of the list?", words[0], "first"
+        q, answer, op = "What is the first word in this list", words[0], "first"
     elif level == 2:
-        q, answer, op = "What is the last item of the list?", words[-1], "last"
+        q, answer, op = "What is the last word in this list", words[-1], "last"
     elif level == 3:
         i = rng.randrange(size - 1)
-        q, answer, op = f"Which item comes right after {words[i]} in the list?", words[i + 1], "after"
-    elif level == 4:
-        text = f"List: {listing}.\nHow many items are in the list?\nAnswer with just the number."
-        return Problem(text, str(size), "number", template="length")
+        q, answer, op = f"Which word comes right after {words[i]} in this list", words[i + 1], "after"
     else:
-        q, answer, op = "Which item of the list comes first in alphabetical order?", min(words), "alpha"
-    text = f"List: {listing}.\n{q}\nAnswer with just the item."
-    return Problem(text, answer, "choice", vocabulary=tuple(words), template=op)
+        q, answer, op = "Which word of this list comes first in alphabetical order", min(words), "alpha"
+    return Problem(f"{q}: {listing}?", answer, "choice", vocabulary=tuple(words), template=op)
 
 
 GENERATORS: dict[str, Callable[[random.Random, int], Problem]] = {

