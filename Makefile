@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EVALSVC := $(VENV)/bin/evalsvc
-CANDIDATES ?= fp8-kv
+CANDIDATES ?=
 SUITE ?= smoke
 PYTEST_ARGS ?=
 

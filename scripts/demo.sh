@@ -5,12 +5,14 @@
 # 2 usage error, 4 infrastructure error.
 set -euo pipefail
 EVALSVC=${EVALSVC:-evalsvc}
-CANDIDATES=${CANDIDATES:-fp8-kv}
+CANDIDATES=${CANDIDATES:-}   # empty: fp8-kv, or w8a8 where this CPU cannot serve fp8-kv
 SUITE=${SUITE:-smoke}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 
-urls=$("$EVALSVC" local up --candidates "$CANDIDATES" --json)
+up_args=(--json)
+[ -n "$CANDIDATES" ] && up_args+=(--candidates "$CANDIDATES")
+urls=$("$EVALSVC" local up "${up_args[@]}")
 baseline=$(printf '%s' "$urls" | python3 -c 'import json,sys; print(json.load(sys.stdin)["baseline"])')
 mapfile -t candidates < <(printf '%s' "$urls" | python3 -c 'import json,sys; [print(u) for u in json.load(sys.stdin)["candidates"].values()]')
 

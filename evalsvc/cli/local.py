@@ -50,13 +50,15 @@ def _show_servers() -> None:
 @app.command()
 def up(
     candidates: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--candidates",
             "-c",
-            help=f"Comma-separated candidates besides the baseline ({', '.join(CANDIDATES)}).",
+            help=f"Comma-separated candidates besides the baseline ({', '.join(CANDIDATES)}) "
+            f"[default: {','.join(DEFAULT_CANDIDATES)}, or w8a8 where this CPU cannot serve it].",
+            show_default=False,
         ),
-    ] = ",".join(DEFAULT_CANDIDATES),
+    ] = None,
     json_output: Annotated[
         bool, typer.Option("--json", help="Print the endpoint URLs as JSON on stdout.")
     ] = False,
@@ -66,6 +68,9 @@ def up(
 ) -> None:
     """Prepare (once) and start the baseline and the candidates; reuse running ones."""
     started = time.monotonic()
+    if candidates is None and local_api.default_candidates() != DEFAULT_CANDIDATES:
+        console.print(f"note: this CPU cannot serve {','.join(DEFAULT_CANDIDATES)}; starting "
+                      f"{','.join(local_api.default_candidates())} instead")
     try:
         endpoints = local_api.ensure_up(candidates, timeout=timeout)
     except LocalError as err:

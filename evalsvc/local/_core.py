@@ -78,8 +78,14 @@ def prepare(candidates: Iterable[str] | str = DEFAULT_CANDIDATES) -> dict[str, f
     return preparer.timings
 
 
+def default_candidates() -> tuple[str, ...]:
+    """``fp8-kv`` where this CPU can serve it; otherwise ``w8a8`` (vLLM-CPU's FP8 KV cache needs
+    AVX-512 or AMX, and an AVX2-only host would fail the default demo)."""
+    return DEFAULT_CANDIDATES if unsupported_reason("fp8-kv") is None else ("w8a8",)
+
+
 def ensure_up(
-    candidates: Iterable[str] | str = DEFAULT_CANDIDATES, *, timeout: float = DEFAULT_TIMEOUT
+    candidates: Iterable[str] | str | None = None, *, timeout: float = DEFAULT_TIMEOUT
 ) -> LocalEndpoints:
     """Prepare, start and wait for the baseline and the requested candidates (idempotent).
 
@@ -90,7 +96,7 @@ def ensure_up(
     ``timeout`` seconds (after printing its log tail to stderr and stopping what this call
     started).
     """
-    names = _names(candidates)
+    names = _names(default_candidates() if candidates is None else candidates)
     for name in names:
         reason = unsupported_reason(name)
         if reason is not None:

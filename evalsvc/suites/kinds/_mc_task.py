@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import random
-import string
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,12 @@ _OPPOSITES = (
     ("long", "short"), ("old", "young"), ("high", "low"), ("hard", "soft"), ("rich", "poor"),
     ("strong", "weak"), ("thick", "thin"), ("loud", "quiet"), ("clean", "dirty"), ("first", "last"),
 )
+_PLURALS = (
+    ("child", "children"), ("mouse", "mice"), ("foot", "feet"), ("tooth", "teeth"),
+    ("goose", "geese"), ("man", "men"), ("woman", "women"), ("person", "people"),
+    ("box", "boxes"), ("city", "cities"), ("baby", "babies"), ("leaf", "leaves"),
+    ("knife", "knives"), ("wolf", "wolves"), ("bus", "buses"), ("church", "churches"),
+)
 _CATEGORIES = {
     "an animal": ("horse", "rabbit", "lion", "sheep", "eagle", "dolphin", "mouse", "tiger"),
     "a fruit": ("banana", "cherry", "grape", "pear", "peach", "lemon", "mango", "plum"),
@@ -38,23 +43,22 @@ _CATEGORIES = {
 }
 
 
-def _sequence(rng: random.Random) -> tuple[str, list[str], int]:
-    a, d = rng.randint(1, 20), rng.randint(2, 9)
-    terms = [a + i * d for i in range(4)]
-    right = a + 4 * d
-    wrong = {right + 1, right - 1, right + d, terms[-1], right + 2}
-    wrong.discard(right)
-    return (f"What number comes next: {', '.join(map(str, terms))}, ...?",
-            *_shuffle(rng, str(right), [str(w) for w in rng.sample(sorted(wrong), 3)]))
+def _plural(rng: random.Random) -> tuple[str, list[str], int]:
+    word, right = rng.choice(_PLURALS)
+    # Wrong forms a learner would write: regular -s / -es, and the right form's -s doubled.
+    wrong = [f"{word}s", f"{word}es", f"{right}s"]
+    if right in wrong:
+        wrong.remove(right)
+        wrong.append(f"{word}en")
+    return (f"What is the plural of \"{word}\"?", *_shuffle(rng, right, wrong))
 
 
-def _next_letter(rng: random.Random) -> tuple[str, list[str], int]:
-    i = rng.randint(1, 23)
-    letters = string.ascii_uppercase
-    right = letters[i + 1]
-    wrong = [letters[i - 1], letters[i + 2], letters[i]]
-    return (f"Which letter comes right after {letters[i]} in the alphabet?",
-            *_shuffle(rng, right, wrong))
+def _count_on(rng: random.Random) -> tuple[str, list[str], int]:
+    n = rng.randint(3, 60)
+    right = n + 1
+    wrong = [n - 1, n + 2, n + 10]
+    return (f"What number comes right after {n} when counting?",
+            *_shuffle(rng, str(right), [str(w) for w in wrong]))
 
 
 def _opposite(rng: random.Random) -> tuple[str, list[str], int]:
@@ -86,8 +90,8 @@ def _shuffle(rng: random.Random, right: str, wrong: list[str]) -> tuple[list[str
 
 
 _FAMILIES: dict[str, Callable[[random.Random], tuple[str, list[str], int]]] = {
-    "sequence": _sequence,
-    "next_letter": _next_letter,
+    "count_on": _count_on,
+    "plural": _plural,
     "opposite": _opposite,
     "category": _category,
     "largest": _largest,

@@ -73,14 +73,16 @@ class ReasoningTask(BaseModel):
 
 
 def _default_tasks() -> list[ReasoningTask]:
-    # Tuned on the bf16 SmolLM2-135M-Instruct endpoint (measured accuracies in docs/suites.md).
+    # Tuned on the bf16 SmolLM2-135M-Instruct endpoint (measured accuracies in docs/suites.md):
+    # every entry is partly solved; harder levels (arithmetic 2+, dates 2+, lists 4) score
+    # 0-20% on that model and are for larger ones.
     return [
-        ReasoningTask(family="arithmetic", level=1),
-        ReasoningTask(family="arithmetic", level=2),
+        ReasoningTask(family="arithmetic", level=1, weight=2),
+        ReasoningTask(family="variable_tracking", level=1),
         ReasoningTask(family="variable_tracking", level=2),
-        ReasoningTask(family="variable_tracking", level=3),
         ReasoningTask(family="dates", level=1),
         ReasoningTask(family="lists", level=1),
+        ReasoningTask(family="lists", level=2),
     ]
 
 

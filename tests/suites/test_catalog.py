@@ -1,0 +1,68 @@
+"""The suite catalog: every YAML loads, sets resolve, the bundled lm-eval data is reproducible."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from evalsvc.suites import catalog, catalog_dir, resolve
+from evalsvc.suites.kinds._mc_task import mc_docs
+from evalsvc.suites.kinds.lmeval import count_docs
+
+
+def test_every_catalog_file_loads() -> None:
+    names = {s.name for s in catalog()}
+    for kind_suite in ("reasoning", "determinism", "drift", "speed", "lmeval-mc", "smoke", "release",
+                       "long-context"):
+        assert kind_suite in names
+
+
+def test_sets_contain_what_the_issue_asks() -> None:
+    smoke = [s.name for s in resolve(["smoke"])]
+    assert "needle-smoke" in smoke
+    release = {s.kind for s in resolve(["release"])}
+    assert {"needle", "reasoning", "determinism", "drift", "speed"} <= release
+    assert "needle-4k" in [s.name for s in resolve(["release"])]
+    assert "needle-long-context" in [s.name for s in resolve(["long-context"])]
+
+
+def test_speed_suites_are_informational_by_default() -> None:
+    for s in resolve(["speed", "speed-smoke"]):
+        assert s.spec.gate.enabled is False and s.exclusive
+
+
+def test_bundled_mc_data_is_the_generator_output() -> None:
+    path = Path(catalog_dir()) / "data" / "lmeval" / "evalsvc_mc.jsonl"
+    shipped = [json.loads(line) for line in path.read_text().splitlines()]
+    assert shipped == mc_docs()
+    assert all(0 <= d["answer"] < len(d["choices"]) == 4 for d in shipped)
+    assert all(len(set(d["choices"])) == 4 for d in shipped)
+    assert count_docs(path.parent, "evalsvc_mc") == len(shipped)
+
+
+def test_lmeval_command_line() -> None:
+    from evalsvc.domain import EndpointRef
+    from evalsvc.endpoints import EndpointClient
+    from evalsvc.suites import load_suite
+
+    suite = load_suite("lmeval-mc")
+    client = EndpointClient(EndpointRef(url="http://127.0.0.1:8100/v1", model="m"))
+    cmd = suite.command("py", client, Path("/tmp/out"), 80)  # type: ignore[attr-defined]
+    args = cmd[cmd.index("--model_args") + 1]
+    assert "base_url=http://127.0.0.1:8100/v1/completions" in args and "model=m" in args
+    assert "tokenizer_backend=huggingface" in args
+    assert cmd[cmd.index("--limit") + 1] == "80" and "--log_samples" in cmd
+    assert suite.requires == frozenset({"completions", "echo"})
+
+
+def test_read_samples_keys_records_by_doc_id(tmp_path: Path) -> None:
+    from evalsvc.suites.kinds.lmeval import read_samples
+
+    out = tmp_path / "out" / "model__name"
+    out.mkdir(parents=True)
+    rows = [{"doc_id": 1, "acc": 1.0, "filtered_resps": [[-1.0, False]], "target": 2},
+            {"doc_id": 0, "acc": 0.0, "filtered_resps": [[-2.0, False]], "target": 0}]
+    (out / "samples_evalsvc_mc_2026-11-29T23-00-00.jsonl").write_text(
+        "\n".join(json.dumps(r) for r in rows) + "\n")
+    records = read_samples(tmp_path / "out", "evalsvc_mc")
+    assert sorted(records) == [0, 1] and records[1]["acc"] == 1.0
