@@ -104,8 +104,29 @@ def server_env(layout: Layout) -> dict[str, str]:
         "VLLM_CACHE_ROOT": str(layout.vllm_cache),
         "TORCHINDUCTOR_CACHE_DIR": str(layout.inductor_cache),
         "PYTHONUNBUFFERED": "1",
-        # VLLM_CPU_OMP_THREADS_BIND is deliberately left alone: binding both cores was ~3x slower.
+        # VLLM_CPU_OMP_THREADS_BIND: one core per server, see _core_binding (never both cores: ~3x slower).
     }
+
+
+ENV_BIND = "EVALSVC_LOCAL_BIND"
+
+
+def _core_binding(name: str) -> dict[str, str]:
+    """Give the baseline and the candidates different cores (``EVALSVC_LOCAL_BIND=auto`` opts out).
+
+    vLLM-CPU's automatic binding runs each server's model thread on the *first* core and keeps
+    the last one for its scheduler, so on a 2-core host every local server computes on core 0 and
+    a baseline/candidate comparison runs at half speed. One OMP thread per server on its own core
+    (baseline on core 0, candidates on core 1) keeps the single-thread setting that ENDPOINTS.md
+    measured as fastest (binding *both* cores to one server was ~3x slower) while letting the
+    paired requests run side by side.
+    """
+    ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if os.environ.get(ENV_BIND, "spread").strip().lower() == "auto" or ncpu < 2:
+        return {}
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(ncpu))
+    core = cores[0] if name == BASELINE else cores[1]
+    return {"VLLM_CPU_OMP_THREADS_BIND": str(core)}
 
 
 def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> ServerSpec:
@@ -134,7 +155,7 @@ def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> Serve
         name=name,
         role="baseline" if name == BASELINE else "candidate",
         argv=tuple(argv),
-        env=server_env(layout),
+        env={**server_env(layout), **_core_binding(name)},
         model_dir=str(model_dir),
         served_model_name=served_model_name(name),
         smoke_test=True,

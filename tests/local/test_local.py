@@ -188,7 +188,12 @@ def test_build_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert fp8.env["HF_HUB_OFFLINE"] == "1"
     assert fp8.env["VLLM_CACHE_ROOT"].startswith(str(tmp_path))
     assert fp8.env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in fp8.env
+    # Baseline and candidates compute on different cores; EVALSVC_LOCAL_BIND=auto leaves vLLM's own.
+    if len(os.sched_getaffinity(0)) >= 2:
+        base = _catalog.build_spec(layout, "bf16", eager=True)
+        assert base.env["VLLM_CPU_OMP_THREADS_BIND"] != fp8.env["VLLM_CPU_OMP_THREADS_BIND"]
+    monkeypatch.setenv("EVALSVC_LOCAL_BIND", "auto")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in _catalog.build_spec(layout, "fp8-kv").env
     assert fp8.role == "candidate"
 
     assert fp8.smoke_test
