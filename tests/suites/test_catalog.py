@@ -12,8 +12,16 @@ from evalsvc.suites.kinds.lmeval import count_docs
 
 def test_every_catalog_file_loads() -> None:
     names = {s.name for s in catalog()}
-    for kind_suite in ("reasoning", "determinism", "drift", "speed", "lmeval-mc", "smoke", "release",
-                       "long-context"):
+    for kind_suite in (
+        "reasoning",
+        "determinism",
+        "drift",
+        "speed",
+        "lmeval-mc",
+        "smoke",
+        "release",
+        "long-context",
+    ):
         assert kind_suite in names
 
 
@@ -60,9 +68,12 @@ def test_read_samples_keys_records_by_doc_id(tmp_path: Path) -> None:
 
     out = tmp_path / "out" / "model__name"
     out.mkdir(parents=True)
-    rows = [{"doc_id": 1, "acc": 1.0, "filtered_resps": [[-1.0, False]], "target": 2},
-            {"doc_id": 0, "acc": 0.0, "filtered_resps": [[-2.0, False]], "target": 0}]
+    rows = [
+        {"doc_id": 1, "acc": 1.0, "filtered_resps": [[-1.0, False]], "target": 2},
+        {"doc_id": 0, "acc": 0.0, "filtered_resps": [[-2.0, False]], "target": 0},
+    ]
     (out / "samples_evalsvc_mc_2026-11-29T23-00-00.jsonl").write_text(
-        "\n".join(json.dumps(r) for r in rows) + "\n")
+        "\n".join(json.dumps(r) for r in rows) + "\n"
+    )
     records = read_samples(tmp_path / "out", "evalsvc_mc")
     assert sorted(records) == [0, 1] and records[1]["acc"] == 1.0

@@ -17,10 +17,13 @@ from evalsvc.suites.kinds.determinism import (
 )
 
 
-def trace(tokens: str, lps: list[float] | None = None, margins: list[float | None] | None = None) -> Trace:
+def trace(
+    tokens: str, lps: list[float] | None = None, margins: list[float | None] | None = None
+) -> Trace:
     toks = tokens.split()
-    return Trace(" ".join(toks), toks, list(lps or [-0.1] * len(toks)),
-                 list(margins or [1.0] * len(toks)))
+    return Trace(
+        " ".join(toks), toks, list(lps or [-0.1] * len(toks)), list(margins or [1.0] * len(toks))
+    )
 
 
 def test_identical_trace() -> None:
@@ -54,12 +57,21 @@ def test_background_schedule_is_seeded() -> None:
     b = background_schedule(1, "mixed:0", 5, corpus, (10, 50), (4, 8), 2.0)
     c = background_schedule(1, "mixed:1", 5, corpus, (10, 50), (4, 8), 2.0)
     assert a == b and a != c
-    assert all(0 <= bg.start_s <= 2.0 and 10 <= len(bg.prompt) <= 50 and 4 <= bg.max_tokens <= 8 for bg in a)
+    assert all(
+        0 <= bg.start_s <= 2.0 and 10 <= len(bg.prompt) <= 50 and 4 <= bg.max_tokens <= 8
+        for bg in a
+    )
 
 
 def test_plan_and_expected_samples() -> None:
-    suite = DeterminismSuite(SuiteSpec(name="d", kind="determinism", seed=3,
-                                       params={"n": 4, "repeats": 3, "concurrency_levels": [2, 4]}))
+    suite = DeterminismSuite(
+        SuiteSpec(
+            name="d",
+            kind="determinism",
+            seed=3,
+            params={"n": 4, "repeats": 3, "concurrency_levels": [2, 4]},
+        )
+    )
     items = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
     again = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
     assert [i.model_dump() for i in items] == [i.model_dump() for i in again]
@@ -67,23 +79,36 @@ def test_plan_and_expected_samples() -> None:
     assert suite.expected_samples(items) == 4 * (2 + 3 * 4)
 
 
-def _s(probe: str, cond: str, repeat: int, score: float | None, output: str, **data: object) -> Sample:
-    return Sample(suite="d", item_id=f"{probe}/{cond}", endpoint="e", repeat=repeat, score=score,
-                  output=output, data={"probe": probe, "condition": cond, **data})
+def _s(
+    probe: str, cond: str, repeat: int, score: float | None, output: str, **data: object
+) -> Sample:
+    return Sample(
+        suite="d",
+        item_id=f"{probe}/{cond}",
+        endpoint="e",
+        repeat=repeat,
+        score=score,
+        output=output,
+        data={"probe": probe, "condition": cond, **data},
+    )
 
 
 def test_summarize_and_analyze_pair_by_prompt_condition_repeat() -> None:
     base = [
-        _s("p0", "ref", 0, 1.0, "A"), _s("p1", "ref", 0, 1.0, "B"),
-        _s("p0", "mixed", 0, 1.0, "A"), _s("p0", "mixed", 1, 0.0, "A2", first_divergence=3,
-                                            max_lp_delta=0.2, flip="tie"),
-        _s("p1", "mixed", 0, 1.0, "B"), _s("p1", "mixed", 1, 1.0, "B"),
+        _s("p0", "ref", 0, 1.0, "A"),
+        _s("p1", "ref", 0, 1.0, "B"),
+        _s("p0", "mixed", 0, 1.0, "A"),
+        _s("p0", "mixed", 1, 0.0, "A2", first_divergence=3, max_lp_delta=0.2, flip="tie"),
+        _s("p1", "mixed", 0, 1.0, "B"),
+        _s("p1", "mixed", 1, 1.0, "B"),
     ]
     cand = [
-        _s("p0", "ref", 0, 1.0, "A"), _s("p1", "ref", 0, 1.0, "B"),
+        _s("p0", "ref", 0, 1.0, "A"),
+        _s("p1", "ref", 0, 1.0, "B"),
         _s("p0", "mixed", 0, 0.0, "A3", first_divergence=1, max_lp_delta=0.4, flip="confident"),
         _s("p0", "mixed", 1, 0.0, "A3", first_divergence=1, max_lp_delta=0.5, flip="confident"),
-        _s("p1", "mixed", 0, 1.0, "B"), _s("p1", "mixed", 1, None, ""),
+        _s("p1", "mixed", 0, 1.0, "B"),
+        _s("p1", "mixed", 1, None, ""),
     ]
     cand[-1].error = "boom"
     summary = summarize(base)

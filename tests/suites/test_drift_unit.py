@@ -73,10 +73,14 @@ def test_near_zero_other_mass_on_candidate_side_is_finite() -> None:
 
 
 def test_compare_positions_top1_and_delta_p() -> None:
-    base = [Position(lp({"x": 0.7, "y": 0.2}), "x", math.log(0.7)),
-            Position(lp({"x": 0.4, "y": 0.5}), "x", math.log(0.4))]
-    cand = [Position(lp({"x": 0.6, "y": 0.3}), "x", math.log(0.6)),
-            Position(lp({"x": 0.55, "y": 0.35}), "x", math.log(0.55))]
+    base = [
+        Position(lp({"x": 0.7, "y": 0.2}), "x", math.log(0.7)),
+        Position(lp({"x": 0.4, "y": 0.5}), "x", math.log(0.4)),
+    ]
+    cand = [
+        Position(lp({"x": 0.6, "y": 0.3}), "x", math.log(0.6)),
+        Position(lp({"x": 0.55, "y": 0.35}), "x", math.log(0.55)),
+    ]
     out = compare_positions(base, cand)
     assert out["same_top"] == [1.0, 0.0]
     assert out["delta_p"] == pytest.approx([-0.1, 0.15])
@@ -101,8 +105,13 @@ def test_percentiles_match_numpy() -> None:
 
 def _sample(item: str, positions: list[Position], endpoint: str) -> Sample:
     nll = -sum(p.ref_lp or 0.0 for p in positions) / len(positions)
-    return Sample(suite="d", item_id=item, endpoint=endpoint, score=nll,
-                  data={"n_positions": len(positions), **encode_positions(positions)})
+    return Sample(
+        suite="d",
+        item_id=item,
+        endpoint=endpoint,
+        score=nll,
+        data={"n_positions": len(positions), **encode_positions(positions)},
+    )
 
 
 def test_analyze_reports_mismatched_tokenizations_and_uses_a_threshold() -> None:

@@ -19,27 +19,41 @@ from evalsvc.suites import Suite, SuiteSpec, kinds
 pytestmark = [pytest.mark.endpoints, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def suite(kind: str, name: str, seed: int = 1, gate: dict[str, Any] | None = None, **params: Any) -> Suite:
-    spec = SuiteSpec(name=name, kind=kind, seed=seed, params=params, **({"gate": gate} if gate else {}))
+def suite(
+    kind: str, name: str, seed: int = 1, gate: dict[str, Any] | None = None, **params: Any
+) -> Suite:
+    spec = SuiteSpec(
+        name=name, kind=kind, seed=seed, params=params, **({"gate": gate} if gate else {})
+    )
     return kinds()[kind](spec)
 
 
-def run(baseline: str, candidates: list[str], suites: list[Suite], concurrency: int = 8) -> tuple[Any, list[Sample]]:
+def run(
+    baseline: str, candidates: list[str], suites: list[Suite], concurrency: int = 8
+) -> tuple[Any, list[Sample]]:
     samples: list[Sample] = []
 
     async def sink(sample: Sample) -> None:
         samples.append(sample)
 
-    result = asyncio.run(execute(
-        run_id="test", baseline=EndpointRef(url=baseline), candidates=[EndpointRef(url=u) for u in candidates],
-        suites=suites, options=RunOptions(concurrency=concurrency), sink=sink,
-    ))
+    result = asyncio.run(
+        execute(
+            run_id="test",
+            baseline=EndpointRef(url=baseline),
+            candidates=[EndpointRef(url=u) for u in candidates],
+            suites=suites,
+            options=RunOptions(concurrency=concurrency),
+            sink=sink,
+        )
+    )
     return result, samples
 
 
 def test_reasoning_baseline_against_itself(local_endpoints: Any) -> None:
     url = local_endpoints.baseline
-    result, samples = run(url, [url], [suite("reasoning", "reasoning-self", seed=3, n=24, max_tokens=96)])
+    result, samples = run(
+        url, [url], [suite("reasoning", "reasoning-self", seed=3, n=24, max_tokens=96)]
+    )
     res = result.candidates[0].suites[0]
     assert res.verdict != "fail"
     assert res.n_errors == 0
@@ -48,24 +62,36 @@ def test_reasoning_baseline_against_itself(local_endpoints: Any) -> None:
     agree = sum(base[k] == cand[k] for k in base) / len(base)
     # Not necessarily identical (the engine is not batch-invariant): the report counts the flips.
     flips = res.details["flips"]
-    assert flips["correct_to_incorrect"] + flips["incorrect_to_correct"] == round((1 - agree) * len(base))
+    assert flips["correct_to_incorrect"] + flips["incorrect_to_correct"] == round(
+        (1 - agree) * len(base)
+    )
     assert agree >= 0.9, res.details
     assert 0.0 < sum(base.values()) / len(base) < 1.0  # partly solved: a drop could show
-    assert {row["family"] for row in res.details["by_task"]} == {"arithmetic", "variable_tracking", "dates", "lists"}
+    assert {row["family"] for row in res.details["by_task"]} == {
+        "arithmetic",
+        "variable_tracking",
+        "dates",
+        "lists",
+    }
 
 
 def candidate(local_endpoints: Any, name: str) -> str:
     if name not in local_endpoints.candidates:
-        pytest.skip(f"candidate {name} is not served on this host (vLLM-CPU's FP8 KV cache needs "
-                    "AVX-512 or AMX)")
+        pytest.skip(
+            f"candidate {name} is not served on this host (vLLM-CPU's FP8 KV cache needs "
+            "AVX-512 or AMX)"
+        )
     return str(local_endpoints.candidates[name])
 
 
 @pytest.mark.parametrize("good", ["fp8-kv", "w8a8"])
 def test_drift_orders_the_candidates(local_endpoints: Any, good: str) -> None:
     good_url, w4 = candidate(local_endpoints, good), candidate(local_endpoints, "w4a16")
-    result, _ = run(local_endpoints.baseline, [local_endpoints.baseline, good_url, w4],
-                    [suite("drift", "drift-test", n=3, min_chars=600, top_k=10)])
+    result, _ = run(
+        local_endpoints.baseline,
+        [local_endpoints.baseline, good_url, w4],
+        [suite("drift", "drift-test", n=3, min_chars=600, top_k=10)],
+    )
     self_kld, good_kld, w4_kld = (c.suites[0].details["kld"]["mean"] for c in result.candidates)
     assert self_kld == 0.0  # prompt scoring is bit-identical on vLLM
     assert w4_kld > good_kld > 0.0
@@ -78,8 +104,17 @@ def test_drift_orders_the_candidates(local_endpoints: Any, good: str) -> None:
 
 def test_determinism_reports_baseline_and_candidate_rates(local_endpoints: Any) -> None:
     fp8 = next(iter(local_endpoints.candidates.values()))
-    s = suite("determinism", "det-test", n=3, max_tokens=24, repeats=1, conditions=["mixed", "prefix"],
-              background_requests=3, background_max_tokens=[8, 24], prefix_chars=400)
+    s = suite(
+        "determinism",
+        "det-test",
+        n=3,
+        max_tokens=24,
+        repeats=1,
+        conditions=["mixed", "prefix"],
+        background_requests=3,
+        background_max_tokens=[8, 24],
+        prefix_chars=400,
+    )
     result, samples = run(local_endpoints.baseline, [fp8], [s])
     res = result.candidates[0].suites[0]
     assert res.n_errors == 0
@@ -93,8 +128,15 @@ def test_determinism_reports_baseline_and_candidate_rates(local_endpoints: Any) 
 
 def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
     fp8 = candidate(local_endpoints, "fp8-kv")
-    s = suite("speed", "speed-test", gate={"enabled": False}, levels=[1, 2], requests=2,
-              prompt_chars=300, max_tokens=16)
+    s = suite(
+        "speed",
+        "speed-test",
+        gate={"enabled": False},
+        levels=[1, 2],
+        requests=2,
+        prompt_chars=300,
+        max_tokens=16,
+    )
     result, samples = run(local_endpoints.baseline, [fp8], [s])
     res = result.candidates[0].suites[0]
     assert res.details["kv_capacity"]["ratio"] == pytest.approx(2.0, rel=0.01)
@@ -109,8 +151,15 @@ def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
 
 def test_speed_reports_capacity_and_latency(local_endpoints: Any) -> None:
     w8 = candidate(local_endpoints, "w8a8")
-    s = suite("speed", "speed-test", gate={"enabled": False}, levels=[1, 2], requests=2,
-              prompt_chars=300, max_tokens=16)
+    s = suite(
+        "speed",
+        "speed-test",
+        gate={"enabled": False},
+        levels=[1, 2],
+        requests=2,
+        prompt_chars=300,
+        max_tokens=16,
+    )
     result, samples = run(local_endpoints.baseline, [w8], [s])
     res = result.candidates[0].suites[0]
     kv = res.details["kv_capacity"]
@@ -126,8 +175,11 @@ def test_speed_reports_capacity_and_latency(local_endpoints: Any) -> None:
 
 def test_lmeval_pairs_documents(local_endpoints: Any) -> None:
     url = local_endpoints.baseline
-    result, samples = run(url, [local_endpoints.candidates["w8a8"]],
-                          [suite("lmeval", "lmeval-test", n=10, num_concurrent=2)])
+    result, samples = run(
+        url,
+        [local_endpoints.candidates["w8a8"]],
+        [suite("lmeval", "lmeval-test", n=10, num_concurrent=2)],
+    )
     res = result.candidates[0].suites[0]
     errors = [x.error for x in samples if x.error]
     assert not errors, errors[:2]

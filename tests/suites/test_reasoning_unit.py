@@ -62,8 +62,11 @@ def test_arithmetic_answer_matches_the_story() -> None:
         numbers = [int(x) for x in re.findall(r"\d+", p.question)]
         total = numbers[0]
         sentences = p.question.split(". ")[1:]
-        signs = [-1 if re.search(r"gives \d+ \w+ to|loses|takes|get off|spends|pays", s) else 1
-                 for s in sentences if re.search(r"\d", s)]
+        signs = [
+            -1 if re.search(r"gives \d+ \w+ to|loses|takes|get off|spends|pays", s) else 1
+            for s in sentences
+            if re.search(r"\d", s)
+        ]
         for sign, b in zip(signs, numbers[1:], strict=True):
             total += sign * b
         assert str(total) == p.answer, p.question
@@ -71,7 +74,10 @@ def test_arithmetic_answer_matches_the_story() -> None:
 
 def test_variable_tracking_answer_is_the_chain_value() -> None:
     p = generate(2, "variable_tracking", 3, 0)
-    stmts = dict(s.split(" = ") for s in p.question.split("?")[0].rsplit(" What", 1)[0].rstrip(".").split(". "))
+    stmts = dict(
+        s.split(" = ")
+        for s in p.question.split("?")[0].rsplit(" What", 1)[0].rstrip(".").split(". ")
+    )
     target = p.question.split("value of ")[1].split("?")[0]
     value = target
     while not value.isdigit():
@@ -115,11 +121,21 @@ def test_allocation_follows_weights() -> None:
 
 def test_by_task_pairs_and_counts_flips() -> None:
     def s(item: str, score: float | None, fam: str = "lists", level: int = 1) -> Sample:
-        return Sample(suite="r", item_id=item, endpoint="x", score=score,
-                      data={"family": fam, "level": level})
+        return Sample(
+            suite="r", item_id=item, endpoint="x", score=score, data={"family": fam, "level": level}
+        )
 
     base = [s("a", 1), s("b", 0), s("c", 1), s("d", 1, "dates")]
     cand = [s("a", 0), s("b", 1), s("c", 1), s("d", None, "dates")]
     rows = by_task(base, cand)
-    assert rows == [{"family": "lists", "level": 1, "n": 3, "baseline": 2 / 3, "candidate": 2 / 3,
-                     "correct_to_incorrect": 1, "incorrect_to_correct": 1}]
+    assert rows == [
+        {
+            "family": "lists",
+            "level": 1,
+            "n": 3,
+            "baseline": 2 / 3,
+            "candidate": 2 / 3,
+            "correct_to_incorrect": 1,
+            "incorrect_to_correct": 1,
+        }
+    ]

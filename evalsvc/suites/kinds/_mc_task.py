@@ -23,16 +23,44 @@ SEED = 20261129
 N = 80
 
 _OPPOSITES = (
-    ("hot", "cold"), ("big", "small"), ("up", "down"), ("fast", "slow"), ("happy", "sad"),
-    ("light", "dark"), ("open", "closed"), ("early", "late"), ("full", "empty"), ("wet", "dry"),
-    ("long", "short"), ("old", "young"), ("high", "low"), ("hard", "soft"), ("rich", "poor"),
-    ("strong", "weak"), ("thick", "thin"), ("loud", "quiet"), ("clean", "dirty"), ("first", "last"),
+    ("hot", "cold"),
+    ("big", "small"),
+    ("up", "down"),
+    ("fast", "slow"),
+    ("happy", "sad"),
+    ("light", "dark"),
+    ("open", "closed"),
+    ("early", "late"),
+    ("full", "empty"),
+    ("wet", "dry"),
+    ("long", "short"),
+    ("old", "young"),
+    ("high", "low"),
+    ("hard", "soft"),
+    ("rich", "poor"),
+    ("strong", "weak"),
+    ("thick", "thin"),
+    ("loud", "quiet"),
+    ("clean", "dirty"),
+    ("first", "last"),
 )
 _PLURALS = (
-    ("child", "children"), ("mouse", "mice"), ("foot", "feet"), ("tooth", "teeth"),
-    ("goose", "geese"), ("man", "men"), ("woman", "women"), ("person", "people"),
-    ("box", "boxes"), ("city", "cities"), ("baby", "babies"), ("leaf", "leaves"),
-    ("knife", "knives"), ("wolf", "wolves"), ("bus", "buses"), ("church", "churches"),
+    ("child", "children"),
+    ("mouse", "mice"),
+    ("foot", "feet"),
+    ("tooth", "teeth"),
+    ("goose", "geese"),
+    ("man", "men"),
+    ("woman", "women"),
+    ("person", "people"),
+    ("box", "boxes"),
+    ("city", "cities"),
+    ("baby", "babies"),
+    ("leaf", "leaves"),
+    ("knife", "knives"),
+    ("wolf", "wolves"),
+    ("bus", "buses"),
+    ("church", "churches"),
 )
 _CATEGORIES = {
     "an animal": ("horse", "rabbit", "lion", "sheep", "eagle", "dolphin", "mouse", "tiger"),
@@ -50,22 +78,24 @@ def _plural(rng: random.Random) -> tuple[str, list[str], int]:
     if right in wrong:
         wrong.remove(right)
         wrong.append(f"{word}en")
-    return (f"What is the plural of \"{word}\"?", *_shuffle(rng, right, wrong))
+    return (f'What is the plural of "{word}"?', *_shuffle(rng, right, wrong))
 
 
 def _count_on(rng: random.Random) -> tuple[str, list[str], int]:
     n = rng.randint(3, 60)
     right = n + 1
     wrong = [n - 1, n + 2, n + 10]
-    return (f"What number comes right after {n} when counting?",
-            *_shuffle(rng, str(right), [str(w) for w in wrong]))
+    return (
+        f"What number comes right after {n} when counting?",
+        *_shuffle(rng, str(right), [str(w) for w in wrong]),
+    )
 
 
 def _opposite(rng: random.Random) -> tuple[str, list[str], int]:
     pair = rng.choice(_OPPOSITES)
     word, right = pair if rng.random() < 0.5 else pair[::-1]
     others = [w for p in _OPPOSITES if p != pair for w in p]
-    return (f"What is the opposite of \"{word}\"?", *_shuffle(rng, right, rng.sample(others, 3)))
+    return (f'What is the opposite of "{word}"?', *_shuffle(rng, right, rng.sample(others, 3)))
 
 
 def _category(rng: random.Random) -> tuple[str, list[str], int]:
@@ -79,8 +109,10 @@ def _largest(rng: random.Random) -> tuple[str, list[str], int]:
     nums = rng.sample(range(10, 100), 4)
     right = max(nums)
     listed = ", ".join(map(str, nums))
-    return (f"Which is the largest of these numbers: {listed}?",
-            *_shuffle(rng, str(right), [str(x) for x in nums if x != right]))
+    return (
+        f"Which is the largest of these numbers: {listed}?",
+        *_shuffle(rng, str(right), [str(x) for x in nums if x != right]),
+    )
 
 
 def _shuffle(rng: random.Random, right: str, wrong: list[str]) -> tuple[list[str], int]:
@@ -105,8 +137,9 @@ def mc_docs(seed: int = SEED, n: int = N) -> list[dict[str, Any]]:
     for i in range(n):
         family = names[i % len(names)]
         question, choices, answer = _FAMILIES[family](random.Random(f"{seed}:{i}"))
-        docs.append({"id": i, "family": family, "question": question, "choices": choices,
-                     "answer": answer})
+        docs.append(
+            {"id": i, "family": family, "question": question, "choices": choices, "answer": answer}
+        )
     return docs
 
 

@@ -55,16 +55,41 @@ REFERENCE = "ref"
 PREFIX_REFERENCE = "prefix_ref"
 
 _SUBJECTS = (
-    "a lighthouse keeper", "a lost kitten", "a robot gardener", "a young baker", "an old map",
-    "a quiet library", "a mountain village", "a paper boat", "a clockmaker", "a winter market",
-    "a fox and a crow", "a night train",
+    "a lighthouse keeper",
+    "a lost kitten",
+    "a robot gardener",
+    "a young baker",
+    "an old map",
+    "a quiet library",
+    "a mountain village",
+    "a paper boat",
+    "a clockmaker",
+    "a winter market",
+    "a fox and a crow",
+    "a night train",
 )
 _TOPICS = (
-    "rainbows", "bread rising", "tides", "compasses", "bicycles", "volcanoes", "recycling",
-    "thunder", "seasons", "bees making honey",
+    "rainbows",
+    "bread rising",
+    "tides",
+    "compasses",
+    "bicycles",
+    "volcanoes",
+    "recycling",
+    "thunder",
+    "seasons",
+    "bees making honey",
 )
-_ACTIVITIES = ("learning to swim", "growing tomatoes", "saving money", "studying for a test",
-               "keeping a diary", "cooking rice", "planning a trip", "sleeping well")
+_ACTIVITIES = (
+    "learning to swim",
+    "growing tomatoes",
+    "saving money",
+    "studying for a test",
+    "keeping a diary",
+    "cooking rice",
+    "planning a trip",
+    "sleeping well",
+)
 _PROBE_TEMPLATES = (
     "Write a short story about {subject}.",
     "Explain how {topic} work in simple words.",
@@ -160,8 +185,11 @@ def compare(ref: Trace, out: Trace, *, tie_epsilon: float) -> Divergence:
     if first is None and not identical:
         first = common  # same tokens reported but different text: count as a tail divergence
     upto = common if first is None else first
-    deltas = [abs(a - b) for a, b in zip(ref.logprobs[:upto], out.logprobs[:upto], strict=True)
-              if a is not None and b is not None]
+    deltas = [
+        abs(a - b)
+        for a, b in zip(ref.logprobs[:upto], out.logprobs[:upto], strict=True)
+        if a is not None and b is not None
+    ]
     flip: Literal["tie", "confident"] | None = None
     margin: float | None = None
     if first is not None:
@@ -189,8 +217,13 @@ def probe_prompt(seed: int, index: int) -> str:
 
 
 def background_schedule(
-    seed: int, label: str, count: int, corpus: str, prompt_chars: tuple[int, int],
-    max_tokens: tuple[int, int], window_s: float,
+    seed: int,
+    label: str,
+    count: int,
+    corpus: str,
+    prompt_chars: tuple[int, int],
+    max_tokens: tuple[int, int],
+    window_s: float,
 ) -> list[Background]:
     """The seeded background traffic of one condition repeat: start time, prompt, length."""
     rng = random.Random(f"{seed}:background:{label}")
@@ -198,8 +231,13 @@ def background_schedule(
     for _ in range(count):
         length = rng.randint(*prompt_chars)
         start = rng.randrange(max(1, len(corpus) - length))
-        out.append(Background(round(rng.uniform(0, window_s), 3), corpus[start:start + length],
-                              rng.randint(*max_tokens)))
+        out.append(
+            Background(
+                round(rng.uniform(0, window_s), 3),
+                corpus[start : start + length],
+                rng.randint(*max_tokens),
+            )
+        )
     return out
 
 
@@ -219,8 +257,10 @@ class DeterminismSuite(Suite):
     metric = "identical_rate"
     gate_kind = "binary"
     exclusive = False
-    description = ("Greedy output stability under mixed batching, concurrency, prefix caching and "
-                   "repeats, against the batch-1 output (SGLang test_deterministic style).")
+    description = (
+        "Greedy output stability under mixed batching, concurrency, prefix caching and "
+        "repeats, against the batch-1 output (SGLang test_deterministic style)."
+    )
     params: DeterminismParams
 
     def item_count(self) -> int:
@@ -246,25 +286,36 @@ class DeterminismSuite(Suite):
         p = self.params
         corpus = _corpus()
         start = random.Random(f"{self.spec.seed}:prefix").randrange(len(corpus) - p.prefix_chars)
-        document = corpus[start:start + p.prefix_chars]
+        document = corpus[start : start + p.prefix_chars]
         items = []
         for i in range(p.n):
             question = probe_prompt(self.spec.seed, i)
-            prefixed = (f"Read the following notes.\n\n{document}\n\nNow, setting the notes aside: "
-                        f"{question}")
-            items.append(Item(
-                id=f"probe{i:02d}",
-                prompt=[{"role": "user", "content": question}],
-                cluster=f"probe{i:02d}",
-                metadata={"prefixed": [{"role": "user", "content": prefixed}]},
-            ))
+            prefixed = (
+                f"Read the following notes.\n\n{document}\n\nNow, setting the notes aside: "
+                f"{question}"
+            )
+            items.append(
+                Item(
+                    id=f"probe{i:02d}",
+                    prompt=[{"role": "user", "content": question}],
+                    cluster=f"probe{i:02d}",
+                    metadata={"prefixed": [{"role": "user", "content": prefixed}]},
+                )
+            )
         return items
 
-    async def _send(self, client: EndpointClient, messages: list[dict[str, str]],
-                    salt: str | None = None) -> Completion:
+    async def _send(
+        self, client: EndpointClient, messages: list[dict[str, str]], salt: str | None = None
+    ) -> Completion:
         extra = {"cache_salt": salt} if salt else None
-        return await client.chat(messages, max_tokens=self.params.max_tokens, temperature=0.0,
-                                 logprobs=True, top_logprobs=self.params.top_logprobs, extra=extra)
+        return await client.chat(
+            messages,
+            max_tokens=self.params.max_tokens,
+            temperature=0.0,
+            logprobs=True,
+            top_logprobs=self.params.top_logprobs,
+            extra=extra,
+        )
 
     async def _background(self, client: EndpointClient, bg: Background) -> None:
         await asyncio.sleep(bg.start_s)
@@ -288,16 +339,28 @@ class DeterminismSuite(Suite):
         refs: dict[str, Trace | None] = {}
         prefix_refs: dict[str, Trace | None] = {}
 
-        async def record(item: Item, label: str, repeat: int, out: Completion,
-                         ref: Trace | None, extra: dict[str, Any] | None = None) -> Trace | None:
+        async def record(
+            item: Item,
+            label: str,
+            repeat: int,
+            out: Completion,
+            ref: Trace | None,
+            extra: dict[str, Any] | None = None,
+        ) -> Trace | None:
             key = (f"{item.id}/{label}", repeat)
             trace = None if out.error else trace_of(out)
             if key in done:
                 return trace
             sample = Sample(
-                suite=self.name, item_id=key[0], endpoint=role, repeat=repeat,
-                output=out.text, prompt_tokens=out.prompt_tokens,
-                completion_tokens=out.completion_tokens, latency_s=out.latency_s, error=out.error,
+                suite=self.name,
+                item_id=key[0],
+                endpoint=role,
+                repeat=repeat,
+                output=out.text,
+                prompt_tokens=out.prompt_tokens,
+                completion_tokens=out.completion_tokens,
+                latency_s=out.latency_s,
+                error=out.error,
                 data={"probe": item.id, "cluster": item.id, "condition": label, **(extra or {})},
             )
             if trace is not None and label in (REFERENCE, PREFIX_REFERENCE):
@@ -305,8 +368,14 @@ class DeterminismSuite(Suite):
             elif trace is not None and ref is not None:
                 div = compare(ref, trace, tie_epsilon=p.tie_epsilon)
                 sample.score = float(div.identical)
-                sample.data.update({"first_divergence": div.first, "max_lp_delta": round(div.max_lp_delta, 6),
-                                    "flip": div.flip, "margin": div.margin})
+                sample.data.update(
+                    {
+                        "first_divergence": div.first,
+                        "max_lp_delta": round(div.max_lp_delta, 6),
+                        "flip": div.flip,
+                        "margin": div.margin,
+                    }
+                )
             elif trace is not None:
                 sample.error = "reference request failed"
             await emit(sample)
@@ -315,7 +384,9 @@ class DeterminismSuite(Suite):
         # 1. References: every probe alone, one after another (batch size 1). Recomputed on a
         #    resumed run even when stored: sequential greedy output is reproducible run to run.
         for item in items:
-            refs[item.id] = await record(item, REFERENCE, 0, await self._send(client, _msgs(item.prompt)), None)
+            refs[item.id] = await record(
+                item, REFERENCE, 0, await self._send(client, _msgs(item.prompt)), None
+            )
 
         # 2. Prefix cache: cold reference (fresh salt per probe), then warm repeats, all alone.
         if "prefix" in p.conditions:
@@ -324,27 +395,41 @@ class DeterminismSuite(Suite):
                 salt = f"{run_salt}-{item.id}" if p.cache_salt else None
                 prefixed = item.metadata["prefixed"]
                 prefix_refs[item.id] = await record(
-                    item, PREFIX_REFERENCE, 0, await self._send(client, prefixed, salt), None)
+                    item, PREFIX_REFERENCE, 0, await self._send(client, prefixed, salt), None
+                )
                 for r in range(p.repeats):
-                    await record(item, "prefix_warm", r, await self._send(client, prefixed, salt),
-                                 prefix_refs[item.id])
+                    await record(
+                        item,
+                        "prefix_warm",
+                        r,
+                        await self._send(client, prefixed, salt),
+                        prefix_refs[item.id],
+                    )
 
         # 3. Mixed: probes and background requests start on a seeded schedule.
         if "mixed" in p.conditions:
             for r in range(p.repeats):
                 rng = random.Random(f"{seed}:mixed-probes:{r}")
                 starts = [round(rng.uniform(0, p.schedule_window_s), 3) for _ in items]
-                bgs = background_schedule(seed, f"mixed:{r}", p.background_requests, corpus,
-                                          p.background_prompt_chars, p.background_max_tokens,
-                                          p.schedule_window_s)
+                bgs = background_schedule(
+                    seed,
+                    f"mixed:{r}",
+                    p.background_requests,
+                    corpus,
+                    p.background_prompt_chars,
+                    p.background_max_tokens,
+                    p.schedule_window_s,
+                )
 
                 async def probe(item: Item, start: float, r: int = r) -> None:
                     await asyncio.sleep(start)
                     out = await self._send(client, _msgs(item.prompt))
                     await record(item, "mixed", r, out, refs[item.id], {"start_s": start})
 
-                await asyncio.gather(*(probe(it, s) for it, s in zip(items, starts, strict=True)),
-                                     *(self._background(client, bg) for bg in bgs))
+                await asyncio.gather(
+                    *(probe(it, s) for it, s in zip(items, starts, strict=True)),
+                    *(self._background(client, bg) for bg in bgs),
+                )
 
         # 4. Concurrency levels: groups of k requests launched together.
         if "concurrency" in p.conditions:
@@ -354,18 +439,34 @@ class DeterminismSuite(Suite):
                     order = list(items)
                     random.Random(f"{seed}:c{k}:{r}").shuffle(order)
                     for g in range(0, len(order), k):
-                        group = order[g:g + k]
+                        group = order[g : g + k]
                         fillers = background_schedule(
-                            seed, f"c{k}:{r}:{g}", max(0, k - len(group)), corpus,
-                            p.background_prompt_chars, p.background_max_tokens, 0.0)
+                            seed,
+                            f"c{k}:{r}:{g}",
+                            max(0, k - len(group)),
+                            corpus,
+                            p.background_prompt_chars,
+                            p.background_max_tokens,
+                            0.0,
+                        )
 
-                        async def one(item: Item, k: int = k, r: int = r, eff: int = effective) -> None:
+                        async def one(
+                            item: Item, k: int = k, r: int = r, eff: int = effective
+                        ) -> None:
                             out = await self._send(client, _msgs(item.prompt))
-                            await record(item, f"c{k}", r, out, refs[item.id],
-                                         {"concurrency": k, "effective_concurrency": eff})
+                            await record(
+                                item,
+                                f"c{k}",
+                                r,
+                                out,
+                                refs[item.id],
+                                {"concurrency": k, "effective_concurrency": eff},
+                            )
 
-                        await asyncio.gather(*(one(it) for it in group),
-                                             *(self._background(client, bg) for bg in fillers))
+                        await asyncio.gather(
+                            *(one(it) for it in group),
+                            *(self._background(client, bg) for bg in fillers),
+                        )
 
     def analyze(
         self,
@@ -375,8 +476,11 @@ class DeterminismSuite(Suite):
         provenance: tuple[Provenance, Provenance] | None = None,
     ) -> Analysis:
         def scored(samples: list[Sample]) -> dict[tuple[str, int], Sample]:
-            return {(s.item_id, s.repeat): s for s in samples
-                    if s.data.get("condition") not in (REFERENCE, PREFIX_REFERENCE)}
+            return {
+                (s.item_id, s.repeat): s
+                for s in samples
+                if s.data.get("condition") not in (REFERENCE, PREFIX_REFERENCE)
+            }
 
         base, cand = scored(baseline), scored(candidate)
         b: list[float] = []
@@ -397,13 +501,21 @@ class DeterminismSuite(Suite):
             "baseline": summarize(baseline),
             "candidate": summarize(candidate),
             "tie_epsilon": self.params.tie_epsilon,
-            "note": ("identical = same greedy text as the prompt sent alone (batch 1); the gate "
-                     "pairs the candidate with the baseline under the same traffic"),
+            "note": (
+                "identical = same greedy text as the prompt sent alone (batch 1); the gate "
+                "pairs the candidate with the baseline under the same traffic"
+            ),
         }
-        return Analysis(baseline=b, candidate=c,
-                        clusters=clusters if len(set(clusters)) < len(clusters) else None,
-                        n_errors=errors, details=details, gate_kind="binary",
-                        higher_is_better=True, metric="identical_rate")
+        return Analysis(
+            baseline=b,
+            candidate=c,
+            clusters=clusters if len(set(clusters)) < len(clusters) else None,
+            n_errors=errors,
+            details=details,
+            gate_kind="binary",
+            higher_is_better=True,
+            metric="identical_rate",
+        )
 
 
 def summarize(samples: list[Sample]) -> dict[str, Any]:
@@ -416,17 +528,22 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
         cond = str(s.data.get("condition"))
         if cond not in (REFERENCE, PREFIX_REFERENCE):
             by_cond[cond].append(s)
-    out: dict[str, Any] = {"conditions": {c: _condition_metrics(v) for c, v in sorted(by_cond.items())}}
+    out: dict[str, Any] = {
+        "conditions": {c: _condition_metrics(v) for c, v in sorted(by_cond.items())}
+    }
     out["overall"] = _condition_metrics([s for v in by_cond.values() for s in v])
     # Distinct outputs per prompt across every condition (and both references): 1 = fully stable.
     out["overall"]["distinct_outputs_per_prompt"] = (
-        statistics.fmean(len(v) for v in texts.values()) if texts else None)
+        statistics.fmean(len(v) for v in texts.values()) if texts else None
+    )
     return out
 
 
 def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
     ok = [s for s in samples if s.score is not None]
-    firsts = [int(s.data["first_divergence"]) for s in ok if s.data.get("first_divergence") is not None]
+    firsts = [
+        int(s.data["first_divergence"]) for s in ok if s.data.get("first_divergence") is not None
+    ]
     deltas = [float(s.data.get("max_lp_delta") or 0.0) for s in ok]
     distinct: dict[str, set[str]] = defaultdict(set)
     for s in ok:
@@ -435,14 +552,18 @@ def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
     return {
         "n": len(ok),
         "n_errors": len(samples) - len(ok),
-        "identical_rate": statistics.fmean(s.score for s in ok if s.score is not None) if ok else None,
-        "distinct_outputs_per_prompt": statistics.fmean(len(v) for v in distinct.values()) if distinct else None,
+        "identical_rate": statistics.fmean(s.score for s in ok if s.score is not None)
+        if ok
+        else None,
+        "distinct_outputs_per_prompt": statistics.fmean(len(v) for v in distinct.values())
+        if distinct
+        else None,
         "first_divergence_median": statistics.median(firsts) if firsts else None,
         "first_divergence_min": min(firsts) if firsts else None,
         "max_logprob_delta": max(deltas, default=0.0),
         "tie_flips": sum(1 for s in ok if s.data.get("flip") == "tie"),
         "confident_flips": sum(1 for s in ok if s.data.get("flip") == "confident"),
-        **({"effective_concurrency": min(eff)} if eff else {}),
+        **({"effective_concurrency": min(int(e) for e in eff if e is not None)} if eff else {}),
     }
 
 

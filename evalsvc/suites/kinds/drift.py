@@ -132,8 +132,14 @@ def percentiles(values: Sequence[float]) -> dict[str, float]:
         return {}
     arr = np.asarray(values, dtype=float)
     qs = np.percentile(arr, [50, 90, 99, 99.9])
-    return {"mean": float(arr.mean()), "median": float(qs[0]), "p90": float(qs[1]),
-            "p99": float(qs[2]), "p99.9": float(qs[3]), "max": float(arr.max())}
+    return {
+        "mean": float(arr.mean()),
+        "median": float(qs[0]),
+        "p90": float(qs[1]),
+        "p99": float(qs[2]),
+        "p99.9": float(qs[3]),
+        "max": float(arr.max()),
+    }
 
 
 def encode_positions(positions: Sequence[Position]) -> dict[str, Any]:
@@ -149,8 +155,9 @@ def encode_positions(positions: Sequence[Position]) -> dict[str, Any]:
 def decode_positions(data: dict[str, Any]) -> list[Position]:
     return [
         Position(top=dict(zip(keys, lps, strict=True)), ref=ref, ref_lp=ref_lp)
-        for ref, ref_lp, keys, lps in zip(data["ref"], data["ref_lp"], data["top_keys"],
-                                          data["top_lps"], strict=True)
+        for ref, ref_lp, keys, lps in zip(
+            data["ref"], data["ref_lp"], data["top_keys"], data["top_lps"], strict=True
+        )
     ]
 
 
@@ -189,8 +196,10 @@ class DriftSuite(Suite):
     metric = "kld_mean"
     gate_kind = "continuous"
     higher_is_better = False
-    description = ("Teacher-forced top-k logprob drift: approximate KLD, same-top-p and Δp "
-                   "against the baseline (llama.cpp --kl-divergence style).")
+    description = (
+        "Teacher-forced top-k logprob drift: approximate KLD, same-top-p and Δp "
+        "against the baseline (llama.cpp --kl-divergence style)."
+    )
     params: DriftParams
 
     def __init__(self, spec: Any) -> None:
@@ -209,8 +218,10 @@ class DriftSuite(Suite):
         order = list(range(len(texts)))
         random.Random(self.spec.seed).shuffle(order)
         chosen = [order[i % len(order)] for i in range(p.n)]
-        return [Item(id=f"p{i:03d}-c{idx:03d}", prompt=texts[idx], metadata={"chars": len(texts[idx])})
-                for i, idx in enumerate(chosen)]
+        return [
+            Item(id=f"p{i:03d}-c{idx:03d}", prompt=texts[idx], metadata={"chars": len(texts[idx])})
+            for i, idx in enumerate(chosen)
+        ]
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, str)
@@ -239,7 +250,9 @@ class DriftSuite(Suite):
             ids = await client.tokenize(text)
             # Token ids as the prompt: no BOS or special token is added, so position i scores
             # exactly ids[i] given ids[:i], on both endpoints alike.
-            out = await client.complete(text, max_tokens=1, prompt_logprobs=k, extra={"prompt": ids})
+            out = await client.complete(
+                text, max_tokens=1, prompt_logprobs=k, extra={"prompt": ids}
+            )
             if out.error:
                 raise EndpointError(out.error)
             raw = out.prompt_logprobs or []
@@ -277,7 +290,12 @@ class DriftSuite(Suite):
         cand = {s.item_id: s for s in candidate}
         per_item_b: list[float] = []
         per_item_c: list[float] = []
-        pooled: dict[str, list[float]] = {"kld": [], "same_top": [], "delta_p": [], "other_mass": []}
+        pooled: dict[str, list[float]] = {
+            "kld": [],
+            "same_top": [],
+            "delta_p": [],
+            "other_mass": [],
+        }
         nll_b: list[float] = []
         nll_c: list[float] = []
         errors = 0
@@ -310,7 +328,9 @@ class DriftSuite(Suite):
             "same_top_p": float(np.mean(pooled["same_top"])) if n_pos else None,
             "delta_p": _delta_p_summary(pooled["delta_p"]),
             "other_mass_mean": float(np.mean(pooled["other_mass"])) if n_pos else None,
-            "approximation": "KL on {tokens in both top-k} + one lumped 'other' bucket: a lower bound",
+            "approximation": (
+                "KL on {tokens in both top-k} + one lumped 'other' bucket: a lower bound"
+            ),
         }
         if n_pos:
             ppl_b = math.exp(sum(nll_b) / n_pos)
@@ -318,12 +338,19 @@ class DriftSuite(Suite):
             details["perplexity"] = {"baseline": ppl_b, "candidate": ppl_c, "ratio": ppl_c / ppl_b}
         if mismatched:
             details["tokenizer_mismatch"] = {
-                "passages": len(mismatched), "examples": mismatched[:5],
+                "passages": len(mismatched),
+                "examples": mismatched[:5],
                 "note": "the endpoints tokenize these passages differently; they are not compared",
             }
         return Analysis(
-            baseline=per_item_b, candidate=per_item_c, paired=True, n_errors=errors,
-            details=details, gate_kind="continuous", higher_is_better=False, metric="kld_mean",
+            baseline=per_item_b,
+            candidate=per_item_c,
+            paired=True,
+            n_errors=errors,
+            details=details,
+            gate_kind="continuous",
+            higher_is_better=False,
+            metric="kld_mean",
             threshold=default_threshold(),
         )
 
@@ -334,9 +361,15 @@ def _delta_p_summary(values: Sequence[float]) -> dict[str, float]:
         return {}
     arr = np.asarray(values, dtype=float)
     qs = np.percentile(arr, [1, 5, 50, 95, 99])
-    return {"mean": float(arr.mean()), "rms": float(np.sqrt(np.mean(arr**2))),
-            "p1": float(qs[0]), "p5": float(qs[1]), "median": float(qs[2]),
-            "p95": float(qs[3]), "p99": float(qs[4])}
+    return {
+        "mean": float(arr.mean()),
+        "rms": float(np.sqrt(np.mean(arr**2))),
+        "p1": float(qs[0]),
+        "p5": float(qs[1]),
+        "median": float(qs[2]),
+        "p95": float(qs[3]),
+        "p99": float(qs[4]),
+    }
 
 
 def default_threshold() -> float:

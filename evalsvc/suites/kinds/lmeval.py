@@ -45,6 +45,7 @@ from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._registry import catalog_dir, register
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
+
 class LmevalParams(BaseModel):
     """Parameters of an lmeval suite (validated from the YAML ``params`` mapping)."""
 
@@ -129,10 +130,24 @@ class LmevalSuite(Suite):
             "max_length": p.max_length,
             **p.model_args,
         }
-        cmd = [python, "-m", "lm_eval", "--model", p.model_type,
-               "--model_args", ",".join(f"{k}={v}" for k, v in args.items()),
-               "--tasks", p.task, "--output_path", str(output), "--log_samples",
-               "--limit", str(n), "--seed", str(self.spec.seed)]
+        cmd = [
+            python,
+            "-m",
+            "lm_eval",
+            "--model",
+            p.model_type,
+            "--model_args",
+            ",".join(f"{k}={v}" for k, v in args.items()),
+            "--tasks",
+            p.task,
+            "--output_path",
+            str(output),
+            "--log_samples",
+            "--limit",
+            str(n),
+            "--seed",
+            str(self.spec.seed),
+        ]
         if p.include_path is not None:
             cmd += ["--include_path", str(self._include_dir())]
         if p.num_fewshot is not None:
@@ -172,28 +187,40 @@ class LmevalSuite(Suite):
             if rec is None:
                 sample.error = error or f"lm-eval logged no sample for doc {doc_id}"
             elif self.params.metric not in rec:
-                sample.error = f"lm-eval sample has no metric {self.params.metric!r} ({sorted(rec)[:8]})"
+                sample.error = (
+                    f"lm-eval sample has no metric {self.params.metric!r} ({sorted(rec)[:8]})"
+                )
             else:
                 sample.score = float(rec[self.params.metric])
                 sample.output = json.dumps(rec.get("filtered_resps"))[:300]
-                sample.data = {"doc_id": doc_id, "target": rec.get("target"),
-                               "family": (rec.get("doc") or {}).get("family"),
-                               "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec}}
+                sample.data = {
+                    "doc_id": doc_id,
+                    "target": rec.get("target"),
+                    "family": (rec.get("doc") or {}).get("family"),
+                    "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec},
+                }
             await emit(sample)
 
-    async def _run_lmeval(self, python: str, client: EndpointClient, workdir: Path,
-                          n: int) -> dict[int, dict[str, Any]]:
+    async def _run_lmeval(
+        self, python: str, client: EndpointClient, workdir: Path, n: int
+    ) -> dict[int, dict[str, Any]]:
         output = workdir / "out"
         cmd = self.command(python, client, output, n)
-        env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
-               "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {
+            **os.environ,
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
         if client.endpoint.api_key_env and os.environ.get(client.endpoint.api_key_env):
             env["OPENAI_API_KEY"] = os.environ[client.endpoint.api_key_env]
         log_path = workdir / "lm_eval.log"
         cwd = self._include_dir() or workdir
         with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(*cmd, cwd=str(cwd), env=env,
-                                                        stdout=log, stderr=subprocess.STDOUT)
+            proc = await asyncio.create_subprocess_exec(
+                *cmd, cwd=str(cwd), env=env, stdout=log, stderr=subprocess.STDOUT
+            )
             try:
                 code = await asyncio.wait_for(proc.wait(), timeout=self.params.timeout_s)
             except (TimeoutError, asyncio.CancelledError):
@@ -223,10 +250,18 @@ class LmevalSuite(Suite):
             b.append(sb.score)
             c.append(sc.score)
         analysis.details = {
-            "task": self.params.task, "metric": self.params.metric,
-            "by_family": [{"family": f, "n": len(b), "baseline": sum(b) / len(b),
-                           "candidate": sum(c) / len(c), **flips(b, c)}
-                          for f, (b, c) in sorted(groups.items())],
+            "task": self.params.task,
+            "metric": self.params.metric,
+            "by_family": [
+                {
+                    "family": f,
+                    "n": len(b),
+                    "baseline": sum(b) / len(b),
+                    "candidate": sum(c) / len(c),
+                    **flips(b, c),
+                }
+                for f, (b, c) in sorted(groups.items())
+            ],
         }
         analysis.metric = self.params.metric
         return analysis
@@ -255,7 +290,9 @@ _IgnoreTagsLoader.add_multi_constructor("!", lambda loader, suffix, node: None)
 def count_docs(include_dir: Path | None, task: str) -> int:
     """Documents of a local JSON(L) task: lines of its test split's data file."""
     if include_dir is None or not include_dir.is_dir():
-        raise LmevalError(f"task {task!r}: set params.n (no local include_path to count documents in)")
+        raise LmevalError(
+            f"task {task!r}: set params.n (no local include_path to count documents in)"
+        )
     for path in sorted(include_dir.rglob("*.yaml")):
         spec = yaml.load(path.read_text(encoding="utf-8"), Loader=_IgnoreTagsLoader)  # noqa: S506
         if not isinstance(spec, dict) or spec.get("task") != task:
@@ -267,4 +304,6 @@ def count_docs(include_dir: Path | None, task: str) -> int:
             data_path = (path.parent / data) if not Path(data).is_absolute() else Path(data)
             with data_path.open(encoding="utf-8") as fh:
                 return sum(1 for line in fh if line.strip())
-    raise LmevalError(f"task {task!r}: no local JSON data file found under {include_dir}; set params.n")
+    raise LmevalError(
+        f"task {task!r}: no local JSON data file found under {include_dir}; set params.n"
+    )

@@ -43,19 +43,76 @@ from evalsvc.suites.kinds._extract import extract_choice, extract_number
 Family = Literal["arithmetic", "variable_tracking", "dates", "lists"]
 AnswerType = Literal["number", "choice"]
 
-_NAMES = (
-    "Ava Ben Chloe Daniel Emma Felix Grace Hugo Isla Jack Kira Leo Maya Noah Olga Pablo Quinn "
-    "Rosa Sam Tara Umar Vera Will Xena Yusuf Zoe"
-).split()
-_OBJECTS = "apples marbles stickers books shells coins pencils cards stamps buttons".split()
-_CONTAINERS = "box basket jar bag drawer crate".split()
+_NAMES = [
+    "Ava",
+    "Ben",
+    "Chloe",
+    "Daniel",
+    "Emma",
+    "Felix",
+    "Grace",
+    "Hugo",
+    "Isla",
+    "Jack",
+    "Kira",
+    "Leo",
+    "Maya",
+    "Noah",
+    "Olga",
+    "Pablo",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tara",
+    "Umar",
+    "Vera",
+    "Will",
+    "Xena",
+    "Yusuf",
+    "Zoe",
+]
+_OBJECTS = [
+    "apples",
+    "marbles",
+    "stickers",
+    "books",
+    "shells",
+    "coins",
+    "pencils",
+    "cards",
+    "stamps",
+    "buttons",
+]
+_CONTAINERS = ["box", "basket", "jar", "bag", "drawer", "crate"]
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 _MONTHS = ("January", "March", "May", "June", "July", "August", "October", "December")
-_EVENTS = "fair concert meeting picnic match party lecture market".split()
-_LIST_WORDS = (
-    "apple river candle tiger piano garden rocket lemon violin pepper castle orange window "
-    "mirror pillow forest rabbit silver basket guitar yellow bridge carrot dragon"
-).split()
+_EVENTS = ["fair", "concert", "meeting", "picnic", "match", "party", "lecture", "market"]
+_LIST_WORDS = [
+    "apple",
+    "river",
+    "candle",
+    "tiger",
+    "piano",
+    "garden",
+    "rocket",
+    "lemon",
+    "violin",
+    "pepper",
+    "castle",
+    "orange",
+    "window",
+    "mirror",
+    "pillow",
+    "forest",
+    "rabbit",
+    "silver",
+    "basket",
+    "guitar",
+    "yellow",
+    "bridge",
+    "carrot",
+    "dragon",
+]
 _VAR_LETTERS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
 
 
@@ -129,8 +186,11 @@ def _arithmetic(rng: random.Random, level: int) -> Problem:
     total = rng.randint(2, 9)
     if template == "possession":
         lines = [f"{name} has {total} {obj}."]
-        add = [f"{name} finds {{b}} more {obj}.", f"{friend} gives {name} {{b}} {obj}.",
-               f"{name} buys {{b}} more {obj}."]
+        add = [
+            f"{name} finds {{b}} more {obj}.",
+            f"{friend} gives {name} {{b}} {obj}.",
+            f"{name} buys {{b}} more {obj}.",
+        ]
         sub = [f"{name} gives {{b}} {obj} to {friend}.", f"{name} loses {{b}} {obj}."]
         question = f"How many {obj} does {name} have now?"
     elif template == "container":
@@ -172,7 +232,7 @@ def _variable_tracking(rng: random.Random, level: int) -> Problem:
     values = rng.sample(range(10, 100), n_chains)
     chains: list[list[str]] = []
     for c in range(n_chains):
-        names = letters[c * (hops + 1):(c + 1) * (hops + 1)]
+        names = letters[c * (hops + 1) : (c + 1) * (hops + 1)]
         stmts = [f"{names[0]} = {values[c]}."] + [
             f"{names[i]} = {names[i - 1]}." for i in range(1, hops + 1)
         ]
@@ -203,8 +263,10 @@ def _dates(rng: random.Random, level: int) -> Problem:
         later = rng.random() < 0.6 or date - k < 1
         new = date + k if later else date - k
         shift = f"moved {k} days later" if later else f"moved {k} days earlier"
-        text = (f"The {event} was planned for {month} {date}. It is {shift}. "
-                f"On which day of {month} is the {event} now?")
+        text = (
+            f"The {event} was planned for {month} {date}. It is {shift}. "
+            f"On which day of {month} is the {event} now?"
+        )
         return Problem(text, str(new), "number", template="date-shift")
     if level == 1:
         k, question, template = 1, f"What day of the week comes after {_WEEKDAYS[day]}?", "after"
@@ -225,17 +287,26 @@ def _lists(rng: random.Random, level: int) -> Problem:
     words = rng.sample(_LIST_WORDS, size)
     listing = ", ".join(words)
     if level == 4:
-        return Problem(f"How many words are in this list: {listing}?", str(size), "number",
-                       template="length")
+        return Problem(
+            f"How many words are in this list: {listing}?", str(size), "number", template="length"
+        )
     if level == 1:
         q, answer, op = "What is the first word in this list", words[0], "first"
     elif level == 2:
         q, answer, op = "What is the last word in this list", words[-1], "last"
     elif level == 3:
         i = rng.randrange(size - 1)
-        q, answer, op = f"Which word comes right after {words[i]} in this list", words[i + 1], "after"
+        q, answer, op = (
+            f"Which word comes right after {words[i]} in this list",
+            words[i + 1],
+            "after",
+        )
     else:
-        q, answer, op = "Which word of this list comes first in alphabetical order", min(words), "alpha"
+        q, answer, op = (
+            "Which word of this list comes first in alphabetical order",
+            min(words),
+            "alpha",
+        )
     return Problem(f"{q}: {listing}?", answer, "choice", vocabulary=tuple(words), template=op)
 
 
@@ -271,7 +342,9 @@ def _allocate(n: int, weights: list[int]) -> list[int]:
     total = sum(weights)
     exact = [n * w / total for w in weights]
     counts = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[
+        : n - sum(counts)
+    ]:
         counts[i] += 1
     return counts
 
@@ -284,8 +357,10 @@ class ReasoningSuite(Suite):
     requires = frozenset({"chat"})
     metric = "accuracy"
     gate_kind = "binary"
-    description = ("Seeded multi-step problems (GSM-Symbolic arithmetic, RULER variable tracking, "
-                   "dates, lists) with exact answer match.")
+    description = (
+        "Seeded multi-step problems (GSM-Symbolic arithmetic, RULER variable tracking, "
+        "dates, lists) with exact answer match."
+    )
     params: ReasoningParams
 
     def item_count(self) -> int:
@@ -303,18 +378,27 @@ class ReasoningSuite(Suite):
                 for j in range(p.shots):
                     # Demonstrations come from a disjoint draw stream (negative indices).
                     demo = generate(self.spec.seed, task.family, task.level, -1 - k * p.shots - j)
-                    messages += [{"role": "user", "content": demo.question},
-                                 {"role": "assistant", "content": f"The answer is {_display(demo)}."}]
+                    messages += [
+                        {"role": "user", "content": demo.question},
+                        {"role": "assistant", "content": f"The answer is {_display(demo)}."},
+                    ]
                 messages.append({"role": "user", "content": prob.question})
                 if p.system_prompt:
                     messages.insert(0, {"role": "system", "content": p.system_prompt})
-                items.append(Item(
-                    id=f"{task.family}-L{task.level}-{k}",
-                    prompt=messages,
-                    expected=prob.answer,
-                    metadata={"family": task.family, "level": task.level, "template": prob.template,
-                              "answer_type": prob.answer_type, "vocabulary": list(prob.vocabulary)},
-                ))
+                items.append(
+                    Item(
+                        id=f"{task.family}-L{task.level}-{k}",
+                        prompt=messages,
+                        expected=prob.answer,
+                        metadata={
+                            "family": task.family,
+                            "level": task.level,
+                            "template": prob.template,
+                            "answer_type": prob.answer_type,
+                            "vocabulary": list(prob.vocabulary),
+                        },
+                    )
+                )
             per_task.append(items)
         # Interleave the tasks so a partial (cancelled, --samples) run still covers every task.
         out: list[Item] = []
@@ -328,13 +412,24 @@ class ReasoningSuite(Suite):
         meta = item.metadata
         answer = extract(meta["answer_type"], out.text, meta["vocabulary"]) if out.ok else None
         return Sample(
-            suite=self.name, item_id=item.id, endpoint="",
+            suite=self.name,
+            item_id=item.id,
+            endpoint="",
             output=out.text,
-            score=None if out.error else float(answer is not None and answer == str(item.expected).lower()),
-            prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-            latency_s=out.latency_s, error=out.error,
-            data={"family": meta["family"], "level": meta["level"], "template": meta["template"],
-                  "extracted": answer, "expected": item.expected},
+            score=None
+            if out.error
+            else float(answer is not None and answer == str(item.expected).lower()),
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+            latency_s=out.latency_s,
+            error=out.error,
+            data={
+                "family": meta["family"],
+                "level": meta["level"],
+                "template": meta["template"],
+                "extracted": answer,
+                "expected": item.expected,
+            },
         )
 
     def analyze(
@@ -361,7 +456,13 @@ def by_task(baseline: list[Sample], candidate: list[Sample]) -> list[dict[str, A
         b.append(sb.score)
         c.append(sc.score)
     return [
-        {"family": fam, "level": lvl, "n": len(b), "baseline": sum(b) / len(b),
-         "candidate": sum(c) / len(c), **flips(b, c)}
+        {
+            "family": fam,
+            "level": lvl,
+            "n": len(b),
+            "baseline": sum(b) / len(b),
+            "candidate": sum(c) / len(c),
+            **flips(b, c),
+        }
         for (fam, lvl), (b, c) in sorted(groups.items())
     ]

@@ -65,7 +65,7 @@ def corpus_windows(seed: int, label: str, count: int, chars: int) -> list[str]:
         text += "\n\n" + text
     rng = random.Random(f"{seed}:{label}")
     starts = [rng.randrange(len(text) - chars) for _ in range(count)]
-    return [text[s:s + chars] for s in starts]
+    return [text[s : s + chars] for s in starts]
 
 
 def percentile_summary(values: Sequence[float], scale: float = 1.0) -> dict[str, float]:
@@ -131,8 +131,10 @@ class SpeedSuite(Suite):
     gate_kind = "ratio"
     higher_is_better = True
     exclusive = True
-    description = ("TTFT, ITL, TPOT, output tokens/s and latency percentiles per concurrency level, "
-                   "with KV capacity from the probe.")
+    description = (
+        "TTFT, ITL, TPOT, output tokens/s and latency percentiles per concurrency level, "
+        "with KV capacity from the probe."
+    )
     params: SpeedParams
 
     def samples_param(self) -> str:
@@ -145,13 +147,16 @@ class SpeedSuite(Suite):
         return len(items) * len(self.params.levels)
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
-        texts = corpus_windows(self.spec.seed, "measured", self.params.requests, self.params.prompt_chars)
+        texts = corpus_windows(
+            self.spec.seed, "measured", self.params.requests, self.params.prompt_chars
+        )
         return [Item(id=f"r{i:03d}", prompt=t) for i, t in enumerate(texts)]
 
     async def _one(self, client: EndpointClient, prompt: str) -> Completion:
         extra = {"ignore_eos": True} if self.params.ignore_eos else None
-        return await client.complete(prompt, max_tokens=self.params.max_tokens, temperature=0.0,
-                                     stream=True, extra=extra)
+        return await client.complete(
+            prompt, max_tokens=self.params.max_tokens, temperature=0.0, stream=True, extra=extra
+        )
 
     async def run(
         self,
@@ -174,32 +179,60 @@ class SpeedSuite(Suite):
             # profits from the prefix cache that an earlier level (or the warm-up) filled.
             prompts = [f"Request {run_tag}-{level}-{i}.\n{it.prompt}" for i, it in enumerate(items)]
             warm = p.warmup if p.warmup is not None else level
-            warm_prompts = [f"Warm-up {run_tag}-{level}-{i}.\n{t}" for i, t in enumerate(
-                corpus_windows(self.spec.seed, f"warmup-{level}", warm, p.prompt_chars))]
+            warm_prompts = [
+                f"Warm-up {run_tag}-{level}-{i}.\n{t}"
+                for i, t in enumerate(
+                    corpus_windows(self.spec.seed, f"warmup-{level}", warm, p.prompt_chars)
+                )
+            ]
             if warm_prompts:
                 await self._closed_loop(client, warm_prompts, level, None)
             start = time.perf_counter()
 
-            async def record(index: int, out: Completion, t0: float, t1: float,
-                             level: int = level, eff: int = effective, start: float = start) -> None:
+            async def record(
+                index: int,
+                out: Completion,
+                t0: float,
+                t1: float,
+                level: int = level,
+                eff: int = effective,
+                start: float = start,
+                keys: list[tuple[str, int]] = keys,
+            ) -> None:
                 ttft = out.ttft_s
                 n_out = out.completion_tokens or 0
-                await emit(Sample(
-                    suite=self.name, item_id=keys[index][0], endpoint=role,
-                    output=out.text[:200], score=None if out.error else (n_out / out.latency_s if out.latency_s else 0.0),
-                    prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-                    latency_s=out.latency_s, ttft_s=ttft, error=out.error,
-                    data={"concurrency": level, "effective_concurrency": eff,
-                          "t_start": round(t0 - start, 6), "t_end": round(t1 - start, 6),
-                          "itl_s": [round(x, 6) for x in out.itl_s],
-                          "tpot_s": None if ttft is None or out.latency_s is None
-                          else tpot(out.latency_s, ttft, n_out)},
-                ))
+                await emit(
+                    Sample(
+                        suite=self.name,
+                        item_id=keys[index][0],
+                        endpoint=role,
+                        output=out.text[:200],
+                        score=None
+                        if out.error
+                        else (n_out / out.latency_s if out.latency_s else 0.0),
+                        prompt_tokens=out.prompt_tokens,
+                        completion_tokens=out.completion_tokens,
+                        latency_s=out.latency_s,
+                        ttft_s=ttft,
+                        error=out.error,
+                        data={
+                            "concurrency": level,
+                            "effective_concurrency": eff,
+                            "t_start": round(t0 - start, 6),
+                            "t_end": round(t1 - start, 6),
+                            "itl_s": [round(x, 6) for x in out.itl_s],
+                            "tpot_s": None
+                            if ttft is None or out.latency_s is None
+                            else tpot(out.latency_s, ttft, n_out),
+                        },
+                    )
+                )
 
             await self._closed_loop(client, prompts, level, record)
 
-    async def _closed_loop(self, client: EndpointClient, prompts: Sequence[str], level: int,
-                           record: Any) -> None:
+    async def _closed_loop(
+        self, client: EndpointClient, prompts: Sequence[str], level: int, record: Any
+    ) -> None:
         """``level`` workers, each sending the next prompt as soon as its previous one finished."""
         queue: asyncio.Queue[int] = asyncio.Queue()
         for i in range(len(prompts)):
@@ -243,9 +276,12 @@ class SpeedSuite(Suite):
         kv_ratio = None
         if provenance is not None:
             kb, kc = provenance[0].kv_capacity_tokens, provenance[1].kv_capacity_tokens
-            kv = {"baseline_tokens": kb, "candidate_tokens": kc,
-                  "baseline_kv_dtype": provenance[0].kv_cache_dtype,
-                  "candidate_kv_dtype": provenance[1].kv_cache_dtype}
+            kv = {
+                "baseline_tokens": kb,
+                "candidate_tokens": kc,
+                "baseline_kv_dtype": provenance[0].kv_cache_dtype,
+                "candidate_kv_dtype": provenance[1].kv_cache_dtype,
+            }
             if kb and kc:
                 kv_ratio = kc / kb
                 kv["ratio"] = kv_ratio
@@ -257,11 +293,17 @@ class SpeedSuite(Suite):
         return Analysis(
             baseline=[float(base[k].score or 0.0) for k in keys],
             candidate=[float(cand[k].score or 0.0) for k in keys],
-            paired=True, n_errors=n_errors, gate_kind="ratio", higher_is_better=True,
+            paired=True,
+            n_errors=n_errors,
+            gate_kind="ratio",
+            higher_is_better=True,
             metric="request_output_tok_s",
-            details={"levels": per_level, "kv_capacity": kv,
-                     "throughput_ratio": {str(k): v for k, v in ratios.items()},
-                     "summary": gain_summary(kv_ratio, ratios)},
+            details={
+                "levels": per_level,
+                "kv_capacity": kv,
+                "throughput_ratio": {str(k): v for k, v in ratios.items()},
+                "summary": gain_summary(kv_ratio, ratios),
+            },
         )
 
 
