@@ -82,15 +82,15 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
     name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
     base, cand = local_endpoints.baseline, cands[name]
     junit, md = tmp_path / "junit.xml", tmp_path / "report.md"
-    # --samples 12 keeps this CPU-bound test short; the grid is sampled evenly.
-    r = evalsvc("compare", base, cand, "--suite", "needle-smoke", "--samples", "12", "--json", "-",
+    # --samples 6 keeps this CPU-bound test short; the grid is sampled evenly.
+    r = evalsvc("compare", base, cand, "--suite", "needle-smoke", "--samples", "6", "--json", "-",
                 "--junit", str(junit), "--markdown", str(md))
     assert r.returncode in (0, 1, 3), r.stderr
     report = json.loads(r.stdout)
     _check_report(report, 1)
     assert {0: "pass", 1: "fail", 3: "inconclusive"}[r.returncode] == report["verdict"]
     s = report["candidates"][0]["suites"][0]
-    assert s["suite"] == "needle-smoke" and s["n"] == 12
+    assert s["suite"] == "needle-smoke" and s["n"] == 6
     assert s["details"]["heatmap"]["baseline"], "needle details carry the heatmap data"
     assert report["candidates"][0]["model"].endswith(name)
     kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
@@ -110,7 +110,7 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
 @pytest.mark.endpoints
 def test_baseline_against_itself_never_fails(local_endpoints: Any) -> None:
     base = local_endpoints.baseline
-    r = evalsvc("compare", base, base, "--suite", "needle-smoke", "--samples", "12", "--json", "-")
+    r = evalsvc("compare", base, base, "--suite", "needle-smoke", "--samples", "6", "--json", "-")
     assert r.returncode in (0, 3), r.stderr
     report = json.loads(r.stdout)
     _check_report(report, 1)

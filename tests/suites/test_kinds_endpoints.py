@@ -8,6 +8,8 @@ sink, as ``evalsvc compare`` does.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from typing import Any
 
 import pytest
@@ -36,6 +38,7 @@ def run(
     async def sink(sample: Sample) -> None:
         samples.append(sample)
 
+    started = time.perf_counter()
     result = asyncio.run(
         execute(
             run_id="test",
@@ -46,6 +49,18 @@ def run(
             sink=sink,
         )
     )
+    # The figures behind docs/suites.md: shown by `pytest -rA` in the captured output.
+    print(f"run took {time.perf_counter() - started:.1f} s")
+    for c in result.candidates:
+        for r in c.suites:
+            print(
+                c.endpoint.url,
+                r.suite,
+                r.verdict,
+                r.outcome.baseline,
+                r.outcome.candidate,
+                json.dumps(r.details, default=str)[:4000],
+            )
     return result, samples
 
 
