@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_default_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     path = tmp_path_factory.mktemp("store") / "evalsvc.db"

@@ -28,13 +28,20 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 suites_app = typer.Typer(help="The suite catalog.", no_args_is_help=True)
-endpoints_app = typer.Typer(help="The endpoint registry (names usable in `compare`).", no_args_is_help=True)
+endpoints_app = typer.Typer(
+    help="The endpoint registry (names usable in `compare`).", no_args_is_help=True
+)
 app.add_typer(suites_app, name="suites")
 app.add_typer(endpoints_app, name="endpoints")
 
 err = Console(stderr=True)
 
-VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "inconclusive": "bold yellow", "error": "bold magenta"}
+VERDICT_STYLE = {
+    "pass": "bold green",
+    "fail": "bold red",
+    "inconclusive": "bold yellow",
+    "error": "bold magenta",
+}
 
 
 def _die(message: str, code: int) -> typer.Exit:
@@ -64,10 +71,14 @@ class _RichProgress:
         self.progress, self.labels = progress, labels
         self.tasks: dict[tuple[str, str], TaskID] = {}
 
-    def planned(self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]) -> None:
+    def planned(
+        self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
+    ) -> None:
         for role in roles:
             self.tasks[(suite, role)] = self.progress.add_task(
-                f"{suite} · {self.labels.get(role, role)}", total=n_items, completed=n_done.get(role, 0)
+                f"{suite} · {self.labels.get(role, role)}",
+                total=n_items,
+                completed=n_done.get(role, 0),
             )
 
     def advance(self, suite: str, role: str) -> None:
@@ -88,13 +99,23 @@ def _verdict_table(report: dict[str, Any]) -> Table:
         table.add_column(col, overflow="fold")
     for r in summary_rows(report):
         v = r["verdict"].split(" ")[0]
-        table.add_row(r["candidate"], r["suite"], r["metric"], r["baseline"], r["candidate_value"],
-                      f"{r['delta']} {r['ci']}", r["p"], r["n"],
-                      f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]")
+        table.add_row(
+            r["candidate"],
+            r["suite"],
+            r["metric"],
+            r["baseline"],
+            r["candidate_value"],
+            f"{r['delta']} {r['ci']}",
+            r["p"],
+            r["n"],
+            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]",
+        )
     return table
 
 
-def _write_outputs(report: dict[str, Any], json_out: str | None, junit: Path | None, markdown: Path | None) -> None:
+def _write_outputs(
+    report: dict[str, Any], json_out: str | None, junit: Path | None, markdown: Path | None
+) -> None:
     from evalsvc.reports import to_junit, to_markdown
 
     text = json.dumps(report, indent=2)
@@ -111,20 +132,50 @@ def _write_outputs(report: dict[str, Any], json_out: str | None, junit: Path | N
 
 @app.command()
 def compare(
-    endpoints: Annotated[list[str], typer.Argument(metavar="BASELINE CANDIDATE [CANDIDATE ...]",
-                                                   help="Base URLs (http://host:port/v1) or registered endpoint names.")],
-    suite: Annotated[list[str], typer.Option("--suite", "-s", help="Suite name, set name or YAML path (repeatable).")] = ["smoke"],  # noqa: B006
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")] = None,
+    endpoints: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="BASELINE CANDIDATE [CANDIDATE ...]",
+            help="Base URLs (http://host:port/v1) or registered endpoint names.",
+        ),
+    ],
+    suite: Annotated[
+        list[str],
+        typer.Option("--suite", "-s", help="Suite name, set name or YAML path (repeatable)."),
+    ] = ["smoke"],  # noqa: B006
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
+    ] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")] = None,
-    samples: Annotated[int | None, typer.Option(min=1, help="Items per suite (overrides the suite).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed for item generation (overrides the suite).")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Items per suite (overrides the suite).")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for item generation (overrides the suite).")
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight per endpoint.")] = 8,
-    margin: Annotated[float | None, typer.Option(min=0.0, help="Non-inferiority margin δ for every gate.")] = None,
-    alpha: Annotated[float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")] = None,
-    sequential: Annotated[bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")] = False,
-    server: Annotated[str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")] = None,
-    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).")] = None,
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Non-inferiority margin δ for every gate.")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")
+    ] = None,
+    sequential: Annotated[
+        bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")
+    ] = False,
+    server: Annotated[
+        str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
+        ),
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
@@ -133,10 +184,19 @@ def compare(
 
     if len(endpoints) < 2:
         raise _die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
-    options = RunOptions(samples=samples, seed=seed, concurrency=concurrency, margin=margin,
-                         alpha=alpha, sequential=sequential, request_timeout_s=timeout)
+    options = RunOptions(
+        samples=samples,
+        seed=seed,
+        concurrency=concurrency,
+        margin=margin,
+        alpha=alpha,
+        sequential=sequential,
+        request_timeout_s=timeout,
+    )
     if server:
-        raise typer.Exit(_compare_remote(server, endpoints, suite, options, json_out, junit, markdown))
+        raise typer.Exit(
+            _compare_remote(server, endpoints, suite, options, json_out, junit, markdown)
+        )
     store = _open_store(db)
     try:
         refs = [runs.resolve_endpoint(e, store) for e in endpoints]
@@ -145,8 +205,15 @@ def compare(
     except runs.UsageError as exc:
         raise _die(str(exc), EXIT_CODES["usage"]) from exc
     labels = {"baseline": f"baseline {refs[0].name or refs[0].url}"}
-    labels.update({f"candidate:{i}": f"candidate {r.name or r.url}" for i, r in enumerate(refs[1:])})
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    labels.update(
+        {f"candidate:{i}": f"candidate {r.name or r.url}" for i, r in enumerate(refs[1:])}
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     try:
         with RichProgress(*columns, console=err, transient=False) as bar:
             report = runs.compare(spec, store=store, progress=_RichProgress(bar, labels))
@@ -167,8 +234,15 @@ def compare(
     raise typer.Exit(runs.exit_code(verdict))
 
 
-def _compare_remote(server: str, endpoints: list[str], suites: list[str], options: RunOptions,
-                    json_out: str | None, junit: Path | None, markdown: Path | None) -> int:
+def _compare_remote(
+    server: str,
+    endpoints: list[str],
+    suites: list[str],
+    options: RunOptions,
+    json_out: str | None,
+    junit: Path | None,
+    markdown: Path | None,
+) -> int:
     """Submit to ``POST /api/v1/runs`` and poll until the gate is known."""
     import os
 
@@ -180,15 +254,25 @@ def _compare_remote(server: str, endpoints: list[str], suites: list[str], option
     headers = {}
     if os.environ.get("EVALSVC_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['EVALSVC_TOKEN']}"
-    body = {"baseline": ref(endpoints[0]), "candidates": [ref(e) for e in endpoints[1:]],
-            "suites": suites, "options": options.model_dump(mode="json")}
+    body = {
+        "baseline": ref(endpoints[0]),
+        "candidates": [ref(e) for e in endpoints[1:]],
+        "suites": suites,
+        "options": options.model_dump(mode="json"),
+    }
     base = server.rstrip("/") + "/api/v1"
     try:
         with httpx.Client(headers=headers, timeout=30) as http:
             resp = http.post(f"{base}/runs", json=body)
             if resp.status_code >= 400:
-                err.print(f"[bold red]error:[/] server refused the run: HTTP {resp.status_code} {resp.text[:300]}")
-                return EXIT_CODES["usage"] if resp.status_code in (400, 404, 422) else EXIT_CODES["error"]
+                err.print(
+                    f"[bold red]error:[/] server refused the run: HTTP {resp.status_code} {resp.text[:300]}"
+                )
+                return (
+                    EXIT_CODES["usage"]
+                    if resp.status_code in (400, 404, 422)
+                    else EXIT_CODES["error"]
+                )
             run_id = resp.json()["id"]
             err.print(f"submitted run {run_id} to {server}; waiting for workers")
             while True:
@@ -196,12 +280,18 @@ def _compare_remote(server: str, endpoints: list[str], suites: list[str], option
                 if status.get("status") in ("completed", "error", "cancelled"):
                     break
                 time.sleep(2.0)
-            report = http.get(f"{base}/runs/{run_id}/report").json() if status["status"] == "completed" else None
+            report = (
+                http.get(f"{base}/runs/{run_id}/report").json()
+                if status["status"] == "completed"
+                else None
+            )
     except httpx.HTTPError as exc:
         err.print(f"[bold red]error:[/] server {server} unreachable: {exc}")
         return EXIT_CODES["error"]
     if report is None:
-        err.print(f"[bold red]error:[/] run {run_id} ended {status.get('status')}: {status.get('error')}")
+        err.print(
+            f"[bold red]error:[/] run {run_id} ended {status.get('status')}: {status.get('error')}"
+        )
         return EXIT_CODES["error"]
     err.print(_verdict_table(report))
     _write_outputs(report, json_out, junit, markdown)
@@ -224,11 +314,25 @@ def suites_list(
     rows = []
     for e in entries:
         if isinstance(e, SuiteSet):
-            rows.append({"name": e.name, "kind": "set", "items": None, "description": e.description,
-                         "suites": e.suites})
+            rows.append(
+                {
+                    "name": e.name,
+                    "kind": "set",
+                    "items": None,
+                    "description": e.description,
+                    "suites": e.suites,
+                }
+            )
         else:
-            rows.append({"name": e.name, "kind": e.kind, "version": e.version, "items": e.item_count(),
-                         "description": e.spec.description or e.description})
+            rows.append(
+                {
+                    "name": e.name,
+                    "kind": e.kind,
+                    "version": e.version,
+                    "items": e.item_count(),
+                    "description": e.spec.description or e.description,
+                }
+            )
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
@@ -243,23 +347,39 @@ def suites_list(
 
 @app.command()
 def plan(
-    suite: Annotated[list[str], typer.Option("--suite", "-s", help="Suite name, set or YAML path (repeatable).")],
-    margin: Annotated[float | None, typer.Option(min=0.0, help="Margin δ (default: the suite's).")] = None,
+    suite: Annotated[
+        list[str], typer.Option("--suite", "-s", help="Suite name, set or YAML path (repeatable).")
+    ],
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Margin δ (default: the suite's).")
+    ] = None,
     alpha: Annotated[float | None, typer.Option(min=0.0, max=0.5)] = None,
     power: Annotated[float, typer.Option(min=0.5, max=0.99)] = 0.8,
-    discordance: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Expected share of items that flip.")] = None,
-    pilot_run: Annotated[str | None, typer.Option(help="Take the discordance from this stored run's report.")] = None,
+    discordance: Annotated[
+        float | None, typer.Option(min=0.0, max=1.0, help="Expected share of items that flip.")
+    ] = None,
+    pilot_run: Annotated[
+        str | None, typer.Option(help="Take the discordance from this stored run's report.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
+    db: Annotated[
+        str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
+    ] = None,
 ) -> None:
     """How many items each suite needs to decide at margin δ, before running it."""
     from evalsvc.services import planning
     from evalsvc.services.runs import UsageError
 
     try:
-        rows = planning.plan(suites=suite, margin=margin, alpha=alpha, power=power,
-                             discordance=discordance, pilot_run=pilot_run,
-                             store=_open_store(db) if pilot_run else None)
+        rows = planning.plan(
+            suites=suite,
+            margin=margin,
+            alpha=alpha,
+            power=power,
+            discordance=discordance,
+            pilot_run=pilot_run,
+            store=_open_store(db) if pilot_run else None,
+        )
     except UsageError as exc:
         raise _die(str(exc), EXIT_CODES["usage"]) from exc
     if as_json:
@@ -269,29 +389,46 @@ def plan(
     for col in ("suite", "margin", "discordance", "required", "planned", "MDE at planned", "note"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(r["suite"], str(r["margin"]), str(r.get("discordance", "")),
-                      str(r.get("required_items", "")), str(r.get("planned_items", "")),
-                      f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "", r.get("note", ""))
+        table.add_row(
+            r["suite"],
+            str(r["margin"]),
+            str(r.get("discordance", "")),
+            str(r.get("required_items", "")),
+            str(r.get("planned_items", "")),
+            f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "",
+            r.get("note", ""),
+        )
     Console().print(table)
 
 
 @endpoints_app.command("add")
 def endpoints_add(
-    name: str, url: str,
-    model: Annotated[str | None, typer.Option(help="Served model name (default: discovered).")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable that holds the API key.")] = None,
-    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
+    name: str,
+    url: str,
+    model: Annotated[
+        str | None, typer.Option(help="Served model name (default: discovered).")
+    ] = None,
+    api_key_env: Annotated[
+        str | None, typer.Option(help="Environment variable that holds the API key.")
+    ] = None,
+    db: Annotated[
+        str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
+    ] = None,
 ) -> None:
     """Register an endpoint under NAME."""
     store = _open_store(db)
-    ref = store.upsert_endpoint(name=name, url=url.rstrip("/"), model=model, api_key_env=api_key_env)
+    ref = store.upsert_endpoint(
+        name=name, url=url.rstrip("/"), model=model, api_key_env=api_key_env
+    )
     err.print(f"registered {ref.name} → {ref.url}")
 
 
 @endpoints_app.command("list")
 def endpoints_list(
     as_json: Annotated[bool, typer.Option("--json")] = False,
-    db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None,
+    db: Annotated[
+        str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
+    ] = None,
 ) -> None:
     """List registered endpoints."""
     refs = _open_store(db).list_endpoints()
@@ -307,7 +444,12 @@ def endpoints_list(
 
 
 @endpoints_app.command("remove")
-def endpoints_remove(name: str, db: Annotated[str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")] = None) -> None:
+def endpoints_remove(
+    name: str,
+    db: Annotated[
+        str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
+    ] = None,
+) -> None:
     """Remove a registered endpoint."""
     if not _open_store(db).delete_endpoint(name):
         raise _die(f"no endpoint named {name!r}", EXIT_CODES["usage"])
@@ -321,7 +463,9 @@ def _mount_optional() -> None:
     from evalsvc.cli.schedules import app as schedules_app
     from evalsvc.cli.worker import worker
 
-    app.add_typer(local.app, name="local", help="Real local vLLM-CPU endpoints (baseline + candidates).")
+    app.add_typer(
+        local.app, name="local", help="Real local vLLM-CPU endpoints (baseline + candidates)."
+    )
     app.add_typer(db_app, name="db", help="Database migrations.")
     app.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
     app.command("worker")(worker)

@@ -128,7 +128,9 @@ class EndpointClient:
         return AsyncRetrying(
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(self._retries),
-            wait=wait_exponential_jitter(multiplier=self._backoff_s, jitter=self._backoff_s, max=10.0),
+            wait=wait_exponential_jitter(
+                multiplier=self._backoff_s, jitter=self._backoff_s, max=10.0
+            ),
             reraise=True,
         )
 
@@ -148,7 +150,9 @@ class EndpointClient:
         except httpx.TimeoutException as exc:
             raise EndpointError(f"timeout: {type(exc).__name__} on {url}") from exc
         except httpx.TransportError as exc:
-            raise EndpointError(f"{type(exc).__name__}: {exc or 'connection failed'} ({url})") from exc
+            raise EndpointError(
+                f"{type(exc).__name__}: {exc or 'connection failed'} ({url})"
+            ) from exc
         try:
             return resp.status_code, resp.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -352,8 +356,14 @@ def _parse_response(data: Any, status: int) -> Completion:
         if isinstance(message, dict):
             message = message.get("message", message)
         return Completion(error=f"HTTP {status}: {str(message)[:200]}", status_code=status)
-    if not isinstance(data, dict) or not isinstance(data.get("choices"), list) or not data["choices"]:
-        return Completion(error=f"malformed response: no choices in {str(data)[:120]!r}", status_code=status)
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("choices"), list)
+        or not data["choices"]
+    ):
+        return Completion(
+            error=f"malformed response: no choices in {str(data)[:120]!r}", status_code=status
+        )
     choice = data["choices"][0]
     if not isinstance(choice, dict):
         return Completion(error="malformed response: choice is not an object", status_code=status)

@@ -33,7 +33,9 @@ async def probe(client: EndpointClient) -> Provenance:
     chosen = _choose_model(models, client.model)
     if chosen is None:
         names = ", ".join(str(m.get("id")) for m in models)
-        raise EndpointError(f"{client.base_url} does not serve model {client.model!r} (it serves {names})")
+        raise EndpointError(
+            f"{client.base_url} does not serve model {client.model!r} (it serves {names})"
+        )
     client.model = str(chosen["id"])
     prov = Provenance(
         model=client.model,
@@ -52,12 +54,19 @@ async def probe(client: EndpointClient) -> Provenance:
     # echo + logprobs + max_tokens=0 is the loglikelihood path: it must return one logprob per
     # prompt token (the first is null). An engine that accepts the flag but returns nothing
     # would make every loglikelihood task score at chance, so check the content, not the status.
-    echo = await client.complete("The capital of France is Paris", max_tokens=0, logprobs=1, echo=True)
-    caps["echo"] = bool(echo.ok and echo.logprobs and len(echo.logprobs) >= 3 and
-                        any(t.logprob is not None for t in echo.logprobs))
+    echo = await client.complete(
+        "The capital of France is Paris", max_tokens=0, logprobs=1, echo=True
+    )
+    caps["echo"] = bool(
+        echo.ok
+        and echo.logprobs
+        and len(echo.logprobs) >= 3
+        and any(t.logprob is not None for t in echo.logprobs)
+    )
     plp = await client.complete("The capital of France is Paris", max_tokens=1, prompt_logprobs=1)
-    caps["prompt_logprobs"] = bool(plp.ok and plp.prompt_logprobs and
-                                   any(p is not None and p.top for p in plp.prompt_logprobs))
+    caps["prompt_logprobs"] = bool(
+        plp.ok and plp.prompt_logprobs and any(p is not None and p.top for p in plp.prompt_logprobs)
+    )
     try:
         ids = await client.tokenize(_FINGERPRINT_TEXT)
         caps["tokenize"] = bool(ids)
@@ -127,8 +136,12 @@ def _apply_metrics(prov: Provenance, metrics: dict[str, dict[str, str]]) -> None
     if prov.kv_capacity_tokens is None and prov.block_size and prov.num_gpu_blocks:
         prov.kv_capacity_tokens = prov.block_size * prov.num_gpu_blocks
     prov.kv_cache_memory_bytes = _int(cache.get("kv_cache_memory_bytes"))
-    prov.prefix_caching = cache.get("enable_prefix_caching") == "True" if "enable_prefix_caching" in cache else None
-    quant = cache.get("quantization") or metrics.get("vllm:model_config_info", {}).get("quantization")
+    prov.prefix_caching = (
+        cache.get("enable_prefix_caching") == "True" if "enable_prefix_caching" in cache else None
+    )
+    quant = cache.get("quantization") or metrics.get("vllm:model_config_info", {}).get(
+        "quantization"
+    )
     if quant and quant != "None":
         prov.quantization = quant
 

@@ -1,5 +1,11 @@
 """Reports: the JSON report (the contract outside tools rely on), JUnit XML and Markdown."""
 
-from evalsvc.reports._render import SCHEMA_VERSION, build_report, summary_rows, to_junit, to_markdown
+from evalsvc.reports._render import (
+    SCHEMA_VERSION,
+    build_report,
+    summary_rows,
+    to_junit,
+    to_markdown,
+)
 
 __all__ = ["SCHEMA_VERSION", "build_report", "summary_rows", "to_junit", "to_markdown"]

@@ -44,27 +44,29 @@ def build_report(result: RunResult) -> dict[str, Any]:
         suites = []
         for s in cand.suites:
             o = s.outcome.to_dict()
-            suites.append({
-                "suite": s.suite,
-                "kind": s.kind,
-                "suite_version": s.version,
-                "verdict": s.verdict,
-                "gated": s.gated,
-                "metric": o["metric"],
-                "baseline": o["baseline"],
-                "candidate": o["candidate"],
-                "delta": o["delta"],
-                "ci": o["ci"],
-                "p_value": o["p_value"],
-                "margin": o["margin"],
-                "alpha": o["alpha"],
-                "n": o["n"],
-                "n_planned": s.n_planned,
-                "n_errors": s.n_errors,
-                "mde": o.get("mde"),
-                "test": o["test"],
-                "details": {**o.get("details", {}), **s.details},
-            })
+            suites.append(
+                {
+                    "suite": s.suite,
+                    "kind": s.kind,
+                    "suite_version": s.version,
+                    "verdict": s.verdict,
+                    "gated": s.gated,
+                    "metric": o["metric"],
+                    "baseline": o["baseline"],
+                    "candidate": o["candidate"],
+                    "delta": o["delta"],
+                    "ci": o["ci"],
+                    "p_value": o["p_value"],
+                    "margin": o["margin"],
+                    "alpha": o["alpha"],
+                    "n": o["n"],
+                    "n_planned": s.n_planned,
+                    "n_errors": s.n_errors,
+                    "mde": o.get("mde"),
+                    "test": o["test"],
+                    "details": {**o.get("details", {}), **s.details},
+                }
+            )
         entry = _endpoint(cand.endpoint, cand.provenance)
         entry.update({"role": cand.role, "verdict": cand.verdict, "suites": suites})
         candidates.append(entry)
@@ -97,20 +99,22 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, str]]:
     for cand in report["candidates"]:
         for s in cand["suites"]:
             ci = s.get("ci") or [None, None]
-            rows.append({
-                "candidate": cand.get("name") or cand.get("model") or cand["url"],
-                "suite": s["suite"],
-                "metric": s["metric"],
-                "baseline": _fmt(s["baseline"]),
-                "candidate_value": _fmt(s["candidate"]),
-                "delta": _fmt(s["delta"]),
-                "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
-                "margin": _fmt(s["margin"]),
-                "p": _fmt(s["p_value"], 4),
-                "n": f"{s['n']}" + (f" ({s['n_errors']} err)" if s["n_errors"] else ""),
-                "mde": _fmt(s.get("mde")),
-                "verdict": s["verdict"] + ("" if s.get("gated", True) else " (not gated)"),
-            })
+            rows.append(
+                {
+                    "candidate": cand.get("name") or cand.get("model") or cand["url"],
+                    "suite": s["suite"],
+                    "metric": s["metric"],
+                    "baseline": _fmt(s["baseline"]),
+                    "candidate_value": _fmt(s["candidate"]),
+                    "delta": _fmt(s["delta"]),
+                    "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
+                    "margin": _fmt(s["margin"]),
+                    "p": _fmt(s["p_value"], 4),
+                    "n": f"{s['n']}" + (f" ({s['n_errors']} err)" if s["n_errors"] else ""),
+                    "mde": _fmt(s.get("mde")),
+                    "verdict": s["verdict"] + ("" if s.get("gated", True) else " (not gated)"),
+                }
+            )
     return rows
 
 
@@ -154,9 +158,11 @@ def to_junit(report: dict[str, Any]) -> str:
         for s in cand["suites"]:
             t += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name=s["suite"])
-            msg = (f"{s['metric']}: baseline {_fmt(s['baseline'])}, candidate {_fmt(s['candidate'])}, "
-                   f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
-                   f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}")
+            msg = (
+                f"{s['metric']}: baseline {_fmt(s['baseline'])}, candidate {_fmt(s['candidate'])}, "
+                f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
+                f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}"
+            )
             if s["verdict"] == "fail":
                 f += 1
                 ET.SubElement(tc, "failure", message=f"gate failed: {msg}", type="fail").text = msg

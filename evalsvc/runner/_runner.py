@@ -44,13 +44,17 @@ class SampleSink(Protocol):
 
 
 class Progress(Protocol):
-    def planned(self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]) -> None: ...
+    def planned(
+        self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
+    ) -> None: ...
     def advance(self, suite: str, role: str) -> None: ...
     def message(self, text: str) -> None: ...
 
 
 class NullProgress:
-    def planned(self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]) -> None:
+    def planned(
+        self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
+    ) -> None:
         pass
 
     def advance(self, suite: str, role: str) -> None:
@@ -128,7 +132,9 @@ async def probe_all(
     return clients, provs
 
 
-def check_capabilities(suites: Sequence[Suite], refs: Sequence[EndpointRef], provs: Sequence[Provenance]) -> None:
+def check_capabilities(
+    suites: Sequence[Suite], refs: Sequence[EndpointRef], provs: Sequence[Provenance]
+) -> None:
     problems = []
     for suite in suites:
         for ref, prov in zip(refs, provs, strict=True):
@@ -139,8 +145,10 @@ def check_capabilities(suites: Sequence[Suite], refs: Sequence[EndpointRef], pro
                     f"{ref.name or ref.url} does not support"
                 )
     if problems:
-        raise CapabilityError("; ".join(problems) + " (refused before sending any item; "
-                              "scoring it would give meaningless zeros)")
+        raise CapabilityError(
+            "; ".join(problems) + " (refused before sending any item; "
+            "scoring it would give meaningless zeros)"
+        )
 
 
 async def execute(
@@ -191,30 +199,45 @@ async def execute(
             try:
                 items = await suite.plan(clients[0], provs[0])
             except EndpointError as exc:
-                raise InfrastructureError(f"planning {suite.name} on the baseline failed: {exc}") from exc
+                raise InfrastructureError(
+                    f"planning {suite.name} on the baseline failed: {exc}"
+                ) from exc
             plans[suite.name] = items
             done_by_role = {
                 role: {(k[2], k[3]) for k in done if k[0] == role and k[1] == suite.name}
                 for role in roles
             }
-            progress.planned(suite.name, roles, _expected(suite, items),
-                             {r: len(v) for r, v in done_by_role.items()})
+            progress.planned(
+                suite.name,
+                roles,
+                _expected(suite, items),
+                {r: len(v) for r, v in done_by_role.items()},
+            )
 
-            async def run_on(role: str, client: EndpointClient, its: list[Item],
-                             s: Suite = suite, d: dict[str, set[tuple[str, int]]] = done_by_role) -> None:
-                await s.run(its, client, role=role, emit=emit, done=d[role],
-                            concurrency=options.concurrency)
+            async def run_on(
+                role: str,
+                client: EndpointClient,
+                its: list[Item],
+                s: Suite = suite,
+                d: dict[str, set[tuple[str, int]]] = done_by_role,
+            ) -> None:
+                await s.run(
+                    its, client, role=role, emit=emit, done=d[role], concurrency=options.concurrency
+                )
 
             async def run_batch(its: list[Item], s: Suite = suite) -> None:
                 if s.exclusive:
                     for role, client in zip(roles, clients, strict=True):
                         await run_on(role, client, its)
                 else:
-                    await asyncio.gather(*(run_on(r, c, its) for r, c in zip(roles, clients, strict=True)))
+                    await asyncio.gather(
+                        *(run_on(r, c, its) for r, c in zip(roles, clients, strict=True))
+                    )
 
             if options.sequential and suite.sequential_ok:
                 sequential[suite.name] = await _run_sequential(
-                    suite, items, run_batch, collected, roles, options, stored)
+                    suite, items, run_batch, collected, roles, options, stored
+                )
                 # Items never sent are not missing: the design stopped. Gate on what was sent.
                 plans[suite.name] = items[: sequential[suite.name]["items_used"]]
             else:
@@ -260,28 +283,43 @@ async def _run_sequential(
     used = 0
     decisions: dict[str, str | None] = {}
     for start in range(0, len(items), batch):
-        await run_batch(items[start:start + batch])
+        await run_batch(items[start : start + batch])
         used = min(len(items), start + batch)
         mine = [s for s in previous + collected if s.suite == suite.name]
         base = [s for s in mine if s.endpoint == "baseline"]
         for role in roles[1:]:
             analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
-            higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
+            higher = (
+                analysis.higher_is_better
+                if analysis.higher_is_better is not None
+                else suite.higher_is_better
+            )
             sign = 1.0 if higher else -1.0
-            diffs = [sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)]
+            diffs = [
+                sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)
+            ]
             verdict, _, _ = sequential_decision(diffs, margin, alpha)
             decisions[role] = verdict
         if all(v is not None for v in decisions.values()):
             break
-    return {"items_used": used, "items_planned": len(items), "batch": batch,
-            "stopped_early": used < len(items), "decisions": decisions}
+    return {
+        "items_used": used,
+        "items_planned": len(items),
+        "batch": batch,
+        "stopped_early": used < len(items),
+        "decisions": decisions,
+    }
 
 
 def _margin_alpha(suite: Suite, options: RunOptions) -> tuple[float, float]:
     """CLI flag, else the suite's YAML, else the kind's documented default (evalsvc.gates.DEFAULTS)."""
     defaults = DEFAULTS.get(suite.kind)
     policy = suite.spec.gate
-    margin = options.margin or policy.margin or (defaults.margin if defaults and defaults.margin else 0.05)
+    margin = (
+        options.margin
+        or policy.margin
+        or (defaults.margin if defaults and defaults.margin else 0.05)
+    )
     alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
     return margin, alpha
 
@@ -341,33 +379,63 @@ def _gate_all(
     error = None
     if infra_errors:
         verdict, error = "error", "error budget exceeded: " + "; ".join(infra_errors)
-    return RunResult(run_id=run_id, verdict=verdict, baseline=baseline, baseline_provenance=provs[0],
-                     candidates=results, error=error, options=options)
+    return RunResult(
+        run_id=run_id,
+        verdict=verdict,
+        baseline=baseline,
+        baseline_provenance=provs[0],
+        candidates=results,
+        error=error,
+        options=options,
+    )
 
 
 def _gate_one(
-    suite: Suite, analysis: Analysis, options: RunOptions, planned: int,
-    base_s: list[Sample], cand_s: list[Sample],
+    suite: Suite,
+    analysis: Analysis,
+    options: RunOptions,
+    planned: int,
+    base_s: list[Sample],
+    cand_s: list[Sample],
 ) -> SuiteResult:
     defaults = DEFAULTS.get(suite.kind)
     policy = suite.spec.gate
     metric = analysis.metric or policy.metric or suite.metric
     margin, alpha = _margin_alpha(suite, options)
-    higher = analysis.higher_is_better if analysis.higher_is_better is not None else suite.higher_is_better
+    higher = (
+        analysis.higher_is_better
+        if analysis.higher_is_better is not None
+        else suite.higher_is_better
+    )
     gate_kind = analysis.gate_kind or suite.gate_kind
     threshold = policy.threshold if policy.threshold is not None else analysis.threshold
     if threshold is None and defaults is not None and defaults.gate == "threshold":
         threshold = defaults.threshold
     if threshold is not None:
-        outcome = threshold_gate(analysis.candidate, metric=metric, threshold=threshold,
-                                 higher_is_better=higher, alpha=alpha, seed=suite.spec.seed)
+        outcome = threshold_gate(
+            analysis.candidate,
+            metric=metric,
+            threshold=threshold,
+            higher_is_better=higher,
+            alpha=alpha,
+            seed=suite.spec.seed,
+        )
     else:
         outcome = evaluate_gate(
-            analysis.baseline, analysis.candidate, metric=metric, kind=gate_kind, margin=margin,
-            alpha=alpha, higher_is_better=higher, clusters=analysis.clusters,
-            paired=analysis.paired, seed=suite.spec.seed,
+            analysis.baseline,
+            analysis.candidate,
+            metric=metric,
+            kind=gate_kind,
+            margin=margin,
+            alpha=alpha,
+            higher_is_better=higher,
+            clusters=analysis.clusters,
+            paired=analysis.paired,
+            seed=suite.spec.seed,
         )
-    gated = policy.enabled if policy.enabled is not None else (defaults.required if defaults else True)
+    gated = (
+        policy.enabled if policy.enabled is not None else (defaults.required if defaults else True)
+    )
     details = dict(analysis.details)
     if gate_kind == "binary" and analysis.paired and analysis.baseline:
         details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
@@ -378,6 +446,12 @@ def _gate_one(
     if errors:
         details["error_examples"] = sorted(set(errors))[:5]
     return SuiteResult(
-        suite=suite.name, kind=suite.kind, version=suite.version, outcome=outcome,
-        n_errors=analysis.n_errors, n_planned=planned, gated=gated, details=details,
+        suite=suite.name,
+        kind=suite.kind,
+        version=suite.version,
+        outcome=outcome,
+        n_errors=analysis.n_errors,
+        n_planned=planned,
+        gated=gated,
+        details=details,
     )

@@ -46,15 +46,29 @@ def plan(
     rows = []
     for suite in resolved:
         defaults = DEFAULTS.get(suite.kind)
-        m = margin or suite.spec.gate.margin or (defaults.margin if defaults and defaults.margin else None)
+        m = (
+            margin
+            or suite.spec.gate.margin
+            or (defaults.margin if defaults and defaults.margin else None)
+        )
         a = alpha or suite.spec.gate.alpha or (defaults.alpha if defaults else 0.05)
-        row: dict[str, Any] = {"suite": suite.name, "kind": suite.kind, "margin": m, "alpha": a,
-                               "power": power, "planned_items": suite.item_count()}
+        row: dict[str, Any] = {
+            "suite": suite.name,
+            "kind": suite.kind,
+            "margin": m,
+            "alpha": a,
+            "power": power,
+            "planned_items": suite.item_count(),
+        }
         psi = discordance if discordance is not None else pilot.get(suite.name)
         if suite.gate_kind != "binary" or m is None:
-            row["note"] = "not a paired binary gate: plan from a pilot run's SD (evalsvc.stats.required_n_mean)"
+            row["note"] = (
+                "not a paired binary gate: plan from a pilot run's SD (evalsvc.stats.required_n_mean)"
+            )
         elif psi is None:
-            row["note"] = "give --discordance or --pilot-run (the share of items on which the endpoints disagree)"
+            row["note"] = (
+                "give --discordance or --pilot-run (the share of items on which the endpoints disagree)"
+            )
         else:
             if discordance is None:
                 # A pilot's discordance is an estimate (often 0 on a small pilot): smooth it as the

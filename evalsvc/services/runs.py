@@ -88,18 +88,30 @@ def compare(
 
 
 def execute_stored_run(
-    store: Store, run: RunInfo, *, cancel: threading.Event, worker_id: str,
+    store: Store,
+    run: RunInfo,
+    *,
+    cancel: threading.Event,
+    worker_id: str,
     progress: Progress | None = None,
 ) -> None:
     """Execute a claimed run (worker path). Never raises for run-level failures: it records them."""
     try:
         suites = load_suites(run.spec)
     except UsageError as exc:
-        store.finish_run(run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id)
+        store.finish_run(
+            run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id
+        )
         return
     try:
-        _execute(store, run, suites, progress=progress or _StoreProgress(store, run.id),
-                 cancel=cancel, worker_id=worker_id)
+        _execute(
+            store,
+            run,
+            suites,
+            progress=progress or _StoreProgress(store, run.id),
+            cancel=cancel,
+            worker_id=worker_id,
+        )
     except (InfrastructureError, CapabilityError):
         pass  # already recorded by _execute
     except CancelledRun:
@@ -117,8 +129,13 @@ def _execute(
 ) -> dict[str, Any]:
     spec = run.spec
     for suite in suites:
-        store.save_suite_snapshot(run.id, name=suite.name, kind=suite.kind, version=suite.version,
-                                  spec=suite.spec.model_dump(mode="json"))
+        store.save_suite_snapshot(
+            run.id,
+            name=suite.name,
+            kind=suite.kind,
+            version=suite.version,
+            spec=suite.spec.model_dump(mode="json"),
+        )
     writer = SampleWriter(store, run.id)
     done = store.done_keys(run.id)
 
@@ -134,32 +151,58 @@ def _execute(
         store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
 
     try:
-        result = asyncio.run(execute(
-            run_id=run.id, baseline=spec.baseline, candidates=spec.candidates, suites=suites,
-            options=spec.options, sink=sink, done=done, stored=_flushing(writer, stored),
-            progress=progress, cancel=cancel, on_probed=on_probed,
-        ))
+        result = asyncio.run(
+            execute(
+                run_id=run.id,
+                baseline=spec.baseline,
+                candidates=spec.candidates,
+                suites=suites,
+                options=spec.options,
+                sink=sink,
+                done=done,
+                stored=_flushing(writer, stored),
+                progress=progress,
+                cancel=cancel,
+                on_probed=on_probed,
+            )
+        )
     except (InfrastructureError, CapabilityError) as exc:
         writer.flush()
-        store.finish_run(run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id)
+        store.finish_run(
+            run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id
+        )
         raise
     except CancelledRun:
         writer.flush()
         raise
     except BaseException as exc:
         writer.flush()
-        store.finish_run(run.id, status=RunStatus.error, verdict="error",
-                         error=f"{type(exc).__name__}: {exc}", worker_id=worker_id)
+        store.finish_run(
+            run.id,
+            status=RunStatus.error,
+            verdict="error",
+            error=f"{type(exc).__name__}: {exc}",
+            worker_id=worker_id,
+        )
         raise
     writer.flush()
     report = build_report(result)
-    store.save_gate_results(run.id, [
-        {"candidate": c["role"], "candidate_url": c["url"], **s}
-        for c in report["candidates"] for s in c["suites"]
-    ])
+    store.save_gate_results(
+        run.id,
+        [
+            {"candidate": c["role"], "candidate_url": c["url"], **s}
+            for c in report["candidates"]
+            for s in c["suites"]
+        ],
+    )
     store.save_report(run.id, report)
-    store.finish_run(run.id, status=RunStatus.completed, verdict=result.verdict, error=result.error,
-                     worker_id=worker_id)
+    store.finish_run(
+        run.id,
+        status=RunStatus.completed,
+        verdict=result.verdict,
+        error=result.error,
+        worker_id=worker_id,
+    )
     return report
 
 

@@ -143,7 +143,9 @@ def _load_file(path: Path) -> Suite | SuiteSet:
     if "suites" in data and "kind" not in data:
         names = data.get("suites")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise SuiteError(f"{path}:{_line(node, ('suites',))}: field 'suites' must be a list of names")
+            raise SuiteError(
+                f"{path}:{_line(node, ('suites',))}: field 'suites' must be a list of names"
+            )
         return SuiteSet(str(data.get("name", path.stem)), str(data.get("description", "")), names)
     try:
         spec = SuiteSpec.model_validate(data)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import random
 import re
-import string
 import uuid
 from pathlib import Path
 from typing import Literal
@@ -32,14 +31,68 @@ from evalsvc.endpoints import EndpointClient
 from evalsvc.suites._base import Suite
 from evalsvc.suites._registry import catalog_dir, register
 
-_KEYS = (
-    "Lima Oslo Quito Accra Hanoi Perth Sofia Tunis Riga Dakar Cairo Lagos Minsk Porto Bern Kyiv "
-    "Malmo Turin Fargo Tulsa Boise Omaha Reno Nice Lyon Graz Brno Split Cork Bath York Leeds"
-).split()
-_WORDS = (
-    "amber banjo cactus dolphin ember falcon glacier harbor igloo jasmine kettle lantern meadow "
-    "nutmeg orchid pepper quartz raven saffron tundra velvet walrus yarrow zephyr copper marble"
-).split()
+_KEYS = [
+    "Lima",
+    "Oslo",
+    "Quito",
+    "Accra",
+    "Hanoi",
+    "Perth",
+    "Sofia",
+    "Tunis",
+    "Riga",
+    "Dakar",
+    "Cairo",
+    "Lagos",
+    "Minsk",
+    "Porto",
+    "Bern",
+    "Kyiv",
+    "Malmo",
+    "Turin",
+    "Fargo",
+    "Tulsa",
+    "Boise",
+    "Omaha",
+    "Reno",
+    "Nice",
+    "Lyon",
+    "Graz",
+    "Brno",
+    "Split",
+    "Cork",
+    "Bath",
+    "York",
+    "Leeds",
+]
+_WORDS = [
+    "amber",
+    "banjo",
+    "cactus",
+    "dolphin",
+    "ember",
+    "falcon",
+    "glacier",
+    "harbor",
+    "igloo",
+    "jasmine",
+    "kettle",
+    "lantern",
+    "meadow",
+    "nutmeg",
+    "orchid",
+    "pepper",
+    "quartz",
+    "raven",
+    "saffron",
+    "tundra",
+    "velvet",
+    "walrus",
+    "yarrow",
+    "zephyr",
+    "copper",
+    "marble",
+]
 
 _TEMPLATE = (
     "Some special magic {type_plural} are hidden within the following text. Make sure to "
@@ -92,7 +145,12 @@ class NeedleSuite(Suite):
         rng = random.Random(self.spec.seed)
         paragraphs = _paragraphs()
         max_ctx = provenance.max_context
-        cells = [(length, h, depth) for length in p.lengths for h in range(p.haystacks) for depth in p.depths]
+        cells = [
+            (length, h, depth)
+            for length in p.lengths
+            for h in range(p.haystacks)
+            for depth in p.depths
+        ]
         if p.n and p.n < len(cells):
             step = len(cells) / p.n
             cells = [cells[int(i * step)] for i in range(p.n)]
@@ -116,16 +174,22 @@ class NeedleSuite(Suite):
                     text += "\n\n" + "\n\n".join(order)
                 haystack_cache[key] = text
             needles, question, expected = self._needles(rng)
-            message, n_tokens = await _fit(client, haystack_cache[key], needles, depth, length,
-                                           question, self._type_plural())
+            message, n_tokens = await _fit(
+                client, haystack_cache[key], needles, depth, length, question, self._type_plural()
+            )
             items.append(
                 Item(
                     id=f"L{length}-h{h}-d{depth:.2f}",
                     prompt=[{"role": "user", "content": message}],
                     expected=expected,
                     cluster=f"L{length}-h{h}",
-                    metadata={"context_length": length, "context_tokens": n_tokens,
-                              "depth": depth, "haystack": h, "variant": p.variant},
+                    metadata={
+                        "context_length": length,
+                        "context_tokens": n_tokens,
+                        "depth": depth,
+                        "haystack": h,
+                        "variant": p.variant,
+                    },
                 )
             )
         return items
@@ -152,39 +216,59 @@ class NeedleSuite(Suite):
 
         if p.variant == "single":
             value = self._value(rng)
-            return ([needle(target, value)],
-                    f"What is the special magic {kind} for {target} mentioned in the provided text?",
-                    [value])
+            return (
+                [needle(target, value)],
+                f"What is the special magic {kind} for {target} mentioned in the provided text?",
+                [value],
+            )
         if p.variant == "multikey":
             value = self._value(rng)
-            needles = [needle(target, value)] + [needle(k, self._value(rng)) for k in keys[1:1 + p.num_distractors]]
+            needles = [needle(target, value)] + [
+                needle(k, self._value(rng)) for k in keys[1 : 1 + p.num_distractors]
+            ]
             rng.shuffle(needles)
-            return (needles,
-                    f"What is the special magic {kind} for {target} mentioned in the provided text?",
-                    [value])
+            return (
+                needles,
+                f"What is the special magic {kind} for {target} mentioned in the provided text?",
+                [value],
+            )
         if p.variant == "multivalue":
             values = [self._value(rng) for _ in range(p.num_values)]
-            return ([needle(target, v) for v in values],
-                    f"What are all the special magic {kind}s for {target} mentioned in the provided text?",
-                    values)
+            return (
+                [needle(target, v) for v in values],
+                f"What are all the special magic {kind}s for {target} mentioned in the provided text?",
+                values,
+            )
         queried = keys[: p.num_queries]
         values = [self._value(rng) for _ in queried]
-        return ([needle(k, v) for k, v in zip(queried, values, strict=True)],
-                f"What are the special magic {kind}s for {', '.join(queried)} mentioned in the provided text?",
-                values)
+        return (
+            [needle(k, v) for k, v in zip(queried, values, strict=True)],
+            f"What are the special magic {kind}s for {', '.join(queried)} mentioned in the provided text?",
+            values,
+        )
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
         out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
-        found = [v for v in item.expected if _normalise(v) in _normalise(out.text)] if out.ok else []
+        found = (
+            [v for v in item.expected if _normalise(v) in _normalise(out.text)] if out.ok else []
+        )
         return Sample(
-            suite=self.name, item_id=item.id, endpoint="",
+            suite=self.name,
+            item_id=item.id,
+            endpoint="",
             output=out.text,
             score=None if out.error else float(len(found) == len(item.expected)),
-            prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-            latency_s=out.latency_s, error=out.error,
-            data={"cluster": item.cluster, "found": len(found), "expected": item.expected,
-                  **{k: item.metadata[k] for k in ("context_length", "context_tokens", "depth")}},
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+            latency_s=out.latency_s,
+            error=out.error,
+            data={
+                "cluster": item.cluster,
+                "found": len(found),
+                "expected": item.expected,
+                **{k: item.metadata[k] for k in ("context_length", "context_tokens", "depth")},
+            },
         )
 
     def heatmap(self, samples: list[Sample]) -> list[dict[str, float | int]]:
@@ -192,7 +276,9 @@ class NeedleSuite(Suite):
         cells: dict[tuple[int, float], list[float]] = {}
         for s in samples:
             if s.score is not None:
-                cells.setdefault((int(s.data["context_length"]), float(s.data["depth"])), []).append(s.score)
+                cells.setdefault(
+                    (int(s.data["context_length"]), float(s.data["depth"])), []
+                ).append(s.score)
         return [
             {"context_length": length, "depth": depth, "accuracy": sum(v) / len(v), "n": len(v)}
             for (length, depth), v in sorted(cells.items())
@@ -224,15 +310,21 @@ def _insert(haystack: str, needles: list[str], depth: float) -> str:
 
 
 async def _fit(
-    client: EndpointClient, haystack: str, needles: list[str], depth: float, length: int,
-    question: str, type_plural: str,
+    client: EndpointClient,
+    haystack: str,
+    needles: list[str],
+    depth: float,
+    length: int,
+    question: str,
+    type_plural: str,
 ) -> tuple[str, int]:
     """The largest haystack prefix whose full message is ≤ ``length`` tokens (binary search)."""
 
     def build(chars: int) -> str:
         prefix = haystack[:chars]
-        return _TEMPLATE.format(type_plural=type_plural, context=_insert(prefix, needles, depth),
-                                question=question)
+        return _TEMPLATE.format(
+            type_plural=type_plural, context=_insert(prefix, needles, depth), question=question
+        )
 
     lo, hi = 0, len(haystack)
     best: tuple[str, int] | None = None
