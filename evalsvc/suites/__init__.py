@@ -13,12 +13,14 @@ from evalsvc.suites._base import (
     flips,
     paired_scores,
 )
+# ``suite_kinds`` (not ``kinds``): ``evalsvc.suites.kinds`` is the subpackage of built-in kinds,
+# and importing it would shadow a function of the same name on this package.
 from evalsvc.suites._registry import (
     SuiteError,
     SuiteSet,
     catalog,
     catalog_dir,
-    kinds,
+    suite_kinds,
     load_suite,
     register,
     resolve,
@@ -35,7 +37,7 @@ __all__ = [
     "catalog",
     "catalog_dir",
     "flips",
-    "kinds",
+    "suite_kinds",
     "load_suite",
     "paired_scores",
     "register",

@@ -39,7 +39,8 @@ def register(cls: S) -> S:
     return cls
 
 
-def kinds() -> dict[str, type[Suite]]:
+def suite_kinds() -> dict[str, type[Suite]]:
+    """Every registered kind by name (built-ins and entry points)."""
     _load_builtin_and_entry_points()
     return dict(_KINDS)
 
@@ -151,11 +152,11 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         spec = SuiteSpec.model_validate(data)
     except ValidationError as exc:
         raise SuiteError(_format_error(path, node, exc)) from exc
-    kind_cls = kinds().get(spec.kind)
+    kind_cls = suite_kinds().get(spec.kind)
     if kind_cls is None:
         raise SuiteError(
             f"{path}:{_line(node, ('kind',))}: field 'kind': unknown suite kind {spec.kind!r}; "
-            f"known kinds: {', '.join(sorted(kinds()))}"
+            f"known kinds: {', '.join(sorted(suite_kinds()))}"
         )
     try:
         return kind_cls(spec)

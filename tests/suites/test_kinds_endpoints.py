@@ -16,7 +16,7 @@ import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, Sample
 from evalsvc.runner import execute
-from evalsvc.suites import Suite, SuiteSpec, kinds
+from evalsvc.suites import Suite, SuiteSpec, suite_kinds
 
 pytestmark = [pytest.mark.endpoints, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -27,7 +27,7 @@ def suite(
     spec = SuiteSpec(
         name=name, kind=kind, seed=seed, params=params, **({"gate": gate} if gate else {})
     )
-    return kinds()[kind](spec)
+    return suite_kinds()[kind](spec)
 
 
 def run(
