@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EVALSVC := $(VENV)/bin/evalsvc
 CANDIDATES ?=
-SUITE ?= smoke
+SUITE ?= needle-smoke
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint down

@@ -6,7 +6,7 @@
 set -euo pipefail
 EVALSVC=${EVALSVC:-evalsvc}
 CANDIDATES=${CANDIDATES:-}   # empty: fp8-kv, or w8a8 where this CPU cannot serve fp8-kv
-SUITE=${SUITE:-smoke}
+SUITE=${SUITE:-needle-smoke}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 
