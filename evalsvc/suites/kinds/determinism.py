@@ -524,7 +524,10 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     texts: dict[str, set[str]] = defaultdict(set)
     for s in samples:
         if s.error is None:
-            texts[str(s.data.get("probe"))].add(s.output)
+            # The prefixed variant is a different prompt: count its outputs separately.
+            cond = str(s.data.get("condition"))
+            variant = "prefix" if cond in (PREFIX_REFERENCE, "prefix_warm") else "plain"
+            texts[f"{s.data.get('probe')}/{variant}"].add(s.output)
         cond = str(s.data.get("condition"))
         if cond not in (REFERENCE, PREFIX_REFERENCE):
             by_cond[cond].append(s)
@@ -532,7 +535,8 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
         "conditions": {c: _condition_metrics(v) for c, v in sorted(by_cond.items())}
     }
     out["overall"] = _condition_metrics([s for v in by_cond.values() for s in v])
-    # Distinct outputs per prompt across every condition (and both references): 1 = fully stable.
+    # Distinct outputs per prompt (plain and prefixed variants apart) across every condition and
+    # its reference: 1 = fully stable.
     out["overall"]["distinct_outputs_per_prompt"] = (
         statistics.fmean(len(v) for v in texts.values()) if texts else None
     )
