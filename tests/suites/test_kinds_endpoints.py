@@ -138,7 +138,7 @@ def test_determinism_reports_baseline_and_candidate_rates(local_endpoints: Any) 
         overall = res.details[side]["overall"]
         assert 0.0 <= overall["identical_rate"] <= 1.0
         assert set(res.details[side]["conditions"]) == {"mixed", "prefix_warm"}
-        assert overall["distinct_outputs_per_prompt"] >= 1.0
+        assert 1.0 <= overall["distinct_outputs_per_prompt"] <= 2.0  # 2 outputs per prompt at most
 
 
 def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:

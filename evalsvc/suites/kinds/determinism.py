@@ -523,12 +523,11 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     by_cond: dict[str, list[Sample]] = defaultdict(list)
     texts: dict[str, set[str]] = defaultdict(set)
     for s in samples:
+        cond = str(s.data.get("condition"))
         if s.error is None:
             # The prefixed variant is a different prompt: count its outputs separately.
-            cond = str(s.data.get("condition"))
             variant = "prefix" if cond in (PREFIX_REFERENCE, "prefix_warm") else "plain"
             texts[f"{s.data.get('probe')}/{variant}"].add(s.output)
-        cond = str(s.data.get("condition"))
         if cond not in (REFERENCE, PREFIX_REFERENCE):
             by_cond[cond].append(s)
     out: dict[str, Any] = {
