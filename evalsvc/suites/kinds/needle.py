@@ -18,6 +18,7 @@ with the project), shuffled by paragraph per haystack draw and repeated as neede
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import uuid
@@ -154,7 +155,7 @@ class NeedleSuite(Suite):
         if p.n and p.n < len(cells):
             step = len(cells) / p.n
             cells = [cells[int(i * step)] for i in range(p.n)]
-        items: list[Item] = []
+        drafts: list[tuple[int, int, float, tuple[int, int], list[str], str, list[str]]] = []
         haystack_cache: dict[tuple[int, int], str] = {}
         for length, h, depth in cells:
             if max_ctx is not None and length + p.max_tokens + 64 > max_ctx:
@@ -173,25 +174,31 @@ class NeedleSuite(Suite):
                     hrng.shuffle(order)
                     text += "\n\n" + "\n\n".join(order)
                 haystack_cache[key] = text
-            needles, question, expected = self._needles(rng)
+            needles, question, expected = self._needles(rng)  # drawn in order: seeded
+            drafts.append((length, h, depth, key, needles, question, expected))
+
+        async def build(d: tuple[int, int, float, tuple[int, int], list[str], str, list[str]]) -> Item:
+            length, h, depth, key, needles, question, expected = d
             message, n_tokens = await _fit(
                 client, haystack_cache[key], needles, depth, length, question, self._type_plural()
             )
-            items.append(
-                Item(
-                    id=f"L{length}-h{h}-d{depth:.2f}",
-                    prompt=[{"role": "user", "content": message}],
-                    expected=expected,
-                    cluster=f"L{length}-h{h}",
-                    metadata={
-                        "context_length": length,
-                        "context_tokens": n_tokens,
-                        "depth": depth,
-                        "haystack": h,
-                        "variant": p.variant,
-                    },
-                )
+            return Item(
+                id=f"L{length}-h{h}-d{depth:.2f}",
+                prompt=[{"role": "user", "content": message}],
+                expected=expected,
+                cluster=f"L{length}-h{h}",
+                metadata={
+                    "context_length": length,
+                    "context_tokens": n_tokens,
+                    "depth": depth,
+                    "haystack": h,
+                    "variant": p.variant,
+                },
             )
+
+        # Each item's binary search is ~15 sequential /tokenize calls; searching all items at once
+        # (bounded by the client's concurrency) keeps planning from dominating short runs.
+        items = list(await asyncio.gather(*(build(d) for d in drafts)))
         return items
 
     def _type_plural(self) -> str:
