@@ -7,6 +7,7 @@ Contract (DESIGN.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config e
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -198,6 +199,9 @@ def compare(
             _compare_remote(server, endpoints, suite, options, json_out, junit, markdown)
         )
     store = _open_store(db)
+    # SIGTERM (CI timeouts, `kill`) must unwind like Ctrl-C so the run is recorded as an error
+    # instead of staying "running" and holding its endpoints' run budget.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         refs = [runs.resolve_endpoint(e, store) for e in endpoints]
         spec = RunSpec(baseline=refs[0], candidates=refs[1:], suites=suite, options=options)
@@ -232,6 +236,10 @@ def compare(
     err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {report['run_id']})")
     _write_outputs(report, json_out, junit, markdown)
     raise typer.Exit(runs.exit_code(verdict))
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _compare_remote(
