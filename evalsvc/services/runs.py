@@ -190,7 +190,8 @@ def _execute(
     store.save_gate_results(
         run.id,
         [
-            {"candidate": c["role"], "candidate_url": c["url"], **s}
+            # The suite row has its own "candidate" (the metric value): keep it, but key by role.
+            {**s, "candidate_value": s["candidate"], "candidate": c["role"], "candidate_url": c["url"]}
             for c in report["candidates"]
             for s in c["suites"]
         ],
