@@ -319,7 +319,7 @@ def suites_list(
         entries = catalog()
     except SuiteError as exc:
         raise _die(str(exc), EXIT_CODES["usage"]) from exc
-    rows = []
+    rows: list[dict[str, Any]] = []
     for e in entries:
         if isinstance(e, SuiteSet):
             rows.append(
@@ -348,8 +348,10 @@ def suites_list(
     for col in ("name", "kind", "items", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        desc = r["description"] + (f" ({', '.join(r['suites'])})" if r.get("suites") else "")
-        table.add_row(r["name"], r["kind"], "" if r["items"] is None else str(r["items"]), desc)
+        members = r.get("suites")
+        desc = str(r["description"] or "") + (f" ({', '.join(members)})" if members else "")
+        items = r.get("items")
+        table.add_row(str(r["name"]), str(r["kind"]), "" if items is None else str(items), desc)
     Console().print(table)
 
 

@@ -371,7 +371,7 @@ def _parse_response(data: Any, status: int) -> Completion:
         text = choice["message"].get("content") or ""
     else:
         text = choice.get("text") or ""
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
     out = Completion(
         text=str(text),
         finish_reason=choice.get("finish_reason"),

@@ -50,7 +50,7 @@ async def probe(client: EndpointClient) -> Provenance:
     caps["chat"] = chat.ok
     comp = await client.complete("Hello", max_tokens=2, logprobs=1)
     caps["completions"] = comp.ok
-    caps["logprobs"] = comp.ok and bool(comp.logprobs) and comp.logprobs[0].logprob is not None
+    caps["logprobs"] = bool(comp.ok and comp.logprobs and comp.logprobs[0].logprob is not None)
     # echo + logprobs + max_tokens=0 is the loglikelihood path: it must return one logprob per
     # prompt token (the first is null). An engine that accepts the flag but returns nothing
     # would make every loglikelihood task score at chance, so check the content, not the status.

@@ -6,6 +6,7 @@ venv, environment, model directory, served model name) and to the model each one
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -151,7 +152,9 @@ def build_spec(layout: Layout, name: str, *, eager: bool | None = None) -> Serve
     ]
     if eager_enabled() if eager is None else eager:
         argv.append("--enforce-eager")
+    launcher_id = "launcher@" + hashlib.sha256(LAUNCHER.read_bytes()).hexdigest()[:12]
     return ServerSpec(
+        identity=tuple(launcher_id if a == str(LAUNCHER) else a for a in argv),
         name=name,
         role="baseline" if name == BASELINE else "candidate",
         argv=tuple(argv),

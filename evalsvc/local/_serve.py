@@ -59,8 +59,14 @@ class ServerSpec:
     """After /health, also require a 1-token completion: vLLM-CPU reports healthy before its
     kernels first run, and a missing kernel only shows at the first request."""
 
+    identity: tuple[str, ...] | None = None
+    """What ``key()`` hashes instead of ``argv`` when set: the command with machine-local paths
+    (the launcher inside this checkout) replaced by their content hashes, so that another clone
+    of the project reuses a running server instead of restarting it."""
+
     def key(self) -> str:
-        blob = json.dumps({"argv": self.argv, "env": dict(sorted(self.env.items()))})
+        argv = self.argv if self.identity is None else self.identity
+        blob = json.dumps({"argv": argv, "env": dict(sorted(self.env.items()))})
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def render(self, port: int) -> list[str]:

@@ -108,13 +108,27 @@ def role_of(index: int) -> str:
     return f"candidate:{index}"
 
 
+def suite_concurrency(suite: Suite, options: RunOptions) -> int:
+    """In-flight bound for ``suite``: ``--concurrency``, or the suite's own traffic shape if larger."""
+    return max(options.concurrency, suite.traffic_concurrency())
+
+
 async def probe_all(
-    baseline: EndpointRef, candidates: Sequence[EndpointRef], options: RunOptions
+    baseline: EndpointRef,
+    candidates: Sequence[EndpointRef],
+    options: RunOptions,
+    *,
+    concurrency: int | None = None,
 ) -> tuple[list[EndpointClient], list[Provenance]]:
-    """Open a client per endpoint and probe them all; unreachable endpoints raise InfrastructureError."""
+    """Open a client per endpoint and probe them all; unreachable endpoints raise InfrastructureError.
+
+    ``concurrency`` sizes each client (default ``options.concurrency``); the runner passes the
+    largest in-flight bound of its suites (see :func:`suite_concurrency`).
+    """
     refs = [baseline, *candidates]
+    limit = max(1, concurrency if concurrency is not None else options.concurrency)
     clients = [
-        EndpointClient(ref, concurrency=options.concurrency, timeout_s=options.request_timeout_s)
+        EndpointClient(ref, concurrency=limit, timeout_s=options.request_timeout_s)
         for ref in refs
     ]
     results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
@@ -174,7 +188,8 @@ async def execute(
     progress = progress or NullProgress()
     done = done or set()
     started = time.perf_counter()
-    clients, provs = await probe_all(baseline, candidates, options)
+    limit = max([options.concurrency, *(suite_concurrency(s, options) for s in suites)])
+    clients, provs = await probe_all(baseline, candidates, options, concurrency=limit)
     try:
         refs = [baseline, *candidates]
         roles = ["baseline", *(role_of(i) for i in range(len(candidates)))]
@@ -222,7 +237,12 @@ async def execute(
                 d: dict[str, set[tuple[str, int]]] = done_by_role,
             ) -> None:
                 await s.run(
-                    its, client, role=role, emit=emit, done=d[role], concurrency=options.concurrency
+                    its,
+                    client,
+                    role=role,
+                    emit=emit,
+                    done=d[role],
+                    concurrency=suite_concurrency(s, options),
                 )
 
             async def run_batch(its: list[Item], s: Suite = suite) -> None:

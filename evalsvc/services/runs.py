@@ -13,6 +13,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -244,7 +245,6 @@ class _StoreProgress:
 
     def _push(self) -> None:
         self._since = 0
-        try:
+        # Progress is advisory: never fail a run over it.
+        with contextlib.suppress(Exception):
             self.store.update_progress(self.run_id, {"items": self.totals, "done": self.counts})
-        except Exception:  # noqa: BLE001 - progress is advisory; never fail a run over it
-            pass

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats  # type: ignore[import-untyped]
+from scipy import optimize, stats
 
 from evalsvc.stats._common import FloatArray, MarginTest, as_binary_vector
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special  # type: ignore[import-untyped]
+from scipy import special
 
 from evalsvc.stats._common import as_vector
 

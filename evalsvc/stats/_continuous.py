@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import special, stats  # type: ignore[import-untyped]
+from scipy import special, stats
 
 from evalsvc.stats._common import FloatArray, as_vector
 
@@ -277,7 +277,7 @@ def welch_test(
     vb = float(b.var(ddof=1)) / b.size
     vc = float(c.var(ddof=1)) / c.size
     se = float(np.sqrt(vb + vc))
-    if se == 0.0:
+    if se == 0.0:  # noqa: SIM108 - the Welch-Satterthwaite formula reads better on its own line
         df = float(b.size + c.size - 2)
     else:
         df = (vb + vc) ** 2 / (vb**2 / (b.size - 1) + vc**2 / (c.size - 1))

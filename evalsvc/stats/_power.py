@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats  # type: ignore[import-untyped]
+from scipy import stats
 
 from evalsvc.stats._binary import TANGO_CONTINUITY, _tango_restricted_q
 from evalsvc.stats._common import check_alpha

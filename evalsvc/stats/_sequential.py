@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats  # type: ignore[import-untyped]
+from scipy import stats
 
 from evalsvc.stats._binary import tango_statistic
 from evalsvc.stats._common import FloatArray, as_vector, check_alpha

@@ -13,6 +13,7 @@ from evalsvc.suites._base import (
     flips,
     paired_scores,
 )
+
 # ``suite_kinds`` (not ``kinds``): ``evalsvc.suites.kinds`` is the subpackage of built-in kinds,
 # and importing it would shadow a function of the same name on this package.
 from evalsvc.suites._registry import (
@@ -20,10 +21,10 @@ from evalsvc.suites._registry import (
     SuiteSet,
     catalog,
     catalog_dir,
-    suite_kinds,
     load_suite,
     register,
     resolve,
+    suite_kinds,
 )
 
 __all__ = [

@@ -99,6 +99,16 @@ class Suite(ABC):
         self.spec = spec
         self.params = self.Params.model_validate(spec.params)
 
+    def traffic_concurrency(self) -> int:
+        """Requests this suite itself keeps in flight on one endpoint (0: none of its own).
+
+        Kinds whose measurement *is* a traffic shape (speed's concurrency levels, determinism's
+        background load) declare it, and the runner sizes the endpoint's client and the
+        ``concurrency`` it passes to :meth:`run` to at least this, so a level of 32 means 32
+        requests in flight whatever ``--concurrency`` (which bounds ordinary suites) says.
+        """
+        return 0
+
     @property
     def name(self) -> str:
         return self.spec.name

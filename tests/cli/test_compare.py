@@ -115,3 +115,30 @@ def test_baseline_against_itself_never_fails(local_endpoints: Any) -> None:
     report = json.loads(r.stdout)
     _check_report(report, 1)
     assert report["verdict"] != "fail"
+
+
+@pytest.mark.endpoints
+@pytest.mark.slow
+def test_every_kind_lands_in_the_json_report(local_endpoints: Any) -> None:
+    """The `smoke` set plus the lm-eval task: all six kinds through the CLI, with their details."""
+    cands = local_endpoints.candidates
+    name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
+    r = evalsvc("compare", local_endpoints.baseline, cands[name], "--suite", "smoke",
+                "--suite", "lmeval-mc", "--samples", "4", "--json", "-")
+    assert r.returncode in (0, 1, 3), r.stderr
+    report = json.loads(r.stdout)
+    _check_report(report, 1)
+    rows = {s["kind"]: s for s in report["candidates"][0]["suites"]}
+    assert set(rows) == {"needle", "reasoning", "drift", "determinism", "speed", "lmeval"}
+    assert rows["needle"]["details"]["heatmap"]["baseline"]
+    assert {row["family"] for row in rows["reasoning"]["details"]["by_task"]}
+    assert rows["drift"]["details"]["kld"]["p99"] >= rows["drift"]["details"]["kld"]["median"]
+    for side in ("baseline", "candidate"):
+        assert 0.0 <= rows["determinism"]["details"][side]["overall"]["identical_rate"] <= 1.0
+    assert rows["speed"]["details"]["kv_capacity"]["candidate_tokens"] > 0
+    assert rows["speed"]["details"]["levels"][0]["candidate"]["output_tok_s"] > 0
+    assert rows["lmeval"]["details"]["task"] == "evalsvc_mc"
+    # Binary suites report their flips in both directions (arXiv 2407.09141).
+    for kind in ("needle", "reasoning", "lmeval"):
+        flips = rows[kind]["details"]["flips"]
+        assert {"correct_to_incorrect", "incorrect_to_correct"} <= set(flips)

@@ -113,8 +113,8 @@ class DeterminismParams(BaseModel):
     """K: every non-reference condition is repeated K times."""
     conditions: list[Condition] = Field(default=["mixed", "concurrency", "prefix"], min_length=1)
     concurrency_levels: list[int] = Field(default=[2, 8], min_length=1)
-    """Concurrent requests per group for the ``concurrency`` condition. Levels above the run's
-    ``--concurrency`` are capped by the client; the report gives the effective level."""
+    """Concurrent requests per group for the ``concurrency`` condition (each level runs at its own
+    concurrency, whatever the run's ``--concurrency``; the report gives the effective level)."""
     background_requests: int = Field(default=8, ge=0)
     """Background requests per ``mixed`` repeat."""
     background_prompt_chars: tuple[int, int] = (200, 3000)
@@ -265,6 +265,12 @@ class DeterminismSuite(Suite):
 
     def item_count(self) -> int:
         return self.params.n
+
+    def traffic_concurrency(self) -> int:
+        p = self.params
+        levels = max(p.concurrency_levels) if "concurrency" in p.conditions else 0
+        mixed = p.n + p.background_requests if "mixed" in p.conditions else 0
+        return max(levels, mixed)
 
     def _labels(self) -> list[str]:
         """Non-reference condition labels, in run order."""

@@ -16,7 +16,7 @@ capacity, ×1.3 throughput at c=8".
 Contract: ``exclusive`` (the runner measures one endpoint at a time, never beside other traffic);
 ``run()`` is overridden. The gate is optional (``gate.enabled: false`` in the catalog): when on,
 it is a paired ratio test of the candidate's per-request output rate against the baseline's.
-Levels above the run's ``--concurrency`` are capped by the client; the report gives the
+Each level runs at its own concurrency, above the run's ``--concurrency`` too; the report gives the
 effective level.
 """
 
@@ -139,6 +139,9 @@ class SpeedSuite(Suite):
 
     def samples_param(self) -> str:
         return "requests"
+
+    def traffic_concurrency(self) -> int:
+        return max(self.params.levels)
 
     def item_count(self) -> int:
         return self.params.requests
