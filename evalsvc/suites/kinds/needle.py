@@ -128,7 +128,7 @@ class NeedleParams(BaseModel):
 @register
 class NeedleSuite(Suite):
     kind = "needle"
-    version = "1"
+    version = "2"
     Params = NeedleParams
     requires = frozenset({"chat", "tokenize"})
     metric = "accuracy"
@@ -177,12 +177,21 @@ class NeedleSuite(Suite):
             needles, question, expected = self._needles(rng)  # drawn in order: seeded
             drafts.append((length, h, depth, key, needles, question, expected))
 
-        async def build(d: tuple[int, int, float, tuple[int, int], list[str], str, list[str]]) -> Item:
+        Draft = tuple[int, int, float, tuple[int, int], list[str], str, list[str]]
+
+        async def build(d: Draft, start: int | None = None) -> tuple[Item, int]:
             length, h, depth, key, needles, question, expected = d
-            message, n_tokens = await _fit(
-                client, haystack_cache[key], needles, depth, length, question, self._type_plural()
+            message, n_tokens, chars = await _fit(
+                client,
+                haystack_cache[key],
+                needles,
+                depth,
+                length,
+                question,
+                self._type_plural(),
+                start=start,
             )
-            return Item(
+            item = Item(
                 id=f"L{length}-h{h}-d{depth:.2f}",
                 prompt=[{"role": "user", "content": message}],
                 expected=expected,
@@ -195,10 +204,22 @@ class NeedleSuite(Suite):
                     "variant": p.variant,
                 },
             )
+            return item, chars
 
-        # Each item's binary search is ~15 sequential /tokenize calls; searching all items at once
-        # (bounded by the client's concurrency) keeps planning from dominating short runs.
-        items = list(await asyncio.gather(*(build(d) for d in drafts)))
+        async def build_cluster(group: list[tuple[int, Draft]]) -> list[tuple[int, Item]]:
+            # A full binary search (~15 sequential /tokenize calls) for the cluster's first item;
+            # the others share its haystack, so a short search from its prefix length (usually
+            # 2-4 calls) finds theirs. Clusters are searched concurrently (bounded by the client).
+            (i0, d0), rest = group[0], group[1:]
+            first, chars = await build(d0)
+            others = await asyncio.gather(*(build(d, start=chars) for _, d in rest))
+            return [(i0, first), *((i, it) for (i, _), (it, _) in zip(rest, others, strict=True))]
+
+        groups: dict[tuple[int, int], list[tuple[int, Draft]]] = {}
+        for i, d in enumerate(drafts):
+            groups.setdefault(d[3], []).append((i, d))
+        built = await asyncio.gather(*(build_cluster(g) for g in groups.values()))
+        items = [it for _, it in sorted((pair for g in built for pair in g), key=lambda x: x[0])]
         return items
 
     def _type_plural(self) -> str:
@@ -324,8 +345,16 @@ async def _fit(
     length: int,
     question: str,
     type_plural: str,
-) -> tuple[str, int]:
-    """The largest haystack prefix whose full message is ≤ ``length`` tokens (binary search)."""
+    *,
+    start: int | None = None,
+) -> tuple[str, int, int]:
+    """The largest haystack prefix whose full message is ≤ ``length`` tokens of the endpoint's
+    own tokenizer: ``(message, tokens, prefix chars)``.
+
+    Token count is monotone in the prefix length, so this is a search on ``/tokenize``: a plain
+    binary search over the whole haystack, or, given ``start`` (a neighbour's answer), a
+    galloping search that brackets the answer from there first (Bentley & Yao 1976).
+    """
 
     def build(chars: int) -> str:
         prefix = haystack[:chars]
@@ -333,17 +362,44 @@ async def _fit(
             type_plural=type_plural, context=_insert(prefix, needles, depth), question=question
         )
 
+    cache: dict[int, tuple[str, int]] = {}
+
+    async def count(chars: int) -> int:
+        if chars not in cache:
+            message = build(chars)
+            cache[chars] = (message, len(await client.tokenize(message)))
+        return cache[chars][1]
+
     lo, hi = 0, len(haystack)
-    best: tuple[str, int] | None = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        message = build(mid)
-        n = len(await client.tokenize(message))
-        if n <= length:
-            best = (message, n)
-            lo = mid + 1
+    if start is not None:
+        start = min(max(start, 0), hi)
+        step = 16
+        if await count(start) <= length:
+            lo = start  # fits: gallop up until it does not
+            while lo < hi:
+                probe = min(hi, lo + step)
+                if await count(probe) > length:
+                    hi = probe - 1
+                    break
+                lo, step = probe, step * 2
+        else:
+            hi = start - 1  # too long: gallop down until it fits
+            while hi > 0:
+                probe = max(0, hi - step)
+                if await count(probe) <= length:
+                    lo = probe
+                    break
+                hi, step = probe - 1, step * 2
+            else:
+                lo = 0
+    # Invariant: the answer is in [lo, hi] when count(lo) <= length (or lo is 0).
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if await count(mid) <= length:
+            lo = mid
         else:
             hi = mid - 1
-    if best is None:
+    if await count(lo) > length:
         raise ValueError(f"length {length} is too short for the needle template")
-    return best
+    message, n = cache[lo]
+    return message, n, lo

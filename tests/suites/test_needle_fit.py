@@ -1,0 +1,62 @@
+"""The needle length search: galloping from a neighbour's answer finds what a full search finds.
+
+The tokenizer here is a whitespace splitter behind the same ``tokenize`` call the endpoint
+client offers: the search only needs a monotone count, and this keeps the check exact and
+instant. The real tokenizer is exercised by the endpoint tests (exact context lengths).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from evalsvc.suites.kinds.needle import _TEMPLATE, _fit, _insert, _paragraphs
+
+
+class WordTokenizer:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def tokenize(self, text: str) -> list[int]:
+        self.calls += 1
+        return list(range(len(text.split())))
+
+
+HAYSTACK = "\n\n".join(_paragraphs() * 3)
+
+
+def fit(length: int, depth: float, start: int | None = None) -> tuple[Any, int]:
+    tok = WordTokenizer()
+    out = asyncio.run(
+        _fit(tok, HAYSTACK, ["The magic number is 7."], depth, length, "Which?", "numbers",  # type: ignore[arg-type]
+             start=start)
+    )
+    return out, tok.calls
+
+
+@pytest.mark.parametrize("length", [300, 1000, 2500])
+@pytest.mark.parametrize("depth", [0.1, 0.5, 0.9])
+def test_gallop_matches_full_search(length: int, depth: float) -> None:
+    (message, n, chars), full_calls = fit(length, depth)
+    assert n <= length and len(message.split()) == n
+    # The longest prefix that fits: a few more characters push the message over the length.
+    longer = _TEMPLATE.format(
+        type_plural="numbers",
+        context=_insert(HAYSTACK[: chars + 12], ["The magic number is 7."], depth),
+        question="Which?",
+    )
+    assert len(longer.split()) > length
+    for start in (chars, chars - 37, chars + 41, chars // 2, 0, len(HAYSTACK)):
+        (m2, n2, c2), _ = fit(length, depth, start=start)
+        assert (m2, n2, c2) == (message, n, chars), start
+    (_, _, _), near_calls = fit(length, depth, start=chars + 5)
+    assert near_calls < full_calls  # the point of the neighbour's hint
+
+
+def test_too_short_a_length_is_refused() -> None:
+    with pytest.raises(ValueError, match="too short"):
+        fit(5, 0.5)
+    with pytest.raises(ValueError, match="too short"):
+        fit(5, 0.5, start=400)
