@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
 from ._store import API_SCOPES, Store
 from ._writer import SampleWriter, retry_transient
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "API_SCOPES",
     "EXPORT_FORMATS",
+    "IN_PROCESS_PREFIX",
     "Conflict",
     "DatabaseNotAtHead",
     "DatabaseUnavailable",

@@ -32,6 +32,9 @@ from ._orm import RunCandidateRow, RunRow
 QUEUED = "queued"
 RUNNING = "running"
 ERROR = "error"
+#: Lease owners of in-process runs (``evalsvc compare``): ``cli:<host>:<pid>``. Such a run is never
+#: handed to a worker when its lease expires; the process that ran it is gone, so it is an error.
+IN_PROCESS_PREFIX = "cli:"
 
 _CLAIM_BATCH = 20
 _CLAIM_MAX_EXAMINED = 1000
@@ -210,14 +213,35 @@ def release(session: Session, *, run_id: str, worker_id: str, now: datetime) -> 
 def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[str]:
     """Expired leases: back to queued, or ``error`` once ``attempts >= max_attempts``.
 
-    Each UPDATE re-checks its WHERE clause row by row after any lock wait, so concurrent
-    reapers never both act on one run. Runs without a lease (in-process runs) are never reaped.
+    In-process runs (lease owner ``cli:…``) whose process stopped heartbeating become ``error``
+    at once: only that process held their plan and progress. Each UPDATE re-checks its WHERE
+    clause row by row after any lock wait, so concurrent reapers never both act on one run.
     """
-    expired = sa.and_(
+    expired_any = sa.and_(
         RunRow.status == RUNNING,
         RunRow.lease_expires_at.is_not(None),
         RunRow.lease_expires_at < now,
     )
+    in_process = RunRow.lease_owner.startswith(IN_PROCESS_PREFIX, autoescape=True)
+    lost = session.execute(
+        sa.update(RunRow)
+        .where(expired_any, in_process)
+        .values(
+            status=ERROR,
+            verdict=ERROR,
+            error=sa.literal(
+                "the evalsvc compare process running this run stopped without finishing it "
+                "(killed?); its samples so far are kept"
+            ),
+            lease_expires_at=None,
+            finished_at=now,
+            updated_at=now,
+        )
+        .returning(RunRow.id)
+        .execution_options(synchronize_session=False)
+    )
+    lost_ids = list(lost.scalars())
+    expired = sa.and_(expired_any, sa.not_(in_process))
     failed = session.execute(
         sa.update(RunRow)
         .where(expired, RunRow.attempts >= max_attempts)
@@ -235,7 +259,7 @@ def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[
         .returning(RunRow.id)
         .execution_options(synchronize_session=False)
     )
-    ids = list(failed.scalars())
+    ids = lost_ids + list(failed.scalars())
     requeued = session.execute(
         sa.update(RunRow)
         .where(expired, RunRow.attempts < max_attempts)

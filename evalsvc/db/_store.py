@@ -12,7 +12,7 @@ import hashlib
 import secrets
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
@@ -223,13 +223,21 @@ class Store:
         status: RunStatus = RunStatus.queued,
         schedule_id: str | None = None,
         fire_time: datetime | None = None,
+        lease_owner: str | None = None,
+        lease_seconds: float | None = None,
     ) -> RunInfo:
-        """Store a new run. ``status=running`` is for in-process runs (no lease, never reaped)."""
+        """Store a new run. ``status=running`` is for in-process runs; with ``lease_owner``
+        (``cli:<host>:<pid>``) and ``lease_seconds`` the process keeps it alive with
+        :meth:`heartbeat`, and the reaper marks it ``error`` if the process dies."""
         now = utcnow()
         with self._db.session() as session:
             row = self._add_run(
                 session, spec, status=status, now=now, schedule_id=schedule_id, fire_time=fire_time
             )
+            if lease_owner is not None and lease_seconds is not None:
+                row.lease_owner = lease_owner
+                row.lease_expires_at = now + timedelta(seconds=lease_seconds)
+                session.flush()
             return _run_info(row)
 
     def _add_run(

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
 
-from evalsvc.db import SampleWriter, Store
+from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
 from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
 from evalsvc.reports import build_report
 from evalsvc.runner import (
@@ -28,6 +30,7 @@ from evalsvc.runner import (
     Progress,
     execute,
 )
+from evalsvc.settings import Settings
 from evalsvc.suites import Suite, SuiteError, resolve
 
 
@@ -84,8 +87,45 @@ def compare(
     ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
     """
     suites = load_suites(spec)
-    run = store.create_run(spec, status=RunStatus.running)
-    return _execute(store, run, suites, progress=progress, cancel=None, worker_id=None)
+    # Runs left "running" by a compare that was killed (or by lost workers) are settled first.
+    settings = Settings()
+    with contextlib.suppress(Exception):
+        store.reap_expired(max_attempts=settings.max_attempts)
+    owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
+    lease = settings.lease_seconds
+    run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
+    with _Heartbeat(store, run.id, owner, lease):
+        return _execute(store, run, suites, progress=progress, cancel=None, worker_id=None)
+
+
+class _Heartbeat:
+    """Renews an in-process run's lease (``EVALSVC_LEASE_SECONDS``, as a worker's) every third of
+    it, from a daemon thread so a busy event loop cannot starve it. If the process is killed
+    (SIGKILL, OOM, power), the next reaper (a worker's, or the next ``evalsvc compare``'s) marks
+    the run ``error`` instead of leaving it "running" for ever."""
+
+    def __init__(self, store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
+        self.store, self.run_id, self.owner = store, run_id, owner
+        self.lease_seconds = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="evalsvc-heartbeat", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            # A failed renewal (DB briefly down) is retried at the next beat; the lease leaves
+            # two beats of slack.
+            with contextlib.suppress(Exception):
+                self.store.heartbeat(
+                    self.run_id, worker_id=self.owner, lease_seconds=self.lease_seconds
+                )
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def execute_stored_run(

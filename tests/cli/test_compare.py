@@ -142,3 +142,46 @@ def test_every_kind_lands_in_the_json_report(local_endpoints: Any) -> None:
     for kind in ("needle", "reasoning", "lmeval"):
         flips = rows[kind]["details"]["flips"]
         assert {"correct_to_incorrect", "incorrect_to_correct"} <= set(flips)
+
+
+def test_killed_compare_is_settled_as_error_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL an in-process `evalsvc compare` mid-run: its run must not stay "running" for
+    ever. With a 2 s lease, the next compare's reaper records it as an error."""
+    import os
+    import signal
+    import time
+
+    from evalsvc.db import DatabaseNotAtHead, Store
+
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    env = {**os.environ, "EVALSVC_DATABASE_URL": db, "EVALSVC_LEASE_SECONDS": "2"}
+    with fault_server(slow_s=30) as srv:
+        url = base_url(srv, "slow")  # every request hangs: the run is still probing when killed
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evalsvc.cli.main", "compare", url, url, "--suite",
+             "reasoning-smoke"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        runs: list[Any] = []
+        while time.monotonic() < deadline and not runs:
+            time.sleep(0.2)
+            try:  # the CLI creates the embedded database at head on first use
+                with Store.from_url(db) as store:
+                    runs = [x for x in store.list_runs() if x.status.value == "running"]
+            except DatabaseNotAtHead:
+                continue
+        if not runs:
+            proc.kill()
+            raise AssertionError(proc.communicate()[1])
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    time.sleep(2.5)  # the dead process's lease runs out
+    r = subprocess.run([sys.executable, "-m", "evalsvc.cli.main", "compare", "http://127.0.0.1:9/v1",
+                        "http://127.0.0.1:9/v1", "--suite", "reasoning-smoke"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 4, r.stderr
+    with Store.from_url(db) as store:
+        killed = [x for x in store.list_runs() if x.id == runs[0].id][0]
+    assert killed.status.value == "error" and "stopped without finishing" in (killed.error or "")

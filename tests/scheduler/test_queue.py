@@ -218,3 +218,26 @@ def test_worker_stop_releases_the_run(store: Store) -> None:
 def test_worker_validates_arguments(store: Store) -> None:
     with pytest.raises(ValueError):
         Worker(store, concurrency=0)
+
+
+def test_in_process_run_of_a_dead_process_becomes_error(store: Store) -> None:
+    """A killed `evalsvc compare` leaves a run whose cli: lease expires: the reaper errors it
+    (it is never handed to a worker), and leaves live in-process and worker runs alone."""
+    dead = store.create_run(
+        _spec(1), status=RunStatus.running, lease_owner="cli:host:1", lease_seconds=-1
+    )
+    alive = store.create_run(
+        _spec(2), status=RunStatus.running, lease_owner="cli:host:2", lease_seconds=60
+    )
+    lost_worker = store.create_run(_spec(3))
+    assert store.claim_run(worker_id="w", lease_seconds=-1) is not None  # already expired
+    reaped = store.reap_expired(max_attempts=3)
+    assert set(reaped) == {dead.id, lost_worker.id}
+    got = store.get_run(dead.id)
+    assert got is not None and got.status == RunStatus.error and got.verdict == "error"
+    assert got.error and "stopped without finishing" in got.error
+    assert store.get_run(alive.id).status == RunStatus.running  # type: ignore[union-attr]
+    assert store.get_run(lost_worker.id).status == RunStatus.queued  # type: ignore[union-attr]
+    # The live process's heartbeat keeps working; a late finish never overwrites the error.
+    assert store.heartbeat(alive.id, worker_id="cli:host:2", lease_seconds=60)
+    assert not store.finish_run(dead.id, status=RunStatus.completed, verdict="pass")
