@@ -14,7 +14,7 @@ non-inferiority p-value (small ⇒ pass), ``details["p_inferiority"]`` the infer
 """
 
 from evalsvc.gates._combine import combine_verdicts, holm_inferiority
-from evalsvc.gates._defaults import DEFAULTS, GateDefaults
+from evalsvc.gates._defaults import DEFAULTS, GateDefaults, resolve_margin_alpha
 from evalsvc.gates._gate import (
     BOOTSTRAP_RESAMPLES,
     MIN_N_CONTINUOUS,
@@ -33,5 +33,6 @@ __all__ = [
     "combine_verdicts",
     "evaluate_gate",
     "holm_inferiority",
+    "resolve_margin_alpha",
     "threshold_gate",
 ]

@@ -192,3 +192,21 @@ DEFAULTS: MappingProxyType[str, GateDefaults] = MappingProxyType(
         ),
     }
 )
+
+
+def resolve_margin_alpha(
+    kind: str,
+    *,
+    flag_margin: float | None,
+    flag_alpha: float | None,
+    yaml_margin: float | None,
+    yaml_alpha: float | None,
+) -> tuple[float | None, float]:
+    """The margin and α a gate uses: the CLI/API flag, else the suite's YAML, else the kind's
+    documented default in :data:`DEFAULTS` (α falls back to 0.05). The margin is ``None`` when
+    none of the three sets one; the runner then uses 0.05 and ``evalsvc plan`` says it has none.
+    """
+    defaults = DEFAULTS.get(kind)
+    margin = flag_margin or yaml_margin or (defaults.margin if defaults and defaults.margin else None)
+    alpha = flag_alpha or yaml_alpha or (defaults.alpha if defaults else 0.05)
+    return margin, alpha

@@ -23,7 +23,14 @@ from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError, probe
-from evalsvc.gates import DEFAULTS, GateOutcome, combine_verdicts, evaluate_gate, threshold_gate
+from evalsvc.gates import (
+    DEFAULTS,
+    GateOutcome,
+    combine_verdicts,
+    evaluate_gate,
+    resolve_margin_alpha,
+    threshold_gate,
+)
 from evalsvc.suites import Analysis, Suite, flips
 
 
@@ -332,16 +339,15 @@ async def _run_sequential(
 
 
 def _margin_alpha(suite: Suite, options: RunOptions) -> tuple[float, float]:
-    """CLI flag, else the suite's YAML, else the kind's documented default (evalsvc.gates.DEFAULTS)."""
-    defaults = DEFAULTS.get(suite.kind)
-    policy = suite.spec.gate
-    margin = (
-        options.margin
-        or policy.margin
-        or (defaults.margin if defaults and defaults.margin else 0.05)
+    """CLI flag, else the suite's YAML, else the kind's documented default; margin 0.05 if none."""
+    margin, alpha = resolve_margin_alpha(
+        suite.kind,
+        flag_margin=options.margin,
+        flag_alpha=options.alpha,
+        yaml_margin=suite.spec.gate.margin,
+        yaml_alpha=suite.spec.gate.alpha,
     )
-    alpha = options.alpha or policy.alpha or (defaults.alpha if defaults else 0.05)
-    return margin, alpha
+    return (0.05 if margin is None else margin), alpha
 
 
 def _expected(suite: Suite, items: list[Item]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.db import Store
-from evalsvc.gates import DEFAULTS
+from evalsvc.gates import resolve_margin_alpha
 from evalsvc.services.runs import UsageError
 from evalsvc.stats import mde_paired_binary, required_n
 from evalsvc.suites import SuiteError, resolve
@@ -45,13 +45,13 @@ def plan(
                     pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
     rows = []
     for suite in resolved:
-        defaults = DEFAULTS.get(suite.kind)
-        m = (
-            margin
-            or suite.spec.gate.margin
-            or (defaults.margin if defaults and defaults.margin else None)
+        m, a = resolve_margin_alpha(
+            suite.kind,
+            flag_margin=margin,
+            flag_alpha=alpha,
+            yaml_margin=suite.spec.gate.margin,
+            yaml_alpha=suite.spec.gate.alpha,
         )
-        a = alpha or suite.spec.gate.alpha or (defaults.alpha if defaults else 0.05)
         row: dict[str, Any] = {
             "suite": suite.name,
             "kind": suite.kind,
