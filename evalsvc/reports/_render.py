@@ -15,6 +15,8 @@ from evalsvc import __version__
 from evalsvc.domain import EndpointRef, Provenance
 from evalsvc.runner import RunResult
 
+from ._findings import findings
+
 SCHEMA_VERSION = 1
 
 
@@ -142,8 +144,12 @@ def to_markdown(report: dict[str, Any]) -> str:
         )
     lines.append("")
     for cand in report["candidates"]:
+        name = cand.get("name") or cand.get("model") or cand["url"]
+        lines += [f"## {name} — {cand['verdict']}", ""]
         for s in cand["suites"]:
-            lines.append(f"- **{s['suite']}** on {cand.get('model')}: {s['test']}")
+            verdict = s["verdict"] + ("" if s.get("gated", True) else " (not gated)")
+            lines += [f"### {s['suite']} ({s['kind']}) — {verdict}", "", f"Test: {s['test']}.", ""]
+            lines += findings(s)
     return "\n".join(lines) + "\n"
 
 

@@ -56,3 +56,38 @@ def test_junit_marks_failures_and_markdown_has_rows() -> None:
     assert len(failed) == 1 and "needle-x" in ET.tostring(root, encoding="unicode")
     md = to_markdown(report)
     assert "verdict: **fail**" in md and md.count("| needle-x |") == 2
+
+
+def test_markdown_says_where_and_how_much() -> None:
+    """Each kind's findings reach the Markdown: heatmap, flips, KLD, both determinism rates, gain."""
+    report = build_report(_result())
+    suites = report["candidates"][1]["suites"]
+    suites[0]["details"]["heatmap"] = {
+        "baseline": [{"context_length": 1024, "depth": 0.5, "accuracy": 1.0, "n": 4}],
+        "candidate": [{"context_length": 1024, "depth": 0.5, "accuracy": 0.25, "n": 4}],
+    }
+    base = dict(suites[0], details={})
+    suites += [
+        dict(base, suite="drift-x", kind="drift", details={
+            "kld": {"mean": 0.19, "median": 0.11, "p99": 1.2, "p99.9": 2.5, "max": 4.8},
+            "positions": 3740, "passages": 16, "top_k": 20, "same_top_p": 0.634,
+            "perplexity": {"baseline": 20.0, "candidate": 27.4, "ratio": 1.37}}),
+        dict(base, suite="det-x", kind="determinism", details={
+            "baseline": {"overall": {"identical_rate": 0.5, "tie_flips": 3, "confident_flips": 1},
+                         "conditions": {"mixed": {"identical_rate": 0.5}}},
+            "candidate": {"overall": {"identical_rate": 0.25}, "conditions": {}}}),
+        dict(base, suite="speed-x", kind="speed", gated=False, details={
+            "summary": "×2.0 KV capacity, ×1.3 throughput at c=8",
+            "levels": [{"concurrency": 8, "baseline": {"output_tok_s": 100.0},
+                        "candidate": {"output_tok_s": 130.0}}]}),
+        dict(base, suite="odd-x", kind="unknown-kind", details={}),
+    ]
+    md = to_markdown(report)
+    assert "| 1024 | 100% / 25% |" in md  # the needle heatmap, baseline / candidate
+    regressions = report["candidates"][1]["suites"][0]["details"]["counts"]["regressions"]
+    assert f"Flips: {regressions} correct → incorrect" in md
+    assert "mean 0.1900" in md and "Same top token: 63%" in md and "(×1.370)" in md
+    assert "| mixed | 50% / — |" in md and "| **overall** | 50% / 25% |" in md
+    assert "**×2.0 KV capacity, ×1.3 throughput at c=8**" in md and "100.0 / 130.0" in md
+    assert "### speed-x (speed) — fail (not gated)" in md
+    assert "### odd-x (unknown-kind)" in md  # unknown kinds still render their heading
