@@ -114,6 +114,18 @@ def _verdict_table(report: dict[str, Any]) -> Table:
     return table
 
 
+def _print_headlines(report: dict[str, Any]) -> None:
+    """Where and how much, one line per suite (flips, KLD, determinism rates, speed gain)."""
+    from evalsvc.reports import headline
+
+    for cand in report["candidates"]:
+        name = cand.get("name") or cand.get("model") or cand["url"]
+        for s in cand["suites"]:
+            line = headline(s)
+            if line:
+                err.print(f"  {name} · {s['suite']}: {line}", highlight=False)
+
+
 def _write_outputs(
     report: dict[str, Any], json_out: str | None, junit: Path | None, markdown: Path | None
 ) -> None:
@@ -228,6 +240,7 @@ def compare(
     except InfrastructureError as exc:
         raise _die(str(exc), EXIT_CODES["error"]) from exc
     err.print(_verdict_table(report))
+    _print_headlines(report)
     for w in report.get("warnings", []):
         err.print(f"[yellow]warning:[/] {w}")
     if report.get("error"):

@@ -1,5 +1,6 @@
 """Reports: the JSON report (the contract outside tools rely on), JUnit XML and Markdown."""
 
+from evalsvc.reports._findings import findings, headline
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
@@ -8,4 +9,12 @@ from evalsvc.reports._render import (
     to_markdown,
 )
 
-__all__ = ["SCHEMA_VERSION", "build_report", "summary_rows", "to_junit", "to_markdown"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "build_report",
+    "findings",
+    "headline",
+    "summary_rows",
+    "to_junit",
+    "to_markdown",
+]

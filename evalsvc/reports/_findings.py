@@ -188,3 +188,29 @@ def findings(suite: dict[str, Any]) -> list[str]:
         body.append(f"Note: {d['reason']}.")
         body.append("")
     return body
+
+
+def headline(suite: dict[str, Any]) -> str | None:
+    """One line per suite for the terminal, beside the verdict table (None: nothing to add)."""
+    d = suite.get("details") or {}
+    kind = suite.get("kind")
+    if kind == "speed" and d.get("summary"):
+        return str(d["summary"])
+    if kind == "drift" and isinstance(d.get("kld"), dict):
+        return (
+            f"mean KLD {_num(d['kld'].get('mean'), 4)} nats, p99 {_num(d['kld'].get('p99'), 3)}, "
+            f"same top token {_pct(d.get('same_top_p'))}"
+        )
+    if kind == "determinism":
+        rates = [
+            _pct(((d.get(side) or {}).get("overall") or {}).get("identical_rate"))
+            for side in ("baseline", "candidate")
+        ]
+        return f"identical to batch-1 output: baseline {rates[0]}, candidate {rates[1]}"
+    counts = d.get("counts")
+    if isinstance(counts, dict) and "regressions" in counts:
+        return (
+            f"{counts.get('regressions', 0)} correct → incorrect, "
+            f"{counts.get('improvements', 0)} incorrect → correct"
+        )
+    return None
