@@ -223,43 +223,35 @@ def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[
         RunRow.lease_expires_at < now,
     )
     in_process = RunRow.lease_owner.startswith(IN_PROCESS_PREFIX, autoescape=True)
-    lost = session.execute(
-        sa.update(RunRow)
-        .where(expired_any, in_process)
-        .values(
-            status=ERROR,
-            verdict=ERROR,
-            error=sa.literal(
-                "the evalsvc compare process running this run stopped without finishing it "
-                "(killed?); its samples so far are kept"
-            ),
-            lease_expires_at=None,
-            finished_at=now,
-            updated_at=now,
-        )
-        .returning(RunRow.id)
-        .execution_options(synchronize_session=False)
-    )
-    lost_ids = list(lost.scalars())
     expired = sa.and_(expired_any, sa.not_(in_process))
-    failed = session.execute(
-        sa.update(RunRow)
-        .where(expired, RunRow.attempts >= max_attempts)
-        .values(
-            status=ERROR,
-            verdict=ERROR,
-            error=sa.literal(
-                f"worker lost: lease expired on each of {max_attempts} attempts; "
-                "not retried again (max_attempts)"
-            ),
-            lease_expires_at=None,
-            finished_at=now,
-            updated_at=now,
+
+    def to_error(where: sa.ColumnElement[bool], message: str) -> list[str]:
+        result = session.execute(
+            sa.update(RunRow)
+            .where(where)
+            .values(
+                status=ERROR,
+                verdict=ERROR,
+                error=sa.literal(message),
+                lease_expires_at=None,
+                finished_at=now,
+                updated_at=now,
+            )
+            .returning(RunRow.id)
+            .execution_options(synchronize_session=False)
         )
-        .returning(RunRow.id)
-        .execution_options(synchronize_session=False)
+        return list(result.scalars())
+
+    ids = to_error(
+        sa.and_(expired_any, in_process),
+        "the evalsvc compare process running this run stopped without finishing it (killed?); "
+        "its samples so far are kept",
     )
-    ids = lost_ids + list(failed.scalars())
+    ids += to_error(
+        sa.and_(expired, RunRow.attempts >= max_attempts),
+        f"worker lost: lease expired on each of {max_attempts} attempts; "
+        "not retried again (max_attempts)",
+    )
     requeued = session.execute(
         sa.update(RunRow)
         .where(expired, RunRow.attempts < max_attempts)
