@@ -210,6 +210,25 @@ def test_build_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--enforce-eager" in _catalog.build_spec(layout, "bf16").argv
 
 
+def test_server_key_does_not_depend_on_the_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another clone of the project (CI's, a demo's) reuses running servers; a changed launcher
+    or a changed command line restarts them."""
+    layout = Layout(tmp_path / "home")
+    here = _catalog.build_spec(layout, "w8a8", eager=True)
+    clone = tmp_path / "clone" / "_launcher.py"
+    clone.parent.mkdir()
+    clone.write_bytes(_catalog.LAUNCHER.read_bytes())
+    monkeypatch.setattr(_catalog, "LAUNCHER", clone)
+    there = _catalog.build_spec(layout, "w8a8", eager=True)
+    assert there.argv[1] == str(clone) and there.argv != here.argv
+    assert there.key() == here.key()
+    clone.write_bytes(clone.read_bytes() + b"\n# changed\n")
+    assert _catalog.build_spec(layout, "w8a8", eager=True).key() != here.key()
+    assert _catalog.build_spec(layout, "w8a8", eager=False).key() != there.key()
+
+
 AVX2 = frozenset({"sse2", "avx2", "fma"})
 AVX512 = AVX2 | {"avx512f", "avx512bw"}
 
