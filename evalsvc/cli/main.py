@@ -414,8 +414,8 @@ def plan(
     for r in rows:
         table.add_row(
             r["suite"],
-            str(r["margin"]),
-            str(r.get("discordance", "")),
+            "—" if r["margin"] is None else f"{r['margin']:g}",
+            f"{r['discordance']:.3f}" if r.get("discordance") is not None else "",
             str(r.get("required_items", "")),
             str(r.get("planned_items", "")),
             f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "",
