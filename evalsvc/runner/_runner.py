@@ -388,7 +388,7 @@ def _gate_all(
             base_s = by.get(("baseline", suite.name), [])
             cand_s = by.get((role, suite.name), [])
             analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
-            planned = _expected(suite, plans[suite.name])
+            planned = suite.gated_pairs(plans[suite.name])
             res = _gate_one(suite, analysis, options, planned, base_s, cand_s)
             cres.suites.append(res)
             error_rate = res.n_errors / planned if planned else 0.0
@@ -471,12 +471,17 @@ def _gate_one(
     errors = [s.error for s in cand_s + base_s if s.error]
     if errors:
         details["error_examples"] = sorted(set(errors))[:5]
+    # Pairs with no sample on either side (never sent, lost) count as errors: a verdict never
+    # rests on silently missing items, and the error budget sees them.
+    missing = max(0, planned - outcome.n - analysis.n_errors)
+    if missing:
+        details["missing_pairs"] = missing
     return SuiteResult(
         suite=suite.name,
         kind=suite.kind,
         version=suite.version,
         outcome=outcome,
-        n_errors=analysis.n_errors,
+        n_errors=analysis.n_errors + missing,
         n_planned=planned,
         gated=gated,
         details=details,

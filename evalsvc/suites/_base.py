@@ -169,6 +169,12 @@ class Suite(ABC):
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
         return len(items)
 
+    def gated_pairs(self, items: Sequence[Item]) -> int:
+        """Paired observations the gate should see for ``items`` when nothing errs: the report's
+        ``n_planned`` (``n + n_errors`` equals it). Kinds whose samples include unpaired
+        references (determinism's batch-1 outputs) override this."""
+        return self.expected_samples(items)
+
     def analyze(
         self,
         baseline: list[Sample],

@@ -162,6 +162,8 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         return kind_cls(spec)
     except ValidationError as exc:
         raise SuiteError(_format_error(path, node, exc, prefix=("params",))) from exc
+    except ValueError as exc:  # a kind's own check of its parameters (a missing file, ...)
+        raise SuiteError(f"{path}:{_line(node, ('params',))}: {exc}") from exc
 
 
 def _format_error(path: Path, node: Any, exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:

@@ -185,3 +185,37 @@ def test_killed_compare_is_settled_as_error_by_the_next(tmp_path: Path) -> None:
     with Store.from_url(db) as store:
         killed = [x for x in store.list_runs() if x.id == runs[0].id][0]
     assert killed.status.value == "error" and "stopped without finishing" in (killed.error or "")
+
+
+def _needle_yaml(path: Path, tokenizer: str) -> Path:
+    path.write_text(
+        "name: needle-local-tok\nkind: needle\nseed: 3\nparams:\n  lengths: [256]\n"
+        f"  depths: [0.5]\n  haystacks: 2\n  tokenizer: {tokenizer}\n"
+    )
+    return path
+
+
+def test_needle_without_tokenize_uses_the_checkpoint_tokenizer(tmp_path: Path) -> None:
+    """An endpoint without /tokenize (the fault server's "ok" mode) still runs needle when the
+    suite names the checkpoint's tokenizer; without it the suite is refused up front (above)."""
+    tok = tmp_path / "tokenizer.json"
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    t = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    t.pre_tokenizer = pre_tokenizers.Whitespace()
+    t.save(str(tok))
+    suite = _needle_yaml(tmp_path / "n.yaml", str(tmp_path))
+    with fault_server() as srv:
+        url = base_url(srv, "ok")
+        r = evalsvc("compare", url, url, "--suite", str(suite), "--json", "-", timeout=120)
+        tokenize_calls = sum(n for p, n in srv.hits.items() if p.endswith("/tokenize"))
+        chats = sum(n for p, n in srv.hits.items() if p.endswith("/chat/completions"))
+    assert r.returncode in (0, 1, 3), r.stderr
+    assert tokenize_calls <= 2  # each endpoint's probe asks once; planning never does
+    assert chats >= 4  # 2 items on each side, after the probes
+    report = json.loads(r.stdout)
+    s = report["candidates"][0]["suites"][0]
+    assert s["n"] == 2 and s["n_errors"] == 0
+    bad = _needle_yaml(tmp_path / "bad.yaml", str(tmp_path / "nowhere"))
+    r = evalsvc("compare", url, url, "--suite", str(bad), timeout=60)
+    assert r.returncode == 2 and "no tokenizer.json" in r.stderr and f"{bad}:4" in r.stderr

@@ -219,3 +219,24 @@ def test_lmeval_pairs_documents(local_endpoints: Any) -> None:
     assert not errors, errors[:2]
     assert {x.item_id for x in samples} == {f"doc{i}" for i in range(10)}
     assert res.details["task"] == "evalsvc_mc" and res.details["by_family"]
+
+
+def test_needle_checkpoint_tokenizer_matches_the_endpoint(local_endpoints: Any) -> None:
+    """The fallback for endpoints without /tokenize sizes items exactly as /tokenize does."""
+    from evalsvc.endpoints import EndpointClient, probe
+    from evalsvc.local._paths import Layout
+
+    checkpoint = Layout.current().model_dir("bf16")
+    params = {"lengths": [1024, 2048], "depths": [0.2, 0.8], "haystacks": 2}
+    remote = suite("needle", "needle-remote", seed=5, **params)
+    local = suite("needle", "needle-local", seed=5, tokenizer=str(checkpoint), **params)
+    assert "tokenize" in remote.requires and "tokenize" not in local.requires
+
+    async def plan_both() -> tuple[list[Any], list[Any]]:
+        async with EndpointClient(EndpointRef(url=local_endpoints.baseline)) as client:
+            prov = await probe(client)
+            return await remote.plan(client, prov), await local.plan(client, prov)
+
+    a, b = asyncio.run(plan_both())
+    assert [it.prompt for it in a] == [it.prompt for it in b]
+    assert [it.metadata["context_tokens"] for it in a] == [it.metadata["context_tokens"] for it in b]

@@ -30,7 +30,7 @@ HAYSTACK = "\n\n".join(_paragraphs() * 3)
 def fit(length: int, depth: float, start: int | None = None) -> tuple[Any, int]:
     tok = WordTokenizer()
     out = asyncio.run(
-        _fit(tok, HAYSTACK, ["The magic number is 7."], depth, length, "Which?", "numbers",  # type: ignore[arg-type]
+        _fit(tok, HAYSTACK, ["The magic number is 7."], depth, length, "Which?", "numbers",
              start=start)
     )
     return out, tok.calls

@@ -286,7 +286,14 @@ class DeterminismSuite(Suite):
 
     def expected_samples(self, items: Sequence[Item]) -> int:
         refs = 2 if "prefix" in self.params.conditions else 1
-        return len(items) * (refs + self.params.repeats * len(self._labels()))
+        return len(items) * (refs + self.gated_per_item())
+
+    def gated_per_item(self) -> int:
+        return self.params.repeats * len(self._labels())
+
+    def gated_pairs(self, items: Sequence[Item]) -> int:
+        # The references are what each condition is compared with, not gated observations.
+        return len(items) * self.gated_per_item()
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params

@@ -9,8 +9,12 @@ is correct when every expected value appears in the output. Variants follow RULE
 
 Lengths are in the endpoint's own tokens: the haystack prefix is sized by binary search on
 characters with ``/tokenize`` on the whole user message, so each item's message is the largest
-that fits the target (the achieved count is recorded). Items that share a haystack (one length,
-one haystack draw, every depth) form a cluster for clustered standard errors.
+that fits the target (the achieved count is recorded). For an endpoint without ``/tokenize``,
+``params.tokenizer`` names the checkpoint's tokenizer (a directory holding ``tokenizer.json``,
+or the file), which is then used instead, and the suite no longer needs ``/tokenize``.
+
+Items that share a haystack (one length, one haystack draw, every depth) form a cluster for
+clustered standard errors.
 
 The haystack is project-written prose (``suites/data/haystack.txt``, original text, Apache-2.0
 with the project), shuffled by paragraph per haystack draw and repeated as needed.
@@ -23,13 +27,13 @@ import random
 import re
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
-from evalsvc.suites._base import Suite
+from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._registry import catalog_dir, register
 
 _KEYS = [
@@ -123,6 +127,27 @@ class NeedleParams(BaseModel):
     num_queries: int = Field(default=2, ge=1)
     """multiquery: keys asked at once."""
     max_tokens: int = Field(default=48, ge=1)
+    tokenizer: str | None = None
+    """The checkpoint's tokenizer (directory with ``tokenizer.json``, or the file) for endpoints
+    without ``/tokenize``; when set it is used instead of the endpoint's ``/tokenize``."""
+
+
+class LocalTokenizer:
+    """The checkpoint's Hugging Face tokenizer behind the same ``tokenize`` call as the client."""
+
+    def __init__(self, path: str) -> None:
+        from tokenizers import Tokenizer
+
+        file = Path(path).expanduser()
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        if not file.is_file():
+            raise ValueError(f"needle: no tokenizer.json at {path!r} (params.tokenizer)")
+        self._tok = Tokenizer.from_file(str(file))
+
+    async def tokenize(self, text: str) -> list[int]:
+        # The same call as vLLM's /tokenize with add_special_tokens=False.
+        return list(self._tok.encode(text, add_special_tokens=False).ids)
 
 
 @register
@@ -135,6 +160,13 @@ class NeedleSuite(Suite):
     gate_kind = "binary"
     description = "Needle-in-a-haystack retrieval over a context-length x depth grid (RULER style)."
     params: NeedleParams
+
+    def __init__(self, spec: SuiteSpec) -> None:
+        super().__init__(spec)
+        self._local: LocalTokenizer | None = None
+        if self.params.tokenizer:
+            self._local = LocalTokenizer(self.params.tokenizer)  # fail at load, not mid-run
+            self.requires = frozenset({"chat"})  # type: ignore[misc]
 
     def item_count(self) -> int:
         p = self.params
@@ -182,7 +214,7 @@ class NeedleSuite(Suite):
         async def build(d: Draft, start: int | None = None) -> tuple[Item, int]:
             length, h, depth, key, needles, question, expected = d
             message, n_tokens, chars = await _fit(
-                client,
+                self._local or client,
                 haystack_cache[key],
                 needles,
                 depth,
@@ -337,8 +369,14 @@ def _insert(haystack: str, needles: list[str], depth: float) -> str:
     return text
 
 
+class Tokenizes(Protocol):
+    """What the length search needs: the endpoint client, or a :class:`LocalTokenizer`."""
+
+    async def tokenize(self, text: str) -> list[int]: ...
+
+
 async def _fit(
-    client: EndpointClient,
+    client: Tokenizes,
     haystack: str,
     needles: list[str],
     depth: float,
