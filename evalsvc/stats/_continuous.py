@@ -161,7 +161,13 @@ def bootstrap_mean(
             tstar = (means - est) / (sds / root_n)
         # A resample with zero spread gives 0/0 (same mean) or ±inf (different mean).
         tstar = np.where(sds > 0, tstar, np.where(np.abs(means - est) <= tol, 0.0, tstar))
-        q_lo, q_hi = np.quantile(tstar, [alpha / 2.0, 1.0 - alpha / 2.0])
+        if np.all(np.isfinite(tstar)):
+            q_lo, q_hi = np.quantile(tstar, [alpha / 2.0, 1.0 - alpha / 2.0])
+        else:
+            # Linear interpolation between two infinite order statistics is inf − inf = NaN;
+            # take the outer order statistics instead (a slightly wider, never narrower, CI).
+            q_lo = np.quantile(tstar, alpha / 2.0, method="lower")
+            q_hi = np.quantile(tstar, 1.0 - alpha / 2.0, method="higher")
         ci = (est - float(q_hi) * se, est - float(q_lo) * se)
         t_obs = (est - null_value) / se
         # p_greater = P*(t* ≥ t_obs) = 1 − Φ(z(t_obs)).

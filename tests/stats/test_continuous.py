@@ -125,3 +125,16 @@ def test_bootstrap_is_reproducible_given_seed(skewed: np.ndarray) -> None:
     c = bootstrap_mean(skewed, seed=43, n_resamples=999)
     assert a == b
     assert a.ci != c.ci
+
+
+def test_studentized_bootstrap_with_zero_spread_resamples_has_a_finite_ordered_ci() -> None:
+    """Three values, one repeated: many resamples have zero spread, so t* holds ±inf. The CI
+    must still be two ordered numbers (no inf − inf = NaN from interpolation), without warnings."""
+    import warnings
+
+    x = np.array([0.012, 0.012, 0.031])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = bootstrap_mean(x, null_value=0.05, method="studentized", n_resamples=2000, seed=1)
+    lo, hi = res.ci
+    assert not np.isnan(lo) and not np.isnan(hi) and lo <= res.estimate <= hi

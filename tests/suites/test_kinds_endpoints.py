@@ -105,8 +105,11 @@ def test_needle_baseline_against_itself(local_endpoints: Any) -> None:
     details = result.candidates[0].suites[0].details
     cells = {(c["context_length"], c["depth"]) for c in details["heatmap"]["baseline"]}
     assert cells == {(n, d) for n in (1024, 2048) for d in (0.1, 0.5, 0.9)}
-    # Exact lengths: every context is the asked number of tokens of the endpoint's tokenizer.
-    assert all(x.data["context_tokens"] == x.data["context_length"] for x in samples)
+    # Lengths in the endpoint's own tokens: the longest message that fits the target, which one
+    # more character would overshoot (a character can add two tokens, so 2047 of 2048 happens).
+    tokens = [(x.data["context_length"], x.data["context_tokens"]) for x in samples]
+    assert all(n - 2 <= t <= n for n, t in tokens), tokens
+    assert sum(t == n for n, t in tokens) >= 0.8 * len(tokens), tokens
 
 
 def candidate(local_endpoints: Any, name: str) -> str:
