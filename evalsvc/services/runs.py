@@ -94,8 +94,17 @@ def compare(
     owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
     lease = settings.lease_seconds
     run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
-    with _Heartbeat(store, run.id, owner, lease):
-        return _execute(store, run, suites, progress=progress, cancel=None, worker_id=None)
+    heartbeat = _Heartbeat(store, run.id, owner, lease)
+    try:
+        with heartbeat:
+            return _execute(
+                store, run, suites, progress=progress, cancel=heartbeat.lost, worker_id=None
+            )
+    except CancelledRun:
+        raise InfrastructureError(
+            f"run {run.id} was cancelled from outside (POST /runs/{{id}}/cancel) or its lease "
+            "lapsed; the samples so far are kept"
+        ) from None
 
 
 class _Heartbeat:
@@ -107,17 +116,22 @@ class _Heartbeat:
     def __init__(self, store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
         self.store, self.run_id, self.owner = store, run_id, owner
         self.lease_seconds = lease_seconds
+        self.lost = threading.Event()
+        """Set when the store refuses a renewal: the run was cancelled (or reaped); the runner
+        stops at its next sample, as a worker does."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="evalsvc-heartbeat", daemon=True)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.lease_seconds / 3):
-            # A failed renewal (DB briefly down) is retried at the next beat; the lease leaves
-            # two beats of slack.
-            with contextlib.suppress(Exception):
-                self.store.heartbeat(
+            try:
+                if not self.store.heartbeat(
                     self.run_id, worker_id=self.owner, lease_seconds=self.lease_seconds
-                )
+                ):
+                    self.lost.set()
+                    return
+            except Exception:  # noqa: BLE001 - the DB briefly down: retry at the next beat
+                continue  # (the lease leaves two beats of slack)
 
     def __enter__(self) -> _Heartbeat:
         self._thread.start()

@@ -219,3 +219,40 @@ def test_needle_without_tokenize_uses_the_checkpoint_tokenizer(tmp_path: Path) -
     bad = _needle_yaml(tmp_path / "bad.yaml", str(tmp_path / "nowhere"))
     r = evalsvc("compare", url, url, "--suite", str(bad), timeout=60)
     assert r.returncode == 2 and "no tokenizer.json" in r.stderr and f"{bad}:4" in r.stderr
+
+
+def test_compare_stops_when_its_run_is_cancelled(tmp_path: Path) -> None:
+    """Cancelling an in-process run in the store (as POST /runs/{id}/cancel does) stops the
+    running `evalsvc compare` at its next heartbeat: exit 4, the run stays `cancelled`."""
+    import os
+    import time
+
+    from evalsvc.db import DatabaseNotAtHead, Store
+
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    env = {**os.environ, "EVALSVC_DATABASE_URL": db, "EVALSVC_LEASE_SECONDS": "1.5"}
+    with fault_server(slow_s=0.5) as srv:
+        url = base_url(srv, "slow")  # every answer takes 0.5 s: the run lasts a while
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "evalsvc.cli.main", "compare", url, url, "--suite",
+             "reasoning-smoke", "--concurrency", "1"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        run_id = None
+        deadline = time.monotonic() + 60
+        while run_id is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                with Store.from_url(db) as store:
+                    running = [x for x in store.list_runs() if x.status.value == "running"]
+                    if running:
+                        run_id = running[0].id
+                        assert store.cancel_run(run_id)
+            except DatabaseNotAtHead:
+                continue
+        assert run_id is not None
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 4, stderr
+    assert "cancelled" in stderr
+    with Store.from_url(db) as store:
+        assert store.get_run(run_id).status.value == "cancelled"  # type: ignore[union-attr]
