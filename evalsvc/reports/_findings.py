@@ -108,6 +108,8 @@ def _determinism(d: dict[str, Any]) -> list[str]:
         for c in side.get("conditions") or {}:
             if c not in conds:
                 conds.append(c)
+    # Concurrency levels in numeric order (c2, c8, c32), then the other conditions.
+    conds.sort(key=lambda c: (0, int(c[1:]), c) if c[1:].isdigit() else (1, 0, c))
     lines = [
         "Identical to the batch-1 output, under the same traffic (baseline / candidate):",
         "",
