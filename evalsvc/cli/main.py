@@ -326,34 +326,13 @@ def suites_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the suite catalog: name, kind, item count, description."""
-    from evalsvc.suites import SuiteError, SuiteSet, catalog
+    from evalsvc.services.catalog import suite_rows
+    from evalsvc.suites import SuiteError
 
     try:
-        entries = catalog()
+        rows = suite_rows()
     except SuiteError as exc:
         raise _die(str(exc), EXIT_CODES["usage"]) from exc
-    rows: list[dict[str, Any]] = []
-    for e in entries:
-        if isinstance(e, SuiteSet):
-            rows.append(
-                {
-                    "name": e.name,
-                    "kind": "set",
-                    "items": None,
-                    "description": e.description,
-                    "suites": e.suites,
-                }
-            )
-        else:
-            rows.append(
-                {
-                    "name": e.name,
-                    "kind": e.kind,
-                    "version": e.version,
-                    "items": e.item_count(),
-                    "description": e.spec.description or e.description,
-                }
-            )
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
@@ -481,9 +460,11 @@ def endpoints_remove(
 def _mount_optional() -> None:
     """Mount the sub-apps that live in their own modules."""
     from evalsvc.cli import local
+    from evalsvc.cli.api import app as api_app
     from evalsvc.cli.db import app as db_app
     from evalsvc.cli.export import export
     from evalsvc.cli.schedules import app as schedules_app
+    from evalsvc.cli.tokens import app as tokens_app
     from evalsvc.cli.worker import worker
 
     app.add_typer(
@@ -491,6 +472,8 @@ def _mount_optional() -> None:
     )
     app.add_typer(db_app, name="db", help="Database migrations.")
     app.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
+    app.add_typer(api_app, name="api", help="The REST API server.")
+    app.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
     app.command("worker")(worker)
     app.command("export")(export)
 

@@ -628,6 +628,16 @@ class Store:
         with self._db.session() as session:
             return _queue.reap_expired(session, max_attempts=max_attempts, now=utcnow())
 
+    def count_runs_by_status(self) -> dict[str, int]:
+        """Runs per status (every status present, 0 when none): one GROUP BY, for metrics."""
+        with self._db.session(write=False) as session:
+            rows = session.execute(
+                sa.select(RunRow.status, sa.func.count()).group_by(RunRow.status)
+            ).all()
+        counts = {s.value: 0 for s in RunStatus}
+        counts.update({str(status): int(n) for status, n in rows})
+        return counts
+
     def running_counts(self) -> dict[str, int]:
         """Running runs per endpoint URL (what the per-endpoint budget looks at)."""
         with self._db.session(write=False) as session:

@@ -1,0 +1,121 @@
+"""The FastAPI application: one store per app, the routers under ``/api/v1``, error mapping.
+
+Contract: ``create_app`` builds an app whose store is opened at startup and closed at shutdown.
+A database that is unreachable or not at head does not stop the server: ``/healthz`` says 503
+and so does every route that needs the database, until it is fixed. Store and service errors
+are answered with ``{"detail": message}``: unknown suite or endpoint name 422, duplicate 409,
+database unavailable or not at head 503; nothing a client sends produces a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, Response, status
+from fastapi.responses import JSONResponse
+
+from evalsvc.db import Conflict, DatabaseNotAtHead, DatabaseUnavailable, Store, StoreError
+from evalsvc.services.runs import UsageError
+from evalsvc.suites import SuiteError
+
+from ._deps import ApiState, auth_enabled_from_env
+from ._metrics import make_registry
+from .routes import endpoints, health, runs, schedules, suites
+
+log = logging.getLogger("evalsvc.api")
+
+API_PREFIX = "/api/v1"
+
+
+def _problem(code: int, message: str) -> JSONResponse:
+    return JSONResponse({"detail": message}, status_code=code)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def usage(_: Request, exc: Exception) -> Response:
+        return _problem(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+
+    async def conflict(_: Request, exc: Exception) -> Response:
+        return _problem(status.HTTP_409_CONFLICT, str(exc))
+
+    async def unavailable(_: Request, exc: Exception) -> Response:
+        return _problem(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc))
+
+    async def store_error(_: Request, exc: Exception) -> Response:
+        log.error("store error: %s", exc)
+        return _problem(status.HTTP_500_INTERNAL_SERVER_ERROR, f"database error: {exc}")
+
+    async def catalog_error(_: Request, exc: Exception) -> Response:
+        # A broken file in the server's suite catalog: the operator's problem, not the client's.
+        log.error("suite catalog: %s", exc)
+        return _problem(status.HTTP_500_INTERNAL_SERVER_ERROR, f"suite catalog: {exc}")
+
+    app.add_exception_handler(UsageError, usage)
+    app.add_exception_handler(Conflict, conflict)
+    app.add_exception_handler(DatabaseUnavailable, unavailable)
+    app.add_exception_handler(DatabaseNotAtHead, unavailable)
+    app.add_exception_handler(StoreError, store_error)
+    app.add_exception_handler(SuiteError, catalog_error)
+
+
+def create_app(database_url: str | None = None, *, auth: bool | None = None) -> FastAPI:
+    """The REST API over the database at ``database_url`` (None: ``EVALSVC_DATABASE_URL`` or
+    the embedded SQLite database). ``auth=None`` reads ``EVALSVC_API_AUTH`` (default on)."""
+    auth_on = auth_enabled_from_env() if auth is None else auth
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = Store.from_url(database_url)
+        registry, requests = make_registry(store)
+        state = ApiState(store=store, auth=auth_on, registry=registry)
+        try:
+            # Same rule as `evalsvc compare`: a brand-new SQLite file is created at head; any
+            # other database must be migrated by an operator (`evalsvc db upgrade`).
+            store.ensure_ready(upgrade_fresh_sqlite=True)
+            state.ready = True
+        except StoreError as err:
+            state.ready_error = str(err)
+            log.warning("database not ready (serving 503 until it is): %s", err)
+        if not auth_on:
+            log.warning("API authentication is OFF (EVALSVC_API_AUTH=off): local use only")
+        app.state.evalsvc = state
+        app.state.requests_counter = requests
+        try:
+            yield
+        finally:
+            store.close()
+
+    app = FastAPI(
+        title="evalsvc",
+        summary="Quality evaluation and release gates for quantized LLM serving endpoints.",
+        description=(
+            "Queue runs that compare candidate endpoints with a baseline, follow them, and read "
+            "their reports and gates. Bearer tokens carry the scopes `read`, `submit` and "
+            "`admin` (admin implies submit implies read)."
+        ),
+        version="1",
+        lifespan=lifespan,
+    )
+    _install_error_handlers(app)
+
+    @app.middleware("http")
+    async def count_requests(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        counter = getattr(request.app.state, "requests_counter", None)
+        if counter is not None:
+            # The handler's name, not the path: bounded label values whatever ids are requested.
+            handler = getattr(request.scope.get("endpoint"), "__name__", None) or "unmatched"
+            counter.labels(request.method, handler, str(response.status_code)).inc()
+        return response
+
+    app.include_router(health.router, prefix=API_PREFIX)
+    for module in (endpoints, runs, suites, schedules):
+        app.include_router(module.router, prefix=API_PREFIX)
+    # Probes and scrapers conventionally look at the root too.
+    app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)
+    return app

@@ -1,0 +1,149 @@
+"""Dependencies of the routes: the app's store (refused until the database is at head) and
+bearer-token authentication with scopes.
+
+Contract:
+- ``StoreDep`` is the app's one ``Store``. Until the database has been seen at the migration
+  head, every request that needs it re-checks and gets 503 with the store's message (run
+  ``evalsvc db upgrade``); once at head, the check is not repeated.
+- ``require(scope)`` authenticates ``Authorization: Bearer <token>`` with
+  ``Store.verify_api_token``: 401 without a valid token, 403 when the token lacks the scope.
+  Scopes nest: ``admin`` implies ``submit`` implies ``read``.
+- ``EVALSVC_API_AUTH=off`` (or ``create_app(auth=False)``) turns authentication off for local
+  development; every request then acts with all scopes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CollectorRegistry
+
+from evalsvc.db import Store, StoreError
+
+AUTH_ENV = "EVALSVC_API_AUTH"
+_OFF = {"off", "0", "false", "no", "disabled"}
+
+#: What each scope a token holds lets it do (DESIGN.md: admin ⊇ submit ⊇ read).
+IMPLIED_SCOPES: dict[str, frozenset[str]] = {
+    "read": frozenset({"read"}),
+    "submit": frozenset({"read", "submit"}),
+    "admin": frozenset({"read", "submit", "admin"}),
+}
+
+
+def auth_enabled_from_env() -> bool:
+    """Authentication is on unless ``EVALSVC_API_AUTH`` says off/0/false/no/disabled."""
+    return os.environ.get(AUTH_ENV, "on").strip().lower() not in _OFF
+
+
+@dataclass
+class ApiState:
+    """What one app instance holds: its store, its auth mode, its metrics registry."""
+
+    store: Store
+    auth: bool
+    registry: CollectorRegistry
+    ready: bool = False
+    """The database was seen at head (then it is not re-checked per request)."""
+    ready_error: str | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def check_ready(self) -> bool:
+        """(Re-)check that the database is reachable and at head; remember success."""
+        with self._lock:
+            try:
+                self.store.check_at_head()
+            except StoreError as err:
+                self.ready, self.ready_error = False, str(err)
+            else:
+                self.ready, self.ready_error = True, None
+            return self.ready
+
+
+def get_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.evalsvc
+    return state
+
+
+StateDep = Annotated[ApiState, Depends(get_state)]
+
+
+def get_store(state: StateDep) -> Store:
+    """The app's store; 503 while the database is unreachable or not at head."""
+    if not state.ready and not state.check_ready():
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, state.ready_error)
+    return state.store
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="An API token from `evalsvc tokens create NAME --scope read|submit|admin`.",
+)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the token's name and the scopes it grants (implied ones included)."""
+
+    name: str
+    scopes: frozenset[str]
+
+
+_ANONYMOUS = Principal(name="anonymous (auth off)", scopes=IMPLIED_SCOPES["admin"])
+
+
+def _authenticate(
+    state: ApiState, store: Store, credentials: HTTPAuthorizationCredentials | None
+) -> Principal:
+    if not state.auth:
+        return _ANONYMOUS
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "missing bearer token: send 'Authorization: Bearer <token>'",
+            headers=challenge,
+        )
+    info: dict[str, Any] | None = store.verify_api_token(credentials.credentials)
+    if info is None:
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token", headers=challenge
+        )
+    granted: set[str] = set()
+    for scope in info["scopes"]:
+        granted |= IMPLIED_SCOPES.get(scope, frozenset())
+    return Principal(name=str(info["name"]), scopes=frozenset(granted))
+
+
+def require(scope: str) -> Any:
+    """A dependency that authenticates the caller and demands ``scope``."""
+    if scope not in IMPLIED_SCOPES:
+        raise ValueError(f"unknown scope {scope!r}")
+
+    def dependency(
+        state: StateDep,
+        store: StoreDep,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Principal:
+        principal = _authenticate(state, store, credentials)
+        if scope not in principal.scopes:
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"token {principal.name!r} lacks the {scope!r} scope "
+                f"(it has {sorted(principal.scopes)})",
+            )
+        return principal
+
+    return Depends(dependency)
+
+
+ReadScope = Annotated[Principal, require("read")]
+SubmitScope = Annotated[Principal, require("submit")]
+AdminScope = Annotated[Principal, require("admin")]

@@ -1,0 +1,235 @@
+"""Request and response shapes of the REST API (pydantic; they are the OpenAPI schema).
+
+Contract: input shapes forbid extra fields; create, update and read shapes are separate classes.
+Read shapes are built from domain objects (``evalsvc.domain``) or the store's plain dicts, never
+from ORM rows. The run spec inside them is the domain ``RunSpec`` itself, so the API and the
+queue cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus, RunVerdict
+
+# A registered name must not look like a URL (``compare`` tells them apart by "://").
+_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+def _check_url(value: str) -> str:
+    value = value.strip().rstrip("/")
+    if not value.startswith(("http://", "https://")):
+        raise ValueError("url must be an http(s) base URL, e.g. http://127.0.0.1:8000/v1")
+    return value
+
+
+class Problem(BaseModel):
+    """An error response (every 4xx/5xx the API raises itself)."""
+
+    detail: str
+    """What went wrong, in one human-readable sentence."""
+
+
+# ---------------------------------------------------------------------------- endpoints
+
+
+class EndpointCreate(BaseModel):
+    """Register an endpoint under a name usable in runs and schedules."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    """Unique name (letters, digits, ``.``, ``_``, ``-``)."""
+    url: str
+    """Base URL including ``/v1``."""
+    model: str | None = None
+    """Served model name; discovered from ``/v1/models`` when omitted."""
+    api_key_env: str | None = None
+    """Name of the environment variable (on the workers) that holds the API key."""
+
+    _url = field_validator("url")(_check_url)
+
+
+class EndpointUpdate(BaseModel):
+    """Replace a registered endpoint's fields (PUT: omitted optional fields become null)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str
+    """Base URL including ``/v1``."""
+    model: str | None = None
+    """Served model name; discovered from ``/v1/models`` when omitted."""
+    api_key_env: str | None = None
+    """Name of the environment variable (on the workers) that holds the API key."""
+
+    _url = field_validator("url")(_check_url)
+
+
+class EndpointRead(BaseModel):
+    """A registered endpoint."""
+
+    name: str
+    url: str
+    model: str | None = None
+    api_key_env: str | None = None
+
+    @classmethod
+    def of(cls, ref: EndpointRef) -> EndpointRead:
+        return cls(name=ref.name or "", url=ref.url, model=ref.model, api_key_env=ref.api_key_env)
+
+
+# ---------------------------------------------------------------------------- runs
+
+
+class RunEndpoint(BaseModel):
+    """The baseline or a candidate of a run: a ``url``, or the ``name`` of a registered endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = None
+    """Base URL including ``/v1``."""
+    name: str | None = None
+    """A registered endpoint name (used alone), or a label for ``url``."""
+    model: str | None = None
+    """Served model name (with ``url``); discovered when omitted."""
+    api_key_env: str | None = None
+    """Environment variable holding the API key (with ``url``)."""
+
+    @model_validator(mode="after")
+    def _url_or_name(self) -> RunEndpoint:
+        if self.url is None and not self.name:
+            raise ValueError("give the endpoint's url or a registered endpoint name")
+        if self.url is not None:
+            self.url = _check_url(self.url)
+        elif self.model is not None or self.api_key_env is not None:
+            raise ValueError("model and api_key_env go with url; a registered name carries its own")
+        return self
+
+
+class RunCreate(BaseModel):
+    """Queue a run (what ``evalsvc compare --server`` sends)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    baseline: RunEndpoint
+    candidates: list[RunEndpoint] = Field(min_length=1)
+    suites: list[str] = Field(min_length=1)
+    """Suite or set names from ``GET /suites``."""
+    options: RunOptions = Field(default_factory=RunOptions)
+
+    @field_validator("suites")
+    @classmethod
+    def _catalog_names_only(cls, names: list[str]) -> list[str]:
+        # A YAML path would be read from the *server's* disk: refuse it instead of letting a
+        # client probe the server's files (the CLI resolves paths only in-process).
+        for name in names:
+            if "/" in name or "\\" in name or name.endswith((".yaml", ".yml")):
+                raise ValueError(
+                    f"{name!r}: the API takes catalog suite or set names (GET /suites), not "
+                    "file paths; run a suite file in-process with `evalsvc compare` instead"
+                )
+        return names
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form key/value labels stored with the run."""
+    priority: int = 0
+    """Higher runs are claimed first."""
+
+
+class RunSubmitted(BaseModel):
+    """The answer to ``POST /runs``: the run is queued for workers."""
+
+    id: str
+    status: RunStatus
+
+
+class RunRead(BaseModel):
+    """A run's status and progress."""
+
+    id: str
+    status: RunStatus
+    verdict: RunVerdict | None = None
+    """Set when the run completed (or ended in error)."""
+    error: str | None = None
+    progress: dict[str, Any] = Field(default_factory=dict)
+    """Written by the worker: ``{"items": {suite: n}, "done": {suite: {role: n}}}``."""
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempts: int = 0
+    """How many times a worker claimed it."""
+    schedule_id: str | None = None
+    spec: RunSpec
+
+
+class GateRead(BaseModel):
+    """The overall verdict of a finished run and the matching ``evalsvc compare`` exit code."""
+
+    run_id: str
+    status: RunStatus
+    verdict: RunVerdict
+    """``error`` also for a cancelled run: it gives no evidence to promote anything."""
+    exit_code: int
+    """0 pass, 1 fail, 3 inconclusive, 4 error (DESIGN.md)."""
+
+
+# ---------------------------------------------------------------------------- suites
+
+
+class SuiteRead(BaseModel):
+    """A catalog entry: a suite, or a set of suites (``kind="set"``)."""
+
+    name: str
+    kind: str
+    version: str | None = None
+    items: int | None = None
+    """Items the suite plans, when known before talking to an endpoint."""
+    description: str | None = None
+    suites: list[str] | None = None
+    """Members, for a set."""
+
+
+# ---------------------------------------------------------------------------- schedules
+
+
+class ScheduleCreate(BaseModel):
+    """A cron schedule that queues a run from ``template`` at every fire time (UTC)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=_NAME_PATTERN)
+    cron: str
+    """Cron expression, evaluated in UTC (e.g. ``0 3 * * *``)."""
+    template: RunCreate
+    """The run to queue; endpoint names are resolved now, when the schedule is created."""
+    start_at: datetime | None = None
+    """First fire time is the first cron time after this (default: now)."""
+
+
+class ScheduleRead(BaseModel):
+    """A stored schedule."""
+
+    id: str
+    name: str
+    cron: str
+    template: RunSpec
+    enabled: bool
+    start_at: datetime | None = None
+    last_fire_time: datetime | None = None
+    next_fire_time: datetime | None = None
+    created_at: datetime
+
+
+# ---------------------------------------------------------------------------- health
+
+
+class Health(BaseModel):
+    """``GET /healthz``: whether the database is reachable and at the migration head."""
+
+    status: str
+    """``ok`` or ``unavailable``."""
+    database: str
+    """The database URL without its password."""
+    detail: str | None = None

@@ -1,0 +1,72 @@
+"""``/endpoints``: the endpoint registry (names usable in runs and schedules).
+
+Reads need the ``read`` scope, writes ``admin``.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Response, status
+
+from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
+from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, Problem
+
+router = APIRouter(prefix="/endpoints", tags=["endpoints"])
+
+
+def _not_found(name: str) -> HTTPException:
+    return HTTPException(status.HTTP_404_NOT_FOUND, f"no endpoint named {name!r}")
+
+
+@router.get("", response_model=list[EndpointRead])
+def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
+    """Every registered endpoint, by name."""
+    return [EndpointRead.of(ref) for ref in store.list_endpoints()]
+
+
+@router.post(
+    "",
+    response_model=EndpointRead,
+    status_code=status.HTTP_201_CREATED,
+    responses={409: {"model": Problem, "description": "The name is taken."}},
+)
+def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> EndpointRead:
+    """Register an endpoint; 409 when the name is taken (use PUT to change one)."""
+    if store.get_endpoint(body.name) is not None:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"an endpoint named {body.name!r} already exists"
+        )
+    ref = store.upsert_endpoint(
+        name=body.name, url=body.url, model=body.model, api_key_env=body.api_key_env
+    )
+    return EndpointRead.of(ref)
+
+
+@router.get("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
+def get_endpoint(name: str, store: StoreDep, _: ReadScope) -> EndpointRead:
+    ref = store.get_endpoint(name)
+    if ref is None:
+        raise _not_found(name)
+    return EndpointRead.of(ref)
+
+
+@router.put("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
+def update_endpoint(
+    name: str, body: EndpointUpdate, store: StoreDep, _: AdminScope
+) -> EndpointRead:
+    """Replace a registered endpoint's url, model and api_key_env; 404 when unknown."""
+    if store.get_endpoint(name) is None:
+        raise _not_found(name)
+    ref = store.upsert_endpoint(
+        name=name, url=body.url, model=body.model, api_key_env=body.api_key_env
+    )
+    return EndpointRead.of(ref)
+
+
+@router.delete(
+    "/{name}", status_code=status.HTTP_204_NO_CONTENT, responses={404: {"model": Problem}}
+)
+def delete_endpoint(name: str, store: StoreDep, _: AdminScope) -> Response:
+    """Remove a registered endpoint (runs that used it keep their own copy of it)."""
+    if not store.delete_endpoint(name):
+        raise _not_found(name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

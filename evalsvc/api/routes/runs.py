@@ -1,0 +1,151 @@
+"""``/runs``: queue runs for workers, follow them, read their report and gate.
+
+Scopes: ``submit`` to queue or cancel, ``read`` for the rest. A run is only queued here
+(``evalsvc.services.runs.submit``, which refuses unknown suites); workers execute it. Unknown
+suites or endpoint names are 422 with the service's message.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Query, status
+
+from evalsvc.api._deps import ReadScope, StoreDep, SubmitScope
+from evalsvc.api._schemas import GateRead, Problem, RunCreate, RunEndpoint, RunRead, RunSubmitted
+from evalsvc.db import Store
+from evalsvc.domain import EndpointRef, RunInfo, RunSpec, RunStatus, RunVerdict
+from evalsvc.services import runs as run_service
+
+router = APIRouter(prefix="/runs", tags=["runs"])
+
+_UNFINISHED = (RunStatus.queued, RunStatus.running)
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
+
+
+def _endpoint(value: RunEndpoint, store: Store) -> EndpointRef:
+    if value.url is None:
+        assert value.name is not None  # RunEndpoint's validator guarantees one of them
+        return run_service.resolve_endpoint(value.name, store)  # UsageError when unknown
+    return EndpointRef(
+        url=value.url, model=value.model, name=value.name, api_key_env=value.api_key_env
+    )
+
+
+def run_spec(body: RunCreate, store: Store) -> RunSpec:
+    """The domain spec of a request: registered endpoint names resolved to their URLs."""
+    return RunSpec(
+        baseline=_endpoint(body.baseline, store),
+        candidates=[_endpoint(c, store) for c in body.candidates],
+        suites=body.suites,
+        options=body.options,
+        labels=body.labels,
+        priority=body.priority,
+    )
+
+
+def _read(run: RunInfo) -> RunRead:
+    return RunRead.model_validate(run.model_dump(exclude={"lease_owner", "lease_expires_at"}))
+
+
+def _get(store: Store, run_id: str) -> RunInfo:
+    run = store.get_run(run_id)
+    if run is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id!r}")
+    return run
+
+
+@router.post(
+    "",
+    response_model=RunSubmitted,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={422: {"model": Problem, "description": "Unknown suite or endpoint name."}},
+)
+def submit_run(body: RunCreate, store: StoreDep, _: SubmitScope) -> RunSubmitted:
+    """Queue a run for workers; poll ``GET /runs/{id}`` until it is finished."""
+    run = run_service.submit(run_spec(body, store), store=store)
+    return RunSubmitted(id=run.id, status=run.status)
+
+
+@router.get("", response_model=list[RunRead])
+def list_runs(
+    store: StoreDep,
+    _: ReadScope,
+    status_: Annotated[RunStatus | None, Query(alias="status")] = None,
+    verdict: RunVerdict | None = None,
+    endpoint: Annotated[
+        str | None, Query(description="Base URL used as baseline or candidate.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+) -> list[RunRead]:
+    """Runs, newest first."""
+    found = store.list_runs(limit=limit, status=status_, verdict=verdict, endpoint_url=endpoint)
+    return [_read(run) for run in found]
+
+
+@router.get("/{run_id}", response_model=RunRead, responses=_NOT_FOUND)
+def get_run(run_id: str, store: StoreDep, _: ReadScope) -> RunRead:
+    """Status, verdict, error, progress and timestamps of a run."""
+    return _read(_get(store, run_id))
+
+
+@router.get(
+    "/{run_id}/report",
+    response_model=dict[str, Any],
+    responses={
+        **_NOT_FOUND,
+        409: {"model": Problem, "description": "The run has no report (yet)."},
+    },
+)
+def get_report(run_id: str, store: StoreDep, _: ReadScope) -> dict[str, Any]:
+    """The JSON report (DESIGN.md, "The JSON report"), as ``evalsvc compare --json`` writes it."""
+    run = _get(store, run_id)
+    report = store.get_report(run_id)
+    if report is None:
+        ended = f": {run.error}" if run.error else ""
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"run {run_id} is {run.status.value}; no report{ended}"
+        )
+    return report
+
+
+@router.get(
+    "/{run_id}/gate",
+    response_model=GateRead,
+    responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Not finished yet."}},
+)
+def get_gate(run_id: str, store: StoreDep, _: ReadScope) -> GateRead:
+    """The run's overall verdict and the exit code ``evalsvc compare`` would have returned."""
+    run = _get(store, run_id)
+    if run.status in _UNFINISHED:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"run {run_id} is {run.status.value}: no verdict yet"
+        )
+    # A cancelled or crashed run proves nothing: it gates as an infrastructure error.
+    verdict: RunVerdict = (
+        run.verdict if run.status == RunStatus.completed and run.verdict else "error"
+    )
+    return GateRead(
+        run_id=run.id,
+        status=run.status,
+        verdict=verdict,
+        exit_code=run_service.exit_code(verdict),
+    )
+
+
+@router.post(
+    "/{run_id}/cancel",
+    response_model=RunRead,
+    responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Already finished."}},
+)
+def cancel_run(run_id: str, store: StoreDep, _: SubmitScope) -> RunRead:
+    """Cancel a queued or running run (a worker stops it at its next heartbeat)."""
+    run = _get(store, run_id)
+    if not store.cancel_run(run_id):
+        current = store.get_run(run_id) or run
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"run {run_id} is already {current.status.value}; only queued or running runs "
+            "can be cancelled",
+        )
+    return _read(_get(store, run_id))

@@ -1,0 +1,49 @@
+"""``evalsvc api serve``: run the REST API (``evalsvc.api``) with uvicorn.
+
+The server starts even when the database is unreachable or not at head (``/healthz`` answers
+503 until it is fixed), so it can come up before its database; this command warns about it.
+FastAPI and uvicorn are imported only when the command runs, to keep CLI start-up light.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from evalsvc.db import Store, StoreError
+
+from ._dbcommon import DatabaseUrlOption
+
+app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="TCP port.")] = 8080,
+    database_url: DatabaseUrlOption = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info",
+) -> None:
+    """Serve the REST API under /api/v1 (OpenAPI at /docs). Auth: EVALSVC_API_AUTH=off disables it."""
+    import uvicorn
+
+    from evalsvc.api import create_app
+    from evalsvc.api._deps import auth_enabled_from_env
+
+    with Store.from_url(database_url) as store:
+        try:
+            store.ensure_ready(upgrade_fresh_sqlite=True)
+        except StoreError as err:
+            typer.echo(f"warning: {err} (serving 503 until it is fixed)", err=True)
+        shown = store.display_url
+    if not auth_enabled_from_env():
+        typer.echo("warning: authentication is OFF (EVALSVC_API_AUTH=off)", err=True)
+    typer.echo(
+        f"evalsvc API on http://{host}:{port}/api/v1 (docs /docs), database {shown}", err=True
+    )
+    uvicorn.run(create_app(database_url), host=host, port=port, log_level=log_level)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,101 @@
+"""``evalsvc tokens``: bearer tokens of the REST API (create, list, revoke).
+
+A token is printed once, on stdout, when it is created; only its hash is stored. Scopes:
+``read`` (GETs), ``submit`` (queue and cancel runs, implies read), ``admin`` (endpoint and
+schedule writes, implies submit).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evalsvc.db import API_SCOPES, StoreError
+
+from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, open_store
+
+app = typer.Typer(name="tokens", help="Bearer tokens of the REST API.", no_args_is_help=True)
+
+
+@app.command()
+def create(
+    name: Annotated[str, typer.Argument(help="Unique token name (who or what uses it).")],
+    scope: Annotated[
+        list[str],
+        typer.Option(help=f"Scope ({', '.join(sorted(API_SCOPES))}); repeatable."),
+    ],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Create a token and print it once (stdout); store only its hash."""
+    unknown = sorted(set(scope) - API_SCOPES)
+    if unknown:
+        fail(f"unknown scope(s) {unknown}; choose from {sorted(API_SCOPES)}", EXIT_CONFIG)
+    store = open_store(database_url)
+    try:
+        token, info = store.create_api_token(name=name, scopes=scope)
+    except ValueError as err:  # duplicate name (Conflict), empty scopes
+        fail(str(err), EXIT_CONFIG)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    typer.echo(f"token {info['name']} ({', '.join(info['scopes'])}); shown only now:", err=True)
+    typer.echo(token)
+
+
+@app.command("list")
+def list_(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """List tokens (names, scopes, last use; never the tokens themselves)."""
+    store = open_store(database_url)
+    try:
+        tokens: list[dict[str, Any]] = store.list_api_tokens()
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    if as_json:
+        typer.echo(json.dumps(tokens, default=str, indent=2))
+        return
+    table = Table("name", "scopes", "created", "last used", "revoked")
+    for t in tokens:
+        table.add_row(
+            t["name"],
+            ", ".join(t["scopes"]),
+            _fmt(t["created_at"]),
+            _fmt(t["last_used_at"]),
+            _fmt(t["revoked_at"]),
+        )
+    Console().print(table)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:%Y-%m-%d %H:%M}" if value is not None else "-"
+
+
+@app.command()
+def revoke(
+    name: Annotated[str, typer.Argument(help="Token name.")],
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Revoke a token: requests with it get 401 from now on."""
+    store = open_store(database_url)
+    try:
+        revoked = store.revoke_api_token(name)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    if not revoked:
+        fail(f"no active token named {name!r}", 1)
+    typer.echo(f"revoked token {name}", err=True)
+
+
+if __name__ == "__main__":
+    app()

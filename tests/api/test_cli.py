@@ -1,0 +1,178 @@
+"""The CLI around the API, in real subprocesses: ``evalsvc compare --server`` (the existing REST
+client) against a real server and a real worker; ``evalsvc tokens`` and ``evalsvc api serve``."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.scheduler import Executor, Worker
+from tests.fixtures.db import REPO_ROOT
+
+from .conftest import Api
+from .executors import make_executor
+
+BASE = "http://127.0.0.1:9001/v1"
+CAND = "http://127.0.0.1:9002/v1"
+
+
+@contextmanager
+def background_worker(db_url: str, executor: Executor) -> Iterator[Worker]:
+    """A real worker polling the store in a thread until the block ends."""
+    with Store.from_url(db_url, endpoint_max_runs=0) as store:
+        worker = Worker(store, executor=executor, poll_seconds=0.05, lease_seconds=10)
+        thread = threading.Thread(target=worker.run, name="worker", daemon=True)
+        thread.start()
+        try:
+            yield worker
+        finally:
+            worker.stop()
+            thread.join(15)
+
+
+def evalsvc(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "evalsvc.cli.main", *args],
+        env={**os.environ, **(env or {})},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1)])
+def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
+    with background_worker(api.db_url, make_executor(verdict)):
+        result = evalsvc(
+            "compare",
+            BASE,
+            CAND,
+            "--suite",
+            "needle-smoke",
+            "--samples",
+            "5",
+            "--server",
+            api.base_url,
+            "--json",
+            "-",
+            env={"EVALSVC_TOKEN": api.tokens["submit"]},
+        )
+    assert result.returncode == code, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == verdict
+    assert report["baseline"]["url"] == BASE
+    assert report["candidates"][0]["suites"][0]["suite"] == "needle-smoke"
+    (run,) = api.store.list_runs()
+    assert report["run_id"] == run.id and run.spec.options.samples == 5
+    assert f"submitted run {run.id}" in result.stderr
+    with api.client("read") as reader:
+        assert reader.get(f"/runs/{run.id}/gate").json()["exit_code"] == code
+
+
+def test_compare_server_refusals(api: Api) -> None:
+    token = {"EVALSVC_TOKEN": api.tokens["submit"]}
+    unknown = evalsvc(
+        "compare", BASE, CAND, "--suite", "no-such-suite", "--server", api.base_url, env=token
+    )
+    assert unknown.returncode == 2
+    assert "HTTP 422" in unknown.stderr and "no-such-suite" in unknown.stderr
+    ghost = evalsvc("compare", "ghost", CAND, "--server", api.base_url, env=token)
+    assert ghost.returncode == 2 and "ghost" in ghost.stderr
+    no_token = evalsvc(
+        "compare",
+        BASE,
+        CAND,
+        "--suite",
+        "needle-smoke",
+        "--server",
+        api.base_url,
+        env={"EVALSVC_TOKEN": ""},
+    )
+    assert no_token.returncode == 4 and "HTTP 401" in no_token.stderr
+    assert api.store.list_runs() == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None:
+    db = tmp_path / "evalsvc.db"
+    db.write_bytes(sqlite_template.read_bytes())
+    url = f"sqlite:///{db}"
+    created = evalsvc("tokens", "create", "ci", "--scope", "read", "--database-url", url)
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("evs_") and "shown only now" in created.stderr
+    bad = evalsvc("tokens", "create", "x", "--scope", "root", "--database-url", url)
+    assert bad.returncode == 2 and "unknown scope" in bad.stderr
+    dup = evalsvc("tokens", "create", "ci", "--scope", "admin", "--database-url", url)
+    assert dup.returncode == 2 and "already exists" in dup.stderr
+
+    port = _free_port()
+    env = {**os.environ, "EVALSVC_API_AUTH": "on"}
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "evalsvc.cli.main",
+            "api",
+            "serve",
+            "--port",
+            str(port),
+            "--database-url",
+            url,
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}/api/v1"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert server.poll() is None and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+        headers = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{base}/runs", headers=headers).status_code == 200
+        assert httpx.post(f"{base}/endpoints", headers=headers, json={}).status_code == 403
+        revoked = evalsvc("tokens", "revoke", "ci", "--database-url", url)
+        assert revoked.returncode == 0, revoked.stderr
+        assert httpx.get(f"{base}/runs", headers=headers).status_code == 401
+    finally:
+        server.terminate()
+        output = server.communicate(timeout=15)[0]
+    assert "evalsvc API on" in output
+    listed = evalsvc("tokens", "list", "--json", "--database-url", url)
+    (info,) = json.loads(listed.stdout)
+    assert info["name"] == "ci" and info["scopes"] == ["read"] and info["revoked_at"]
+    assert token not in listed.stdout
+    again = evalsvc("tokens", "revoke", "ci", "--database-url", url)
+    assert again.returncode == 1 and "no active token" in again.stderr
