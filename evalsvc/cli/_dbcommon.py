@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Annotated, NoReturn
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
@@ -53,6 +55,25 @@ def open_store(database_url: str | None, *, check_head: bool = True) -> Store:
         store.close()
         fail_store(err)
     return store
+
+
+T = TypeVar("T")
+
+
+def with_store(database_url: str | None, action: Callable[[Store], T]) -> T:
+    """Open the store, run ``action`` on it and close it; a store error exits with its message."""
+    store = open_store(database_url)
+    try:
+        return action(store)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+
+
+def fmt_time(value: datetime | None) -> str:
+    """A timestamp for CLI tables (minutes, UTC as stored), ``-`` when unset."""
+    return f"{value:%Y-%m-%d %H:%M}" if value is not None else "-"
 
 
 def configure_logging(verbose: bool = False) -> None:

@@ -28,7 +28,9 @@ from ._dbcommon import (
     configure_logging,
     fail,
     fail_store,
+    fmt_time,
     open_store,
+    with_store,
 )
 
 app = typer.Typer(name="schedules", help="Cron schedules that queue runs.", no_args_is_help=True)
@@ -154,16 +156,12 @@ def list_(
         table.add_row(
             s["name"],
             s["cron"],
-            _fmt(s["next_fire_time"]),
-            _fmt(s["last_fire_time"]),
+            fmt_time(s["next_fire_time"]),
+            fmt_time(s["last_fire_time"]),
             ", ".join(s["template"].get("suites", [])),
             s["id"],
         )
     Console().print(table)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:%Y-%m-%d %H:%M}" if value is not None else "-"
 
 
 @app.command()
@@ -172,13 +170,7 @@ def remove(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Remove a schedule (its past runs are kept)."""
-    store = open_store(database_url)
-    try:
-        removed = store.remove_schedule(name_or_id)
-    except StoreError as err:
-        fail_store(err)
-    finally:
-        store.close()
+    removed = with_store(database_url, lambda store: store.remove_schedule(name_or_id))
     if not removed:
         fail(f"no schedule {name_or_id!r}", 1)
     typer.echo(f"removed schedule {name_or_id}")

@@ -16,7 +16,15 @@ from rich.table import Table
 
 from evalsvc.db import API_SCOPES, StoreError
 
-from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, open_store
+from ._dbcommon import (
+    EXIT_CONFIG,
+    DatabaseUrlOption,
+    fail,
+    fail_store,
+    fmt_time,
+    open_store,
+    with_store,
+)
 
 app = typer.Typer(name="tokens", help="Bearer tokens of the REST API.", no_args_is_help=True)
 
@@ -68,15 +76,11 @@ def list_(
         table.add_row(
             t["name"],
             ", ".join(t["scopes"]),
-            _fmt(t["created_at"]),
-            _fmt(t["last_used_at"]),
-            _fmt(t["revoked_at"]),
+            fmt_time(t["created_at"]),
+            fmt_time(t["last_used_at"]),
+            fmt_time(t["revoked_at"]),
         )
     Console().print(table)
-
-
-def _fmt(value: Any) -> str:
-    return f"{value:%Y-%m-%d %H:%M}" if value is not None else "-"
 
 
 @app.command()
@@ -85,13 +89,7 @@ def revoke(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Revoke a token: requests with it get 401 from now on."""
-    store = open_store(database_url)
-    try:
-        revoked = store.revoke_api_token(name)
-    except StoreError as err:
-        fail_store(err)
-    finally:
-        store.close()
+    revoked = with_store(database_url, lambda store: store.revoke_api_token(name))
     if not revoked:
         fail(f"no active token named {name!r}", 1)
     typer.echo(f"revoked token {name}", err=True)
