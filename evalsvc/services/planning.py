@@ -73,11 +73,24 @@ def plan(
             if discordance is None:
                 # A pilot's discordance is an estimate (often 0 on a small pilot): smooth it as the
                 # gate does for the MDE, (discordant + 1)/(n + 2), with the suite's planned n.
-                n = row["planned_items"] or 100
+                n = (row["planned_items"] or 100) * suite.pairs_per_item()
                 psi = (psi * n + 1) / (n + 2)
             row["discordance"] = psi
-            row["required_items"] = required_n(m, psi, a, power)
+            # The gate's n counts pairs; a kind may draw several per item (determinism: one per
+            # condition and repeat). Pairs of one item are correlated, so for such kinds the
+            # item count below is a lower bound.
+            per = suite.pairs_per_item()
+            pairs = required_n(m, psi, a, power)
+            row["required_items"] = -(-pairs // per)
+            if per != 1:
+                row["pairs_per_item"] = per
+                row["required_pairs"] = pairs
+                row["note"] = (
+                    f"{per} gated pairs per item, correlated within an item: a lower bound"
+                )
             if row["planned_items"]:
-                row["mde_at_planned"] = mde_paired_binary(row["planned_items"], psi, a, power)
+                row["mde_at_planned"] = mde_paired_binary(
+                    row["planned_items"] * per, psi, a, power
+                )
         rows.append(row)
     return rows

@@ -169,6 +169,10 @@ class Suite(ABC):
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
         return len(items)
 
+    def pairs_per_item(self) -> int:
+        """Gated pairs each planned item yields (1; determinism: conditions × repeats)."""
+        return 1
+
     def gated_pairs(self, items: Sequence[Item]) -> int:
         """Paired observations the gate should see for ``items`` when nothing errs: the report's
         ``n_planned`` (``n + n_errors`` equals it). Kinds whose samples include unpaired

@@ -24,3 +24,15 @@ def test_plan_needs_a_discordance_and_known_suites() -> None:
     assert "required_items" not in row and "--discordance" in row["note"]
     with pytest.raises(UsageError, match="unknown suite"):
         plan(suites=["nope"], margin=0.1, alpha=None)
+
+
+def test_plan_counts_pairs_for_kinds_with_several_per_item() -> None:
+    """determinism gates one pair per (probe, condition, repeat): the plan converts pairs to
+    probes and says the conversion is a lower bound."""
+    (row,) = plan(suites=["determinism"], margin=0.1, alpha=0.05, discordance=0.3)
+    per = row["pairs_per_item"]
+    assert per == 2 * 5  # 2 repeats x (mixed, c2, c8, c32, prefix_warm)
+    assert row["required_pairs"] == required_n(0.1, 0.3, 0.05, 0.8)
+    assert row["required_items"] == -(-row["required_pairs"] // per)
+    assert row["mde_at_planned"] == mde_paired_binary(row["planned_items"] * per, 0.3, 0.05, 0.8)
+    assert "lower bound" in row["note"]

@@ -291,6 +291,9 @@ class DeterminismSuite(Suite):
     def gated_per_item(self) -> int:
         return self.params.repeats * len(self._labels())
 
+    def pairs_per_item(self) -> int:
+        return self.gated_per_item()
+
     def gated_pairs(self, items: Sequence[Item]) -> int:
         # The references are what each condition is compared with, not gated observations.
         return len(items) * self.gated_per_item()
