@@ -658,6 +658,29 @@ class Store:
             session.flush()
             return _endpoint_ref(row)
 
+    def create_endpoint(
+        self, *, name: str, url: str, model: str | None = None, api_key_env: str | None = None
+    ) -> EndpointRef:
+        """Register a new name; ``Conflict`` when it exists (the unique index decides, so two
+        concurrent creates cannot both succeed)."""
+        now = utcnow()
+        row = EndpointRow(
+            id=_new_id(),
+            name=name,
+            url=url,
+            model=model,
+            api_key_env=api_key_env,
+            created_at=now,
+            updated_at=now,
+        )
+        try:
+            with self._db.session() as session:
+                session.add(row)
+                session.flush()
+                return _endpoint_ref(row)
+        except Conflict as err:
+            raise Conflict(f"an endpoint named {name!r} already exists") from err
+
     def get_endpoint(self, name: str) -> EndpointRef | None:
         with self._db.session(write=False) as session:
             row = session.scalar(sa.select(EndpointRow).where(EndpointRow.name == name))

@@ -236,3 +236,28 @@ def test_export_formats(store: Store, db_url: str, tmp_path: Path, fmt: str) -> 
         app, ["nope", "--format", fmt, "--out", str(out), "--database-url", db_url]
     )
     assert missing.exit_code == 1 and "no run" in missing.output
+
+
+def test_concurrent_endpoint_creates_one_wins(db_url: str) -> None:
+    """create_endpoint is insert-only: of 4 racing creates of one name exactly one succeeds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    stores = [Store.from_url(db_url) for _ in range(4)]
+
+    def create(k: int) -> str:
+        try:
+            stores[k].create_endpoint(name="prod", url=f"http://gpu-{k}:8000/v1")
+            return "ok"
+        except Conflict as err:
+            assert "already exists" in str(err)
+            return "conflict"
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            outcomes = sorted(pool.map(create, range(4)))
+    finally:
+        for s in stores:
+            s.close()
+    assert outcomes == ["conflict", "conflict", "conflict", "ok"]
+    with Store.from_url(db_url) as store:
+        assert len([e for e in store.list_endpoints() if e.name == "prod"]) == 1

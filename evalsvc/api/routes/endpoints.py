@@ -31,11 +31,7 @@ def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
 )
 def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> EndpointRead:
     """Register an endpoint; 409 when the name is taken (use PUT to change one)."""
-    if store.get_endpoint(body.name) is not None:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"an endpoint named {body.name!r} already exists"
-        )
-    ref = store.upsert_endpoint(
+    ref = store.create_endpoint(  # Conflict → 409 (the app's handler)
         name=body.name, url=body.url, model=body.model, api_key_env=body.api_key_env
     )
     return EndpointRead.of(ref)
