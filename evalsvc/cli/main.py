@@ -7,6 +7,7 @@ Contract (DESIGN.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config e
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -35,7 +36,12 @@ endpoints_app = typer.Typer(
 app.add_typer(suites_app, name="suites")
 app.add_typer(endpoints_app, name="endpoints")
 
-err = Console(stderr=True)
+# CI logs are not terminals, and rich would fold the verdict table into 80 columns; give them
+# room unless the user set COLUMNS.
+err = Console(
+    stderr=True,
+    width=None if sys.stderr.isatty() or os.environ.get("COLUMNS") else 160,
+)
 
 VERDICT_STYLE = {
     "pass": "bold green",
@@ -265,7 +271,6 @@ def _compare_remote(
     markdown: Path | None,
 ) -> int:
     """Submit to ``POST /api/v1/runs`` and poll until the gate is known."""
-    import os
 
     import httpx
 
