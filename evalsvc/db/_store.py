@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -41,6 +41,9 @@ from ._orm import (
 from ._session import Database, redact_url
 
 _TERMINAL = (RunStatus.completed.value, RunStatus.error.value, RunStatus.cancelled.value)
+R = TypeVar("R")
+V = TypeVar("V")
+
 API_SCOPES = frozenset({"read", "submit", "admin"})
 _SAMPLE_KEY = ("run_id", "endpoint", "suite", "item_id", "repeat")
 # Rows per INSERT statement: PostgreSQL allows 65535 bind parameters, SQLite 32766; a sample
@@ -213,6 +216,17 @@ class Store:
         if upgrade_fresh_sqlite and self.dialect == "sqlite" and self.is_empty():
             self.upgrade()
         self.check_at_head()
+
+    def _insert_once(self, row: R, view: Callable[[R], V], taken: str) -> V:
+        """Insert ``row`` and return ``view(row)``; ``Conflict(taken)`` when a unique key exists
+        (the database's index decides, so concurrent inserts of one name cannot both win)."""
+        try:
+            with self._db.session() as session:
+                session.add(row)
+                session.flush()
+                return view(row)
+        except Conflict as err:
+            raise Conflict(taken) from err
 
     # ------------------------------------------------------------------ runs
 
@@ -673,13 +687,7 @@ class Store:
             created_at=now,
             updated_at=now,
         )
-        try:
-            with self._db.session() as session:
-                session.add(row)
-                session.flush()
-                return _endpoint_ref(row)
-        except Conflict as err:
-            raise Conflict(f"an endpoint named {name!r} already exists") from err
+        return self._insert_once(row, _endpoint_ref, f"an endpoint named {name!r} already exists")
 
     def get_endpoint(self, name: str) -> EndpointRef | None:
         with self._db.session(write=False) as session:
@@ -719,13 +727,7 @@ class Store:
             created_at=now,
             next_fire_time=_schedules.next_fire_time(cron, start),
         )
-        try:
-            with self._db.session() as session:
-                session.add(row)
-                session.flush()
-                return _schedule_dict(row)
-        except Conflict as err:
-            raise Conflict(f"a schedule named {name!r} already exists") from err
+        return self._insert_once(row, _schedule_dict, f"a schedule named {name!r} already exists")
 
     def list_schedules(self) -> list[dict[str, Any]]:
         with self._db.session(write=False) as session:
@@ -797,13 +799,8 @@ class Store:
             scopes=sorted(set(scopes)),
             created_at=utcnow(),
         )
-        try:
-            with self._db.session() as session:
-                session.add(row)
-                session.flush()
-                return token, _token_dict(row)
-        except Conflict as err:
-            raise Conflict(f"an API token named {name!r} already exists") from err
+        info = self._insert_once(row, _token_dict, f"an API token named {name!r} already exists")
+        return token, info
 
     def verify_api_token(self, token: str) -> dict[str, Any] | None:
         """The token's info (name, scopes) if it exists and is not revoked, else None."""

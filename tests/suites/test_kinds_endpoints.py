@@ -163,9 +163,9 @@ def test_determinism_reports_baseline_and_candidate_rates(local_endpoints: Any) 
         assert 1.0 <= overall["distinct_outputs_per_prompt"] <= 2.0  # 2 outputs per prompt at most
 
 
-def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
-    fp8 = candidate(local_endpoints, "fp8-kv")
-    s = suite(
+def small_speed_suite() -> Suite:
+    """c = 1 and 2, 2 requests each, 16 output tokens: small enough for 2 shared cores."""
+    return suite(
         "speed",
         "speed-test",
         gate={"enabled": False},
@@ -174,6 +174,11 @@ def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
         prompt_chars=300,
         max_tokens=16,
     )
+
+
+def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
+    fp8 = candidate(local_endpoints, "fp8-kv")
+    s = small_speed_suite()
     result, samples = run(local_endpoints.baseline, [fp8], [s])
     res = result.candidates[0].suites[0]
     assert res.details["kv_capacity"]["ratio"] == pytest.approx(2.0, rel=0.01)
@@ -188,15 +193,7 @@ def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
 
 def test_speed_reports_capacity_and_latency(local_endpoints: Any) -> None:
     w8 = candidate(local_endpoints, "w8a8")
-    s = suite(
-        "speed",
-        "speed-test",
-        gate={"enabled": False},
-        levels=[1, 2],
-        requests=2,
-        prompt_chars=300,
-        max_tokens=16,
-    )
+    s = small_speed_suite()
     result, samples = run(local_endpoints.baseline, [w8], [s])
     res = result.candidates[0].suites[0]
     kv = res.details["kv_capacity"]
