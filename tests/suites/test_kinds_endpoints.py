@@ -130,7 +130,11 @@ def test_drift_orders_the_candidates(local_endpoints: Any, good: str) -> None:
         [suite("drift", "drift-test", n=3, min_chars=600, top_k=10)],
     )
     self_kld, good_kld, w4_kld = (c.suites[0].details["kld"]["mean"] for c in result.candidates)
-    assert self_kld == 0.0  # prompt scoring is bit-identical on vLLM
+    # Bit-identity of prompt scoring is a property of one host's kernels and batching, not a
+    # contract (an Intel AMX host measured 0.0004 for bf16 against itself): assert the ordering
+    # self << fp8-kv/w8a8 << w4a16 and a small absolute bound on self, which hold on any x86 host.
+    assert self_kld < 0.005, self_kld
+    assert self_kld < good_kld / 2, (self_kld, good_kld)
     assert w4_kld > good_kld > 0.0
     for c in result.candidates:
         d = c.suites[0].details
