@@ -1,7 +1,13 @@
 """Process-wide settings, read from the environment (prefix ``EVALSVC_``).
 
-Contract: reading settings never touches the disk or the network; directories are created by
-the code that uses them (the SQLite engine creates its parent directory on first connect).
+Contract: every environment variable that configures an evalsvc process is a field of
+``Settings`` and is read nowhere else (the exceptions are not process configuration: an
+endpoint's own ``api_key_env`` secret, resolved when a request is sent, and ``COLUMNS`` of the
+terminal). Empty variables count as unset. There is one state directory, ``home``
+(``EVALSVC_HOME``, default ``platformdirs.user_cache_dir("evalsvc")``): the embedded SQLite
+database and the local endpoints' environments live under it. Reading settings never touches
+the disk or the network; directories are created by the code that uses them (the SQLite engine
+creates its parent directory on first connect).
 """
 
 from __future__ import annotations
@@ -9,21 +15,42 @@ from __future__ import annotations
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 def _default_home() -> Path:
-    return Path(platformdirs.user_data_dir("evalsvc"))
+    # One default for everything under home. The cache dir (~/.cache/evalsvc on Linux) because
+    # the bulk of it is rebuildable (venvs, models, compile caches); production sets
+    # EVALSVC_DATABASE_URL to PostgreSQL, and the container image sets EVALSVC_HOME to a volume.
+    return Path(platformdirs.user_cache_dir("evalsvc"))
 
 
 class Settings(BaseSettings):
     """Settings of one evalsvc process (CLI, worker, API server)."""
 
-    model_config = SettingsConfigDict(env_prefix="EVALSVC_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="EVALSVC_", extra="ignore", env_ignore_empty=True)
 
     home: Path = Field(default_factory=_default_home)
     """Where evalsvc keeps its state (embedded database, local endpoint environments)."""
+    # --- deployment: paths, API server, clients (EVALSVC_SUITES_DIR, EVALSVC_API_AUTH, ...) ---
+    suites_dir: Path | None = None
+    """A suite catalog directory used instead of the one shipped in the package (same layout:
+    ``*.yaml`` at its top, ``sets/`` and ``data/`` below)."""
+    api_auth: str = "on"
+    """``off``/``0``/``false``/``no``/``disabled`` turns the REST API's bearer-token check off."""
+    token: SecretStr | None = None
+    """Bearer token that ``evalsvc compare --server`` sends."""
+    lmeval_python: str = ""
+    """A Python that can ``import lm_eval`` (else the local endpoints' vLLM venv)."""
+    local_eager: str = ""
+    """Local endpoints: ``1``/``0`` forces vLLM's eager mode on/off (empty: the catalog default)."""
+    local_bind: str = "spread"
+    """Local endpoints: ``spread`` pins baseline and candidates to different cores, ``auto``
+    leaves it to vLLM."""
+    local_skip_host_check: bool = False
+    """Local endpoints: serve every candidate whatever this CPU's flags say (tests, odd hosts)."""
+    # --- end deployment block ---
     database_url: str = ""
     """SQLAlchemy URL. Empty means ``sqlite:///<home>/evalsvc.db`` (the embedded database)."""
     endpoint_max_runs: int = 1
@@ -35,6 +62,11 @@ class Settings(BaseSettings):
     """How long a worker's claim on a run lasts without a heartbeat."""
     max_attempts: int = 3
     """A run whose lease expired this many times is marked ``error`` instead of re-queued."""
+
+    @field_validator("home", "suites_dir", mode="after")
+    @classmethod
+    def _expand_user(cls, value: Path | None) -> Path | None:
+        return value.expanduser() if value is not None else None
 
     @model_validator(mode="after")
     def _fill_database_url(self) -> Settings:

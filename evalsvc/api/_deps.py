@@ -14,7 +14,6 @@ Contract:
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -24,6 +23,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 
 from evalsvc.db import Store, StoreError
+from evalsvc.settings import Settings
 
 AUTH_ENV = "EVALSVC_API_AUTH"
 _OFF = {"off", "0", "false", "no", "disabled"}
@@ -38,7 +38,7 @@ IMPLIED_SCOPES: dict[str, frozenset[str]] = {
 
 def auth_enabled_from_env() -> bool:
     """Authentication is on unless ``EVALSVC_API_AUTH`` says off/0/false/no/disabled."""
-    return os.environ.get(AUTH_ENV, "on").strip().lower() not in _OFF
+    return Settings().api_auth.strip().lower() not in _OFF
 
 
 @dataclass

@@ -70,7 +70,7 @@ def revision(
     autogenerate: Annotated[bool, typer.Option(help="Diff the ORM against the database.")] = True,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """(Developers) write a new migration under migrations/versions."""
+    """(Developers) write a new migration under evalsvc/db/migrations/versions."""
     store = open_store(database_url, check_head=False)
     try:
         path = store.new_revision(message, autogenerate=autogenerate)

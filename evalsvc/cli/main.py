@@ -22,6 +22,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from evalsvc.domain import EXIT_CODES, RunOptions, RunSpec
+from evalsvc.settings import Settings
 
 app = typer.Typer(
     name="evalsvc",
@@ -278,8 +279,9 @@ def _compare_remote(
         return {"url": e} if "://" in e else {"name": e}
 
     headers = {}
-    if os.environ.get("EVALSVC_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['EVALSVC_TOKEN']}"
+    token = Settings().token
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token.get_secret_value()}"
     body = {
         "baseline": ref(endpoints[0]),
         "candidates": [ref(e) for e in endpoints[1:]],

@@ -1,12 +1,14 @@
 """Alembic, configured in code so that it works from any working directory.
 
-Contract: one migration tree at ``<repo>/migrations`` (located relative to this package, which
-is installed editable). ``env.py`` takes the connection from ``config.attributes`` when called
+Contract: one migration tree, ``evalsvc/db/migrations`` (package data found through
+``importlib.resources``, so a wheel install migrates as well as a checkout); no ``alembic.ini``
+is read. ``env.py`` takes the connection from ``config.attributes`` when called
 from here, so the caller's engine settings (SQLite pragmas, BEGIN mode) apply to migrations.
 """
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -15,9 +17,17 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-# evalsvc/db/_migrate.py -> repo root. ``evalsvc`` has no __init__.py (namespace package), so
-# anchor on this file rather than ``evalsvc.__file__``.
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+def _migrations_dir() -> Path:
+    root = resources.files("evalsvc.db") / "migrations"
+    # Alembic loads env.py and the revisions by file path: the tree must be on the file system
+    # (any wheel or editable install; a zipapp is not supported).
+    if not isinstance(root, Path):
+        raise RuntimeError(f"evalsvc's migrations are not on the file system: {root}")
+    return root
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:

@@ -1,7 +1,7 @@
 """SQLAlchemy ORM models. Private to ``evalsvc.db``: rows are converted to domain objects
 (``evalsvc.domain``) or plain dicts before they leave the package.
 
-Every schema change here needs an Alembic revision under ``migrations/versions``; a test runs
+Every schema change here needs an Alembic revision under ``evalsvc/db/migrations/versions``; a test runs
 autogenerate against this metadata and fails on any difference.
 """
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from evalsvc.settings import Settings
+
 from ._errors import UnknownCandidateError
 from ._host import emulation_reason
 from ._paths import Layout, venv_python
@@ -82,7 +84,7 @@ def parse_candidates(text: str) -> tuple[str, ...]:
 
 
 def eager_enabled() -> bool:
-    raw = os.environ.get(ENV_EAGER, "").strip().lower()
+    raw = Settings().local_eager.strip().lower()
     if raw in ("1", "true", "yes", "on"):
         return True
     if raw in ("0", "false", "no", "off"):
@@ -123,7 +125,7 @@ def _core_binding(name: str) -> dict[str, str]:
     paired requests run side by side.
     """
     ncpu = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if os.environ.get(ENV_BIND, "spread").strip().lower() == "auto" or ncpu < 2:
+    if Settings().local_bind.strip().lower() == "auto" or ncpu < 2:
         return {}
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(ncpu))
     core = cores[0] if name == BASELINE else cores[1]

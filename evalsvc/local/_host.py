@@ -9,9 +9,10 @@ a limit.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
+
+from evalsvc.settings import Settings
 
 ENV_SKIP = "EVALSVC_LOCAL_SKIP_HOST_CHECK"
 
@@ -32,7 +33,7 @@ def cpu_flags() -> frozenset[str]:
 
 def unsupported_reason(name: str, flags: frozenset[str] | None = None) -> str | None:
     """Why server ``name`` cannot run on this CPU, or None if nothing rules it out."""
-    if os.environ.get(ENV_SKIP, "").strip() in ("1", "true", "yes"):
+    if Settings().local_skip_host_check:
         return None
     flags = cpu_flags() if flags is None else flags
     if not flags:
@@ -47,7 +48,7 @@ def unsupported_reason(name: str, flags: frozenset[str] | None = None) -> str | 
 
 def emulation_reason(name: str, flags: frozenset[str] | None = None) -> str | None:
     """Why server ``name`` must run an emulated (fake-quantized) checkpoint here, or None."""
-    if os.environ.get(ENV_SKIP, "").strip() in ("1", "true", "yes"):
+    if Settings().local_skip_host_check:
         return None
     flags = cpu_flags() if flags is None else flags
     if name == "w4a16" and "sse2" in flags and "avx512f" not in flags:

@@ -1,27 +1,23 @@
 """Where the local endpoints keep everything: one cache directory.
 
-Contract: ``home_dir()`` is ``$EVALSVC_HOME`` if set, else
-``platformdirs.user_cache_dir("evalsvc")``. ``Layout`` is pure path arithmetic below that
-directory; nothing here creates or reads files.
+Contract: ``home_dir()`` is ``Settings().home``: ``$EVALSVC_HOME`` if set, else
+``platformdirs.user_cache_dir("evalsvc")`` (the one default, in ``evalsvc.settings``).
+``Layout`` is pure path arithmetic below that directory; nothing here creates or reads files.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
+from evalsvc.settings import Settings
 
 ENV_HOME = "EVALSVC_HOME"
 
 
 def home_dir() -> Path:
     """The cache directory that holds the managed venvs, models, logs and server state."""
-    raw = os.environ.get(ENV_HOME, "").strip()
-    if raw:
-        return Path(raw).expanduser().resolve()
-    return Path(platformdirs.user_cache_dir("evalsvc")).resolve()
+    return Settings().home.resolve()
 
 
 @dataclass(frozen=True)

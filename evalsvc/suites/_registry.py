@@ -10,8 +10,8 @@ Contract:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
+from importlib import resources
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
+from evalsvc.settings import Settings
 from evalsvc.suites._base import Suite, SuiteSpec
 
 _KINDS: dict[str, type[Suite]] = {}
@@ -59,11 +60,17 @@ def _load_builtin_and_entry_points() -> None:
 
 
 def catalog_dir() -> Path:
-    """``EVALSVC_SUITES_DIR``, else the repository's ``suites/`` next to the package."""
-    env = os.environ.get("EVALSVC_SUITES_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "suites"
+    """``EVALSVC_SUITES_DIR``, else the catalog shipped in the package (``evalsvc/suites/catalog``,
+    package data found through ``importlib.resources``)."""
+    override = Settings().suites_dir
+    if override is not None:
+        return override
+    root = resources.files("evalsvc.suites") / "catalog"
+    # A wheel or editable install puts package data on the file system; the kinds read data
+    # files by path (and lmeval runs a subprocess in data/), so a zipped install is refused.
+    if not isinstance(root, Path):
+        raise SuiteError(f"the suite catalog is not on the file system ({root}); set EVALSVC_SUITES_DIR")
+    return root
 
 
 def _catalog_files() -> dict[str, Path]:
@@ -81,7 +88,7 @@ def catalog() -> list[Suite | SuiteSet]:
 
 
 class SuiteSet:
-    """A named list of suites (``suites/sets/*.yaml``: ``name``, ``description``, ``suites``)."""
+    """A named list of suites (``sets/*.yaml`` of the catalog: ``name``, ``description``, ``suites``)."""
 
     def __init__(self, name: str, description: str, suites: list[str]) -> None:
         self.name = name

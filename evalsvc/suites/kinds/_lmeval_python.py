@@ -12,10 +12,11 @@ installs it ahead of a run.
 from __future__ import annotations
 
 import fcntl
-import os
 import subprocess
 import threading
 from pathlib import Path
+
+from evalsvc.settings import Settings
 
 ENV_PYTHON = "EVALSVC_LMEVAL_PYTHON"
 LMEVAL_REQUIREMENT = "lm-eval[api]==0.4.*"
@@ -29,7 +30,7 @@ class LmevalError(RuntimeError):
 
 def lmeval_python() -> str:
     """A Python that can ``import lm_eval``; installs it in the vLLM venv if needed."""
-    override = os.environ.get(ENV_PYTHON, "").strip()
+    override = Settings().lmeval_python.strip()
     if override:
         return override
     from evalsvc.local import home_dir

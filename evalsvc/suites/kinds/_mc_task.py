@@ -1,13 +1,13 @@
 """The bundled lm-eval task ``evalsvc_mc``: procedurally generated multiple-choice questions.
 
-Contract: ``mc_docs(seed, n)`` is a pure function; ``suites/data/lmeval/evalsvc_mc.jsonl`` is its
+Contract: ``mc_docs(seed, n)`` is a pure function; ``evalsvc/suites/catalog/data/lmeval/evalsvc_mc.jsonl`` is its
 output for ``SEED`` and ``N`` (a test checks that), so the shipped data can be regenerated and
 audited. The questions are written from project word lists and random numbers: licence-clean
 and in no training set. Scoring is lm-eval's loglikelihood multiple choice (``acc``): the choice
 whose continuation the model finds most likely wins, a route that gives a 135M model a signal
 where free generation gives none (ENDPOINTS.md).
 
-Regenerate with ``python -m evalsvc.suites.kinds._mc_task suites/data/lmeval/evalsvc_mc.jsonl``.
+Regenerate with ``python -m evalsvc.suites.kinds._mc_task evalsvc/suites/catalog/data/lmeval/evalsvc_mc.jsonl``.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ Gate: a threshold on the per-passage mean KLD (lower is better). Prompt scoring 
 run to run on vLLM (ENDPOINTS.md), so the baseline against itself has KLD 0 exactly and a
 threshold is the natural gate.
 
-Corpus: ``suites/data/drift.txt`` and ``haystack.txt``, project-written prose (Apache-2.0 with
+Corpus: ``evalsvc/suites/catalog/data/drift.txt`` and ``haystack.txt``, project-written prose (Apache-2.0 with
 the project) in varied registers: instructions, dialogue, science, letters, recipes, code.
 """
 
@@ -67,7 +67,7 @@ class DriftParams(BaseModel):
     n: int = Field(default=16, ge=1)
     """Passages (``--samples``)."""
     corpus: list[str] = Field(default=["drift.txt", "haystack.txt"], min_length=1)
-    """Files under ``suites/data/`` (paragraphs separated by blank lines)."""
+    """Files under ``evalsvc/suites/catalog/data/`` (paragraphs separated by blank lines)."""
     min_chars: int = Field(default=0, ge=0)
     """Join consecutive paragraphs until a passage has at least this many characters (use it
     for long-context drift; about 4 characters per token)."""

@@ -15,11 +15,11 @@ Contract:
   of the client the runner handed over; it runs offline (``HF_DATASETS_OFFLINE``,
   ``HF_HUB_OFFLINE``) with a local tokenizer directory.
 - Tasks are lm-eval task names or YAML files under ``include_path`` (relative paths resolve
-  under ``suites/data/``; the subprocess runs there, so a task's relative ``data_files`` work).
+  under ``evalsvc/suites/catalog/data/``; the subprocess runs there, so a task's relative ``data_files`` work).
 - Failure of the subprocess is never a silent zero: every planned document becomes an errored
   sample carrying the end of lm-eval's log, so the runner reports an infrastructure error.
 
-The catalog ships ``evalsvc_mc`` (``suites/data/lmeval``): 80 procedurally generated
+The catalog ships ``evalsvc_mc`` (``evalsvc/suites/catalog/data/lmeval``): 80 procedurally generated
 multiple-choice questions scored by loglikelihood (``_mc_task``).
 """
 
@@ -53,7 +53,7 @@ class LmevalParams(BaseModel):
 
     task: str = "evalsvc_mc"
     include_path: str | None = "lmeval"
-    """Directory of task YAMLs (relative: under ``suites/data/``); None for built-in tasks."""
+    """Directory of task YAMLs (relative: under ``evalsvc/suites/catalog/data/``); None for built-in tasks."""
     model_type: Literal["local-completions", "local-chat-completions"] = "local-completions"
     tokenizer: str | None = None
     """Local Hugging Face tokenizer directory. Default: the baseline's checkpoint directory when

@@ -16,7 +16,7 @@ or the file), which is then used instead, and the suite no longer needs ``/token
 Items that share a haystack (one length, one haystack draw, every depth) form a cluster for
 clustered standard errors.
 
-The haystack is project-written prose (``suites/data/haystack.txt``, original text, Apache-2.0
+The haystack is project-written prose (``evalsvc/suites/catalog/data/haystack.txt``, original text, Apache-2.0
 with the project), shuffled by paragraph per haystack draw and repeated as needed.
 """
 

@@ -1,0 +1,75 @@
+"""Packaging: the catalog and the migrations are package data; every EVALSVC_ variable is a setting."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+import evalsvc
+from evalsvc.db._migrate import MIGRATIONS_DIR
+from evalsvc.local import home_dir
+from evalsvc.settings import Settings
+from evalsvc.suites import catalog, catalog_dir
+
+PACKAGE = Path(evalsvc.__file__).parent
+
+
+def test_catalog_and_migrations_are_inside_the_package() -> None:
+    assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
+    assert catalog_dir().is_relative_to(PACKAGE)
+    assert MIGRATIONS_DIR.is_relative_to(PACKAGE)
+    assert (MIGRATIONS_DIR / "env.py").is_file() and (MIGRATIONS_DIR / "script.py.mako").is_file()
+    assert list((MIGRATIONS_DIR / "versions").glob("*.py"))
+    assert (catalog_dir() / "data" / "haystack.txt").is_file()
+    assert len(list((catalog_dir() / "sets").glob("*.yaml"))) >= 3
+
+
+def test_suites_dir_overrides_the_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "sets").mkdir()
+    (tmp_path / "mine.yaml").write_text(
+        (catalog_dir() / "reasoning-smoke.yaml").read_text().replace("reasoning-smoke", "mine")
+    )
+    monkeypatch.setenv("EVALSVC_SUITES_DIR", str(tmp_path))
+    assert catalog_dir() == tmp_path
+    assert [s.name for s in catalog()] == ["mine"]
+    monkeypatch.setenv("EVALSVC_SUITES_DIR", "")  # empty counts as unset
+    assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
+
+
+def test_one_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("EVALSVC_HOME", raising=False)
+    monkeypatch.delenv("EVALSVC_DATABASE_URL", raising=False)
+    default = Settings()
+    assert home_dir() == default.home.resolve()
+    assert default.database_url == f"sqlite:///{default.home / 'evalsvc.db'}"
+    monkeypatch.setenv("EVALSVC_HOME", str(tmp_path))
+    assert home_dir() == tmp_path.resolve() == Settings().home.resolve()
+
+
+# os.environ.get("EVALSVC_X"), os.environ["EVALSVC_X"], os.getenv("EVALSVC_X"), or the same
+# through a module constant holding the name.
+_READ = re.compile(r"(os\.environ(\.get)?\s*[\[(]|os\.getenv\s*\()\s*(\"EVALSVC_|ENV_|[A-Z_]*_ENV\b)")
+_NAME = re.compile(r"\"(EVALSVC_[A-Z0-9_]+)\"")
+
+
+def test_every_variable_is_read_through_settings() -> None:
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "settings.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if _READ.search(line)
+    ]
+    assert offenders == []
+    # Every EVALSVC_ name the package mentions in code is a Settings field.
+    fields = {f"EVALSVC_{name.upper()}" for name in Settings.model_fields}
+    named = {
+        m
+        for path in PACKAGE.rglob("*.py")
+        for m in _NAME.findall(path.read_text())
+    }
+    assert named, "the scan found no variable names at all"
+    assert named <= fields, named - fields
