@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
 from ._store import API_SCOPES, Store
@@ -28,10 +29,14 @@ __all__ = [
     "DatabaseNotAtHead",
     "DatabaseUnavailable",
     "ExportFormat",
+    "GateFigure",
+    "Histogram",
+    "MetricsSnapshot",
     "SampleWriter",
     "Store",
     "StoreError",
     "export_samples",
+    "metrics_snapshot",
     "redact_url",
     "retry_transient",
     "samples_frame",

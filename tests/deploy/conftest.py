@@ -105,3 +105,11 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instal
     workdir = root / "work"
     workdir.mkdir()
     yield InstalledWheel(wheel=wheel, venv=env_dir, workdir=workdir)
+
+
+from tests.fixtures.db import (  # noqa: E402, F401  (pytest fixtures)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+    store,
+)
