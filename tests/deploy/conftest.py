@@ -20,6 +20,7 @@ import venv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,49 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instal
     workdir = root / "work"
     workdir.mkdir()
     yield InstalledWheel(wheel=wheel, venv=env_dir, workdir=workdir)
+
+
+TINY_SUITE = """\
+name: deploy-tiny
+kind: reasoning
+description: Four short reasoning items (deployment tests).
+seed: 11
+params:
+  n: 4
+  max_tokens: 48
+gate:
+  margin: 0.5
+"""
+
+
+def write_tiny_suite(directory: Path) -> Path:
+    path = directory / "deploy-tiny.yaml"
+    path.write_text(TINY_SUITE)
+    return path
+
+
+@pytest.fixture(scope="session")
+def real_run_db(tmp_path_factory: pytest.TempPathFactory, local_endpoints: Any) -> str:
+    """A SQLite store holding one real run: ``evalsvc compare`` of the local bf16 endpoint
+    against itself on the tiny suite (gates, samples, durations all real), plus one queued run."""
+    from evalsvc.db import Store
+    from evalsvc.domain import EndpointRef, RunSpec
+
+    root = tmp_path_factory.mktemp("real-run")
+    url = f"sqlite:///{root / 'evalsvc.db'}"
+    suite = write_tiny_suite(root)
+    bf16 = local_endpoints.baseline
+    r = subprocess.run(
+        [sys.executable, "-m", "evalsvc.cli.main", "compare", bf16, bf16, "--suite", str(suite)],
+        cwd=root, env={**os.environ, "EVALSVC_DATABASE_URL": url},
+        capture_output=True, text=True, timeout=1200,
+    )
+    assert r.returncode in (0, 3), r.stderr[-3000:]
+    with Store.from_url(url) as st:
+        st.create_run(
+            RunSpec(baseline=EndpointRef(url=bf16), candidates=[EndpointRef(url=bf16)], suites=["needle-smoke"])
+        )
+    return url
 
 
 from tests.fixtures.db import (  # noqa: E402, F401  (pytest fixtures)
