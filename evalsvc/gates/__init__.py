@@ -21,6 +21,7 @@ from evalsvc.gates._gate import (
     evaluate_gate,
     threshold_gate,
 )
+from evalsvc.gates._guard import apply_guard, baseline_guard, min_informative_correct
 from evalsvc.gates._outcome import GateOutcome, Verdict
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "GateDefaults",
     "GateOutcome",
     "Verdict",
+    "apply_guard",
+    "baseline_guard",
+    "min_informative_correct",
     "combine_verdicts",
     "evaluate_gate",
     "holm_inferiority",

@@ -26,6 +26,8 @@ from evalsvc.endpoints import EndpointClient, EndpointError, probe
 from evalsvc.gates import (
     DEFAULTS,
     GateOutcome,
+    apply_guard,
+    baseline_guard,
     combine_verdicts,
     evaluate_gate,
     resolve_margin_alpha,
@@ -459,6 +461,21 @@ def _gate_one(
             paired=analysis.paired,
             seed=suite.spec.seed,
         )
+        if gate_kind == "binary":
+            # An uninformative baseline (0%, or too few solved items to show a drop of the
+            # margin) cannot pass: see evalsvc.gates._guard.
+            guard = baseline_guard(
+                analysis.baseline,
+                n_candidate=len(analysis.candidate),
+                margin=margin,
+                alpha=alpha,
+                higher_is_better=higher,
+                paired=analysis.paired,
+                clusters=analysis.clusters,
+                floor=policy.baseline_floor,
+                seed=suite.spec.seed,
+            )
+            outcome = apply_guard(outcome, guard)
     gated = (
         policy.enabled if policy.enabled is not None else (defaults.required if defaults else True)
     )

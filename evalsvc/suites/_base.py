@@ -36,11 +36,14 @@ class GatePolicy(BaseModel):
 
     metric: str | None = None
     """Which metric the gate tests (defaults to the kind's primary metric)."""
-    margin: float | None = Field(default=None, gt=0)
+    margin: float | None = Field(default=None, ge=0)
     """δ: the largest acceptable drop of the candidate versus the baseline, in metric units."""
     alpha: float | None = Field(default=None, gt=0, lt=0.5)
     threshold: float | None = None
     """Optional absolute threshold instead of (or for kinds without) a paired comparison."""
+    baseline_floor: float | None = Field(default=None, ge=0, lt=1)
+    """The baseline's rate must be above this (a score at chance, e.g. 0.25 for four-way
+    multiple choice) for the gate to pass; see ``evalsvc.gates.baseline_guard``."""
     enabled: bool | None = None
     """A disabled gate still reports its metrics but never decides the verdict (default: the
     kind's ``required`` flag in ``evalsvc.gates.DEFAULTS``)."""
