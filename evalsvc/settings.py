@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     """How long a worker's claim on a run lasts without a heartbeat."""
     max_attempts: int = 3
     """A run whose lease expired this many times is marked ``error`` instead of re-queued."""
+    gate_max_margin: float = Field(default=0.25, ge=0, lt=1)
+    """Largest gate margin any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
+    gate_max_alpha: float = Field(default=0.10, gt=0, lt=0.5)
+    """Largest one-sided α any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
 
     @field_validator("home", "suites_dir", mode="after")
     @classmethod

@@ -102,11 +102,15 @@ def _verdict_table(report: dict[str, Any]) -> Table:
     from evalsvc.reports import summary_rows
 
     table = Table(title=f"evalsvc · run {report['run_id']}", show_lines=False)
-    # Compact enough for an 80-column CI log; margin and MDE are in the JSON and Markdown reports.
-    for col in ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "p", "n", "verdict"):
+    # Compact enough for an 80-column CI log; the MDE is in the JSON and Markdown reports. The
+    # margin is the one the gate used (the suite's policy, or the submitter's tighter one).
+    cols = ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "margin", "p", "n", "verdict")
+    for col in cols:
         table.add_column(col, overflow="fold")
-    for r in summary_rows(report):
+    entries = [s for cand in report["candidates"] for s in cand["suites"]]
+    for r, s in zip(summary_rows(report), entries, strict=True):
         v = r["verdict"].split(" ")[0]
+        reason = (s.get("details") or {}).get("reason")  # printed below the table
         table.add_row(
             r["candidate"],
             r["suite"],
@@ -114,11 +118,21 @@ def _verdict_table(report: dict[str, Any]) -> Table:
             r["baseline"],
             r["candidate_value"],
             f"{r['delta']} {r['ci']}",
+            _margin_cell(s),
             r["p"],
             r["n"],
-            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]",
+            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]" + (" *" if reason else ""),
         )
     return table
+
+
+def _margin_cell(suite: dict[str, Any]) -> str:
+    """The gate's margin (threshold gates show the threshold), as ``evalsvc.gates.resolve`` set it."""
+    gate = (suite.get("details") or {}).get("gate") or {}
+    if gate.get("gate") == "threshold" and gate.get("threshold") is not None:
+        return f"< {gate['threshold']:g}" if not gate.get("higher_is_better") else f"> {gate['threshold']:g}"
+    margin = suite.get("margin")
+    return "—" if margin is None else f"{margin:g}"
 
 
 def _print_headlines(report: dict[str, Any]) -> None:
@@ -131,6 +145,11 @@ def _print_headlines(report: dict[str, Any]) -> None:
             line = headline(s)
             if line:
                 err.print(f"  {name} · {s['suite']}: {line}", highlight=False)
+            reason = (s.get("details") or {}).get("reason")
+            if reason:
+                # Why a gate could not decide (uninformative baseline, too few items...): the
+                # verdict table marks these rows with "*".
+                err.print(f"  * {name} · {s['suite']}: {s['verdict']}: {reason}", highlight=False)
 
 
 def _write_outputs(
@@ -322,6 +341,7 @@ def _compare_remote(
         )
         return EXIT_CODES["error"]
     err.print(_verdict_table(report))
+    _print_headlines(report)
     _write_outputs(report, json_out, junit, markdown)
     from evalsvc.services.runs import exit_code
 

@@ -1,10 +1,13 @@
 """Gate policy: turns per-item baseline/candidate scores into pass / fail / inconclusive.
 
-Contract: owns the non-inferiority and threshold decision rules, their per-suite-kind
-defaults (:data:`DEFAULTS`) and the combination of verdicts across gates. Pure functions over
-arrays; it may call :mod:`evalsvc.stats` and nothing else in evalsvc (no I/O, no database, no
-network). The runner calls :func:`evaluate_gate` / :func:`threshold_gate` per suite and metric,
-stores :meth:`GateOutcome.to_dict`, and calls :func:`combine_verdicts` for the overall verdict.
+Contract: owns the decision of *how* a suite is gated (:func:`resolve` → :class:`ResolvedGate`,
+from the kind's declared :class:`GateDefaults`, the suite YAML's policy and the submitter's
+tighten-only options), the non-inferiority and threshold decision rules, the
+informative-baseline guard, slice gates and the combination of verdicts across gates. Pure
+functions over arrays; it may call :mod:`evalsvc.stats` and nothing else in evalsvc (no I/O, no
+database, no network). The runner calls :func:`resolve` once per suite, then
+:func:`evaluate_gate` / :func:`threshold_gate`, :func:`baseline_guard`, stores
+:meth:`GateOutcome.to_dict`, and calls :func:`combine_verdicts` for the overall verdict.
 
 Conventions (see docs/statistics.md): margin δ ≥ 0 is the largest acceptable drop; Δ =
 candidate − baseline, sign-flipped internally for lower-is-better metrics so that bad is always
@@ -14,25 +17,53 @@ non-inferiority p-value (small ⇒ pass), ``details["p_inferiority"]`` the infer
 """
 
 from evalsvc.gates._combine import combine_verdicts, holm_inferiority
-from evalsvc.gates._defaults import DEFAULTS, GateDefaults, resolve_margin_alpha
+from evalsvc.gates._defaults import (
+    ALPHA,
+    GENERIC_MARGIN,
+    KURTIC_SOURCE,
+    LLAMA_CPP_KLD_SOURCE,
+    VLLM_CI_SOURCE,
+    GateDefaults,
+    generic_default,
+)
 from evalsvc.gates._gate import (
     BOOTSTRAP_RESAMPLES,
     MIN_N_CONTINUOUS,
     evaluate_gate,
     threshold_gate,
 )
+from evalsvc.gates._guard import apply_guard, baseline_guard, min_informative_correct
 from evalsvc.gates._outcome import GateOutcome, Verdict
+from evalsvc.gates._resolve import (
+    GateLimits,
+    GatePolicyError,
+    ResolvedGate,
+    check_run_options,
+    resolve,
+)
 
 __all__ = [
+    "ALPHA",
     "BOOTSTRAP_RESAMPLES",
-    "DEFAULTS",
+    "GENERIC_MARGIN",
+    "KURTIC_SOURCE",
+    "LLAMA_CPP_KLD_SOURCE",
     "MIN_N_CONTINUOUS",
+    "VLLM_CI_SOURCE",
     "GateDefaults",
+    "GateLimits",
     "GateOutcome",
+    "GatePolicyError",
+    "ResolvedGate",
     "Verdict",
+    "apply_guard",
+    "baseline_guard",
+    "check_run_options",
     "combine_verdicts",
     "evaluate_gate",
+    "generic_default",
     "holm_inferiority",
-    "resolve_margin_alpha",
+    "min_informative_correct",
+    "resolve",
     "threshold_gate",
 ]

@@ -8,8 +8,10 @@ Contract:
   ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
   item is sent. Everything after that is recorded, never raised: errored requests are samples
   with ``error`` set, counted per suite; too many make the run's verdict ``error``.
-- The verdict per suite comes from ``evalsvc.gates.evaluate_gate``; the overall verdict from
-  ``evalsvc.gates.combine_verdicts``.
+- How each suite is gated comes from ``Suite.resolve_gate`` (``evalsvc.gates.resolve``, the one
+  place that decides metric, direction, margin or threshold, α and whether it gates); the
+  verdict per suite from ``evalsvc.gates.evaluate_gate`` / ``threshold_gate`` and the
+  informative-baseline guard; the overall verdict from ``evalsvc.gates.combine_verdicts``.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ from typing import Any, Protocol
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError, probe
 from evalsvc.gates import (
-    DEFAULTS,
     GateOutcome,
+    ResolvedGate,
+    apply_guard,
+    baseline_guard,
     combine_verdicts,
     evaluate_gate,
-    resolve_margin_alpha,
     threshold_gate,
 )
 from evalsvc.suites import Analysis, Suite, flips
@@ -304,7 +307,12 @@ async def _run_sequential(
     """
     from evalsvc.stats import sequential_decision
 
-    margin, alpha = _margin_alpha(suite, options)
+    gate = suite.resolve_gate(options)
+    if gate.margin is None:  # a threshold gate has no paired boundary to stop at
+        await run_batch(items)
+        return {"items_used": len(items), "items_planned": len(items), "batch": len(items),
+                "stopped_early": False, "decisions": {}, "note": "threshold gate: not sequential"}
+    margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
     previous = await stored() if stored else []
     used = 0
@@ -316,12 +324,7 @@ async def _run_sequential(
         base = [s for s in mine if s.endpoint == "baseline"]
         for role in roles[1:]:
             analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
-            higher = (
-                analysis.higher_is_better
-                if analysis.higher_is_better is not None
-                else suite.higher_is_better
-            )
-            sign = 1.0 if higher else -1.0
+            sign = 1.0 if gate.higher_is_better else -1.0
             diffs = [
                 sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)
             ]
@@ -336,18 +339,6 @@ async def _run_sequential(
         "stopped_early": used < len(items),
         "decisions": decisions,
     }
-
-
-def _margin_alpha(suite: Suite, options: RunOptions) -> tuple[float, float]:
-    """CLI flag, else the suite's YAML, else the kind's documented default; margin 0.05 if none."""
-    margin, alpha = resolve_margin_alpha(
-        suite.kind,
-        flag_margin=options.margin,
-        flag_alpha=options.alpha,
-        yaml_margin=suite.spec.gate.margin,
-        yaml_alpha=suite.spec.gate.alpha,
-    )
-    return (0.05 if margin is None else margin), alpha
 
 
 def _expected(suite: Suite, items: list[Item]) -> int:
@@ -424,46 +415,12 @@ def _gate_one(
     base_s: list[Sample],
     cand_s: list[Sample],
 ) -> SuiteResult:
-    defaults = DEFAULTS.get(suite.kind)
-    policy = suite.spec.gate
-    metric = analysis.metric or policy.metric or suite.metric
-    margin, alpha = _margin_alpha(suite, options)
-    higher = (
-        analysis.higher_is_better
-        if analysis.higher_is_better is not None
-        else suite.higher_is_better
-    )
-    gate_kind = analysis.gate_kind or suite.gate_kind
-    threshold = policy.threshold if policy.threshold is not None else analysis.threshold
-    if threshold is None and defaults is not None and defaults.gate == "threshold":
-        threshold = defaults.threshold
-    if threshold is not None:
-        outcome = threshold_gate(
-            analysis.candidate,
-            metric=metric,
-            threshold=threshold,
-            higher_is_better=higher,
-            alpha=alpha,
-            seed=suite.spec.seed,
-        )
-    else:
-        outcome = evaluate_gate(
-            analysis.baseline,
-            analysis.candidate,
-            metric=metric,
-            kind=gate_kind,
-            margin=margin,
-            alpha=alpha,
-            higher_is_better=higher,
-            clusters=analysis.clusters,
-            paired=analysis.paired,
-            seed=suite.spec.seed,
-        )
-    gated = (
-        policy.enabled if policy.enabled is not None else (defaults.required if defaults else True)
-    )
+    gate = suite.resolve_gate(options)
+    outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
+    gated = gate.gated
     details = dict(analysis.details)
-    if gate_kind == "binary" and analysis.paired and analysis.baseline:
+    details["gate"] = gate.to_dict()
+    if gate.kind == "binary" and analysis.paired and analysis.baseline:
         details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
     heatmap = getattr(suite, "heatmap", None)
     if callable(heatmap):
@@ -486,3 +443,45 @@ def _gate_one(
         gated=gated,
         details=details,
     )
+
+
+def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOutcome:
+    """The suite's gate on ``analysis`` as ``gate`` resolved it, with the baseline guard."""
+    if gate.threshold is not None:
+        return threshold_gate(
+            analysis.candidate,
+            metric=gate.metric,
+            threshold=gate.threshold,
+            higher_is_better=gate.higher_is_better,
+            alpha=gate.alpha,
+            seed=seed,
+        )
+    assert gate.margin is not None  # resolve() gives every non-inferiority gate a margin
+    outcome = evaluate_gate(
+        analysis.baseline,
+        analysis.candidate,
+        metric=gate.metric,
+        kind=gate.kind,
+        margin=gate.margin,
+        alpha=gate.alpha,
+        higher_is_better=gate.higher_is_better,
+        clusters=analysis.clusters,
+        paired=analysis.paired,
+        seed=seed,
+    )
+    if gate.kind == "binary":
+        # An uninformative baseline (0%, or too few solved items to show a drop of the
+        # margin) cannot pass: see evalsvc.gates._guard.
+        guard = baseline_guard(
+            analysis.baseline,
+            n_candidate=len(analysis.candidate),
+            margin=gate.margin,
+            alpha=gate.alpha,
+            higher_is_better=gate.higher_is_better,
+            paired=analysis.paired,
+            clusters=analysis.clusters,
+            floor=gate.baseline_floor,
+            seed=seed,
+        )
+        outcome = apply_guard(outcome, guard)
+    return outcome

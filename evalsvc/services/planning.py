@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.db import Store
-from evalsvc.gates import resolve_margin_alpha
-from evalsvc.services.runs import UsageError
+from evalsvc.domain import RunOptions
+from evalsvc.gates import GatePolicyError
+from evalsvc.services.runs import UsageError, gate_limits
 from evalsvc.stats import mde_paired_binary, required_n
 from evalsvc.suites import SuiteError, resolve
 
@@ -44,14 +45,14 @@ def plan(
                 if d is not None:
                     pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
     rows = []
+    options = RunOptions(margin=margin, alpha=alpha)
+    limits = gate_limits()
     for suite in resolved:
-        m, a = resolve_margin_alpha(
-            suite.kind,
-            flag_margin=margin,
-            flag_alpha=alpha,
-            yaml_margin=suite.spec.gate.margin,
-            yaml_alpha=suite.spec.gate.alpha,
-        )
+        try:
+            gate = suite.resolve_gate(options, limits=limits)
+        except GatePolicyError as exc:
+            raise UsageError(str(exc)) from exc
+        m, a = gate.margin, gate.alpha
         row: dict[str, Any] = {
             "suite": suite.name,
             "kind": suite.kind,
@@ -59,11 +60,19 @@ def plan(
             "alpha": a,
             "power": power,
             "planned_items": suite.item_count(),
+            "gate": gate.to_dict(),
         }
         psi = discordance if discordance is not None else pilot.get(suite.name)
-        if suite.gate_kind != "binary" or m is None:
+        if gate.threshold is not None:
+            row["note"] = f"threshold gate ({gate.metric} vs {gate.threshold:g}): no margin to plan"
+        elif gate.kind != "binary" or m is None:
             row["note"] = (
                 "not a paired binary gate: plan from a pilot run's SD (evalsvc.stats.required_n_mean)"
+            )
+        elif m == 0:
+            row["note"] = (
+                "margin 0 is a superiority test: a candidate only as good as the baseline passes "
+                "with probability α at any n"
             )
         elif psi is None:
             row["note"] = (

@@ -22,6 +22,7 @@ from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
 from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.gates import GateLimits, GatePolicyError
 from evalsvc.reports import build_report
 from evalsvc.runner import (
     CancelledRun,
@@ -54,8 +55,18 @@ def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
     return found
 
 
+def gate_limits() -> GateLimits:
+    """The server's bounds on every suite's gate policy (``EVALSVC_GATE_MAX_MARGIN``/``_ALPHA``)."""
+    settings = Settings()
+    return GateLimits(max_margin=settings.gate_max_margin, max_alpha=settings.gate_max_alpha)
+
+
 def load_suites(spec: RunSpec) -> list[Suite]:
-    """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides."""
+    """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides.
+
+    Each suite's gate is resolved here too (``evalsvc.gates.resolve`` with the server's limits),
+    so a gate option that loosens a suite's policy, or is out of range, is a usage error before
+    any request is sent."""
     try:
         suites = resolve(spec.suites)
     except SuiteError as exc:
@@ -66,6 +77,12 @@ def load_suites(spec: RunSpec) -> list[Suite]:
             suites = [s.with_overrides(samples=opts.samples, seed=opts.seed) for s in suites]
         except ValueError as exc:
             raise UsageError(f"--samples/--seed rejected: {exc}") from exc
+    limits = gate_limits()
+    try:
+        for suite in suites:
+            suite.resolve_gate(opts, limits=limits)
+    except GatePolicyError as exc:
+        raise UsageError(f"gate options refused: {exc}") from exc
     return suites
 
 
@@ -189,7 +206,12 @@ def _execute(
             name=suite.name,
             kind=suite.kind,
             version=suite.version,
-            spec=suite.spec.model_dump(mode="json"),
+            # The spec plus how it was gated in this run (evalsvc.gates.ResolvedGate: who set
+            # which margin and α), in the snapshot's existing JSON column.
+            spec={
+                **suite.spec.model_dump(mode="json"),
+                "resolved_gate": suite.resolve_gate(spec.options).to_dict(),
+            },
         )
     writer = SampleWriter(store, run.id)
     done = store.done_keys(run.id)

@@ -25,25 +25,34 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
+from evalsvc.gates import GateDefaults, GateLimits, ResolvedGate, generic_default, resolve
 
 Emit = Callable[[Sample], Awaitable[None]]
 
 
 class GatePolicy(BaseModel):
-    """How a suite's metric is gated. Unset fields take the kind's defaults (``evalsvc.gates.DEFAULTS``)."""
+    """How a suite's metric is gated: the suite's **policy**. Unset fields take the kind's declared
+    default (``Suite.gate_default``); ``evalsvc.gates.resolve`` combines the two with the
+    submitter's options, which may only tighten it (smaller margin, smaller α)."""
 
     model_config = ConfigDict(extra="forbid")
 
     metric: str | None = None
     """Which metric the gate tests (defaults to the kind's primary metric)."""
-    margin: float | None = Field(default=None, gt=0)
+    margin: float | None = Field(default=None, ge=0)
     """δ: the largest acceptable drop of the candidate versus the baseline, in metric units."""
     alpha: float | None = Field(default=None, gt=0, lt=0.5)
     threshold: float | None = None
     """Optional absolute threshold instead of (or for kinds without) a paired comparison."""
+    baseline_floor: float | None = Field(default=None, ge=0, lt=1)
+    """The baseline's rate must be above this (a score at chance, e.g. 0.25 for four-way
+    multiple choice) for the gate to pass; see ``evalsvc.gates.baseline_guard``."""
+    slice_min_items: int | None = Field(default=None, ge=1)
+    """Fewest paired items a slice (reasoning family × level, needle length × depth...) needs for
+    its own gate (default: the kind's)."""
     enabled: bool | None = None
     """A disabled gate still reports its metrics but never decides the verdict (default: the
-    kind's ``required`` flag in ``evalsvc.gates.DEFAULTS``)."""
+    kind's ``required`` flag)."""
 
 
 class SuiteSpec(BaseModel):
@@ -69,13 +78,12 @@ class Analysis:
     paired: bool = True
     n_errors: int = 0
     details: dict[str, Any] = field(default_factory=dict)
-    gate_kind: Literal["binary", "continuous", "ratio"] | None = None
-    """Overrides the kind's ``gate_kind`` for this metric."""
-    higher_is_better: bool | None = None
-    metric: str | None = None
-    threshold: float | None = None
-    """Gate on an absolute threshold of the candidate's values (e.g. mean KLD) when the suite's
-    YAML sets none; used by kinds that measure the candidate *against* the baseline directly."""
+    slices: list[str] | None = None
+    """One slice label per gated pair, aligned with ``baseline``/``candidate`` (e.g.
+    ``"dates L1"``); the runner gates each slice with enough items (``evalsvc.gates``)."""
+    first_tokens: list[tuple[str | None, str | None]] | None = None
+    """Optional per pair: the first token where the two outputs differ, baseline's and
+    candidate's (``None`` when they agree), reported for flips in a failed slice."""
 
 
 class Suite(ABC):
@@ -89,6 +97,10 @@ class Suite(ABC):
     metric: ClassVar[str] = "accuracy"
     gate_kind: ClassVar[Literal["binary", "continuous", "ratio"]] = "binary"
     higher_is_better: ClassVar[bool] = True
+    gate_default: ClassVar[GateDefaults | None] = None
+    """The kind's declared gate (metric, margin or threshold, α, direction, whether it gates,
+    with its rationale and sources). Kinds that declare none get
+    ``evalsvc.gates.generic_default`` from the three class variables above."""
     exclusive: ClassVar[bool] = False
     """Exclusive suites (speed) run one endpoint at a time, never beside other traffic."""
     sequential_ok: ClassVar[bool] = True
@@ -112,6 +124,18 @@ class Suite(ABC):
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def default_gate(self) -> GateDefaults:
+        """This suite's kind default (kinds whose metric is a parameter override this)."""
+        if self.gate_default is not None:
+            return self.gate_default
+        return generic_default(
+            self.kind, metric=self.metric, kind=self.gate_kind, higher_is_better=self.higher_is_better
+        )
+
+    def resolve_gate(self, options: Any = None, *, limits: GateLimits | None = None) -> ResolvedGate:
+        """How this suite is gated in a run with ``options`` (``evalsvc.gates.resolve``)."""
+        return resolve(self.default_gate(), self.spec.gate, options, limits=limits, suite=self.name)
 
     def with_overrides(self, *, samples: int | None, seed: int | None) -> Suite:
         """A copy with the run's ``--samples``/``--seed`` applied (kinds map samples to a param)."""

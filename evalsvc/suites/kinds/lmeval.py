@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
+from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._registry import catalog_dir, register
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
@@ -80,6 +82,25 @@ class LmevalSuite(Suite):
     requires = frozenset({"completions", "echo"})
     metric = "accuracy"
     gate_kind = "binary"
+    gate_default = GateDefaults(
+        suite_kind="lmeval",
+        metric="accuracy",
+        gate="noninferiority",
+        kind="binary",
+        margin=0.03,
+        threshold=None,
+        alpha=ALPHA,
+        higher_is_better=True,
+        paired=True,
+        required=True,
+        rationale=(
+            "Standard benchmarks have large item counts (gsm8k 1319, MMLU 14042), so a tighter "
+            "3-point margin is affordable (MDE ~0.02 at n~1300 with 10% flips) and matches the "
+            "1-3% degradation reported for well-tuned INT8. Set gate.baseline_floor to the "
+            "task's chance level (0.25 for four-way multiple choice)."
+        ),
+        sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
+    )
     description = "An lm-evaluation-harness task run against each endpoint, paired by document."
     params: LmevalParams
 
@@ -263,8 +284,12 @@ class LmevalSuite(Suite):
                 for f, (b, c) in sorted(groups.items())
             ],
         }
-        analysis.metric = self.params.metric
         return analysis
+
+    def default_gate(self) -> GateDefaults:
+        # The per-document metric is a parameter (acc, acc_norm, exact_match): gate that one.
+        assert self.gate_default is not None
+        return replace(self.gate_default, metric=self.params.metric)
 
 
 def read_samples(output: Path, task: str) -> dict[int, dict[str, Any]]:

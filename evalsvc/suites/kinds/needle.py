@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
+from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._registry import catalog_dir, register
 
@@ -158,6 +159,26 @@ class NeedleSuite(Suite):
     requires = frozenset({"chat", "tokenize"})
     metric = "accuracy"
     gate_kind = "binary"
+    gate_default = GateDefaults(
+        suite_kind="needle",
+        metric="accuracy",
+        gate="noninferiority",
+        kind="binary",
+        margin=0.05,
+        threshold=None,
+        alpha=ALPHA,
+        higher_is_better=True,
+        paired=True,
+        required=True,
+        rationale=(
+            "Long-context retrieval is where FP8 KV cache fails first; a drop of up to 5 "
+            "accuracy points is accepted, more is a regression. 5 points absolute is tighter "
+            "than vLLM's 8% relative CI tolerance at typical accuracies and loose enough that an "
+            "FP8 deployment (~99% recovery) passes with a few hundred items. Needles sharing a "
+            "haystack are clustered."
+        ),
+        sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
+    )
     description = "Needle-in-a-haystack retrieval over a context-length x depth grid (RULER style)."
     params: NeedleParams
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
+from evalsvc.gates import ALPHA, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite
 from evalsvc.suites._registry import catalog_dir, register
 
@@ -131,6 +132,25 @@ class SpeedSuite(Suite):
     gate_kind = "ratio"
     higher_is_better = True
     exclusive = True
+    gate_default = GateDefaults(
+        suite_kind="speed",
+        metric="request_output_tok_s",
+        gate="noninferiority",
+        kind="ratio",
+        margin=0.0,
+        threshold=None,
+        alpha=ALPHA,
+        higher_is_better=True,
+        paired=True,
+        required=False,
+        rationale=(
+            "Output tokens/s per request, compared as a paired log ratio. Margin 0 means 'pass "
+            "only if the candidate is significantly faster' (ratio > 1); informational by "
+            "default because a capacity gain (KV cache) may be the goal even without a "
+            "throughput gain."
+        ),
+        sources=("evalsvc policy: quantization must pay for itself",),
+    )
     description = (
         "TTFT, ITL, TPOT, output tokens/s and latency percentiles per concurrency level, "
         "with KV capacity from the probe."
@@ -298,9 +318,6 @@ class SpeedSuite(Suite):
             candidate=[float(cand[k].score or 0.0) for k in keys],
             paired=True,
             n_errors=n_errors,
-            gate_kind="ratio",
-            higher_is_better=True,
-            metric="request_output_tok_s",
             details={
                 "levels": per_level,
                 "kv_capacity": kv,

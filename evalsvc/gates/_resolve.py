@@ -1,0 +1,248 @@
+"""Gate resolution: the one place that decides how a suite is gated.
+
+``resolve(kind_default, suite_gate, options)`` combines three layers into a :class:`ResolvedGate`:
+
+1. the suite kind's declared default (:class:`GateDefaults`, ``Suite.gate_default``);
+2. the suite YAML's ``gate:`` block — **the policy**: metric, margin or threshold, α, floor,
+   whether the suite gates. The catalog is admin-owned (suite file paths are refused over HTTP);
+3. the submitter's run options (``--margin``/``--alpha``, REST ``options``), which may only
+   **tighten** the policy: a smaller margin, a smaller α. A looser value is refused
+   (:class:`GatePolicyError`, exit 2 / HTTP 422) before any request is sent.
+
+Server-wide :class:`GateLimits` (settings ``EVALSVC_GATE_MAX_MARGIN``,
+``EVALSVC_GATE_MAX_ALPHA``) bound the policy itself, so a suite file cannot declare a margin that
+makes every gate pass. Every value is chosen with ``is None`` checks, never truthiness: a margin
+of 0 (speed's "significantly faster") is a margin. ``ResolvedGate.origin`` records who set what
+("kind default", "suite policy", "submitter"); the report and the run's suite snapshot carry it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from evalsvc.gates._defaults import GateDefaults
+
+__all__ = ["GateLimits", "GatePolicyError", "ResolvedGate", "resolve"]
+
+KIND_DEFAULT = "kind default"
+SUITE_POLICY = "suite policy"
+SUBMITTER = "submitter"
+
+
+class GatePolicyError(ValueError):
+    """A gate setting is invalid or would loosen the policy (a usage error: exit 2, HTTP 422)."""
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """Server-wide bounds on every suite's policy (admin settings).
+
+    Defaults: a margin above 0.25 (25 accuracy points, or 25% relative) no longer says "no
+    worse", and α above 0.10 (an 80% two-sided interval) makes a pass weak evidence; both are
+    evalsvc policy choices, not published figures.
+    """
+
+    max_margin: float = 0.25
+    max_alpha: float = 0.10
+
+
+class _SuiteGate(Protocol):
+    metric: str | None
+    margin: float | None
+    alpha: float | None
+    threshold: float | None
+    enabled: bool | None
+
+
+@dataclass(frozen=True)
+class ResolvedGate:
+    """How one suite is gated in one run. ``margin`` is ``None`` for threshold gates and
+    ``threshold`` is ``None`` for non-inferiority gates; ``policy_margin``/``policy_alpha`` are
+    the suite's policy before the submitter tightened it."""
+
+    suite_kind: str
+    metric: str
+    gate: Literal["noninferiority", "threshold"]
+    kind: Literal["binary", "continuous", "ratio"]
+    margin: float | None
+    threshold: float | None
+    alpha: float
+    higher_is_better: bool
+    gated: bool
+    baseline_floor: float | None
+    slice_min_items: int
+    policy_margin: float | None
+    policy_alpha: float
+    origin: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite_kind": self.suite_kind,
+            "metric": self.metric,
+            "gate": self.gate,
+            "kind": self.kind,
+            "margin": self.margin,
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "higher_is_better": self.higher_is_better,
+            "gated": self.gated,
+            "baseline_floor": self.baseline_floor,
+            "slice_min_items": self.slice_min_items,
+            "policy": {"margin": self.policy_margin, "alpha": self.policy_alpha},
+            "origin": dict(self.origin),
+        }
+
+
+def _finite(value: Any, what: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise GatePolicyError(f"{what} must be a number, got {value!r}") from None
+    if not math.isfinite(v):
+        raise GatePolicyError(f"{what} must be finite, got {value!r}")
+    return v
+
+
+def _check_alpha(value: Any, what: str) -> float:
+    a = _finite(value, what)
+    if not 0.0 < a < 0.5:
+        raise GatePolicyError(f"{what} must be in (0, 0.5), got {value!r}")
+    return a
+
+
+def _check_margin(value: Any, what: str, kind: str, higher: bool) -> float:
+    m = _finite(value, what)
+    if m < 0:
+        raise GatePolicyError(f"{what} must be ≥ 0, got {value!r}")
+    if kind == "binary" and m >= 1:
+        raise GatePolicyError(f"{what} must be < 1 for a proportion, got {value!r}")
+    if kind == "ratio" and higher and m >= 1:
+        raise GatePolicyError(f"{what} must be < 1 for a relative margin, got {value!r}")
+    return m
+
+
+def check_run_options(options: Any) -> None:
+    """Run-level gate options that are not per suite: the error budget must be in [0, 1]."""
+    budget = getattr(options, "max_error_rate", None)
+    if budget is not None:
+        b = _finite(budget, "max_error_rate")
+        if not 0.0 <= b <= 1.0:
+            raise GatePolicyError(f"max_error_rate must be in [0, 1], got {budget!r}")
+
+
+def resolve(
+    kind_default: GateDefaults,
+    suite_gate: _SuiteGate | None,
+    options: Any = None,
+    *,
+    limits: GateLimits | None = None,
+    suite: str = "",
+) -> ResolvedGate:
+    """The gate of one suite: kind default ← suite policy (YAML) ← submitter (tighten only).
+
+    ``options`` is anything with ``margin`` and ``alpha`` attributes (``RunOptions``; ``None``
+    values mean "not set"). ``limits`` bounds the policy (``None``: no server bounds, as when the
+    runner re-resolves a run the service layer already checked). Raises :class:`GatePolicyError`
+    for invalid values, a submitter value that loosens the policy, or a policy beyond ``limits``.
+    """
+    d = kind_default
+    name = f"suite {suite}" if suite else f"a {d.suite_kind} suite"
+    origin: dict[str, str] = {}
+
+    def pick(attr: str, default: Any) -> Any:
+        value = getattr(suite_gate, attr, None) if suite_gate is not None else None
+        if value is not None:
+            origin[attr] = SUITE_POLICY
+            return value
+        origin[attr] = KIND_DEFAULT
+        return default
+
+    metric = str(pick("metric", d.metric))
+    yaml_threshold = getattr(suite_gate, "threshold", None) if suite_gate is not None else None
+    gate: Literal["noninferiority", "threshold"] = (
+        "threshold" if yaml_threshold is not None or d.gate == "threshold" else "noninferiority"
+    )
+    gated = bool(pick("enabled", d.required))
+    floor = pick("baseline_floor", d.baseline_floor)
+    slice_min = int(pick("slice_min_items", d.slice_min_items))
+    policy_alpha = _check_alpha(pick("alpha", d.alpha), f"{name}: gate.alpha")
+
+    threshold: float | None = None
+    policy_margin: float | None = None
+    if gate == "threshold":
+        threshold = _finite(pick("threshold", d.threshold), f"{name}: gate.threshold")
+        origin.pop("margin", None)
+    else:
+        origin.pop("threshold", None)
+        raw_margin = pick("margin", d.margin)
+        if raw_margin is None:
+            raise GatePolicyError(f"{name}: a non-inferiority gate needs a margin")
+        policy_margin = _check_margin(raw_margin, f"{name}: gate.margin", d.kind, d.higher_is_better)
+
+    if limits is not None:
+        if policy_margin is not None and policy_margin > limits.max_margin:
+            raise GatePolicyError(
+                f"{name}: its gate margin {policy_margin:g} exceeds the server's maximum "
+                f"{limits.max_margin:g} (EVALSVC_GATE_MAX_MARGIN)"
+            )
+        if policy_alpha > limits.max_alpha:
+            raise GatePolicyError(
+                f"{name}: its gate alpha {policy_alpha:g} exceeds the server's maximum "
+                f"{limits.max_alpha:g} (EVALSVC_GATE_MAX_ALPHA)"
+            )
+
+    margin = policy_margin
+    alpha = policy_alpha
+    sub_margin = getattr(options, "margin", None) if options is not None else None
+    sub_alpha = getattr(options, "alpha", None) if options is not None else None
+    if sub_margin is not None:
+        m = _finite(sub_margin, "margin (--margin / options.margin)")
+        if m < 0:
+            raise GatePolicyError(f"margin (--margin / options.margin) must be ≥ 0, got {m:g}")
+        if gate == "threshold":
+            origin["margin"] = "not applicable (threshold gate); the submitter's margin is unused"
+        elif policy_margin is not None and m > policy_margin:
+            if gated:
+                raise GatePolicyError(
+                    f"margin {m:g} would loosen {name}'s gate (policy margin {policy_margin:g}); "
+                    "a submitter may only tighten a gate (a smaller margin)"
+                )
+            origin["margin"] = (
+                f"{SUITE_POLICY} (the submitter's looser {m:g} is ignored: informational gate)"
+            )
+        else:
+            margin = _check_margin(m, "margin (--margin / options.margin)", d.kind, d.higher_is_better)
+            origin["margin"] = SUBMITTER
+    if sub_alpha is not None:
+        a = _check_alpha(sub_alpha, "alpha (--alpha / options.alpha)")
+        if a > policy_alpha:
+            if gated:
+                raise GatePolicyError(
+                    f"alpha {a:g} would loosen {name}'s gate (policy alpha {policy_alpha:g}); "
+                    "a submitter may only tighten a gate (a smaller alpha)"
+                )
+            origin["alpha"] = (
+                f"{SUITE_POLICY} (the submitter's looser {a:g} is ignored: informational gate)"
+            )
+        else:
+            alpha = a
+            origin["alpha"] = SUBMITTER
+    check_run_options(options)
+    return ResolvedGate(
+        suite_kind=d.suite_kind,
+        metric=metric,
+        gate=gate,
+        kind=d.kind,
+        margin=margin,
+        threshold=threshold,
+        alpha=alpha,
+        higher_is_better=d.higher_is_better,
+        gated=gated,
+        baseline_floor=None if floor is None else float(floor),
+        slice_min_items=slice_min,
+        policy_margin=policy_margin,
+        policy_alpha=policy_alpha,
+        origin=origin,
+    )

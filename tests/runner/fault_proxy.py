@@ -1,0 +1,131 @@
+"""A real loopback HTTP server in front of a real endpoint that forwards every request and
+damages answers (fault injection for the gates; the only kind of fake the project allows).
+
+Paths pick the behaviour, as in ``tests/fixtures/faults.py``; everything after the mode is
+forwarded to the upstream ``.../v1`` unchanged (probe, ``/tokenize``, ``/metrics`` included):
+
+- ``/pass/v1/...``        forwarded untouched (the control);
+- ``/blank/v1/...``       chat and completion texts replaced by the empty string (and their
+  logprobs dropped): an endpoint that "answers" nothing, like a broken chat template;
+- ``/concurrent/v1/...``  a chat answer to a request that *arrived while another request was in
+  flight* is altered with probability ``alter_p`` (seeded, per arrival): its first confident
+  token (top-2 logprob margin above 1 nat) is swapped for the runner-up, a planted
+  batch-dependence far beyond numerical noise. Requests alone on the server pass untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FaultProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        mode, _, rest = self.path.lstrip("/").partition("/")
+        srv = self.server
+        with srv.lock:
+            concurrent = srv.in_flight > 0
+            srv.in_flight += 1
+            srv.arrivals += 1
+            alter = concurrent and srv.rng.random() < srv.alter_p
+        try:
+            headers = {
+                k: v
+                for k, v in self.headers.items()
+                if k.lower() in ("content-type", "authorization", "accept")
+            }
+            resp = srv.client.request(
+                self.command, f"{srv.upstream}/{rest}", content=body or None, headers=headers
+            )
+            data = resp.content
+            ctype = resp.headers.get("content-type", "application/json")
+            if resp.status_code == 200 and ctype.startswith("application/json"):
+                data = self._damage(mode, rest, data, alter)
+        finally:
+            with srv.lock:
+                srv.in_flight -= 1
+        self.send_response(resp.status_code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _damage(self, mode: str, route: str, data: bytes, alter: bool) -> bytes:
+        if mode == "pass" or not route.startswith(("v1/chat/completions", "v1/completions")):
+            return data
+        payload = json.loads(data)
+        if mode == "blank":
+            for choice in payload.get("choices") or []:
+                if isinstance(choice.get("message"), dict):
+                    choice["message"]["content"] = ""
+                if "text" in choice:
+                    choice["text"] = ""
+                choice["logprobs"] = None
+            self.server.damaged += 1
+        elif mode == "concurrent" and alter and route.startswith("v1/chat/completions"):
+            for choice in payload.get("choices") or []:
+                if _swap_confident_token(choice):
+                    self.server.damaged += 1
+        return json.dumps(payload).encode()
+
+    do_GET = _handle
+    do_POST = _handle
+
+
+def _swap_confident_token(choice: dict[str, Any]) -> bool:
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    for i, tok in enumerate(content):
+        tops = sorted(tok.get("top_logprobs") or [], key=lambda t: -t["logprob"])
+        if len(tops) >= 2 and tops[0]["logprob"] - tops[1]["logprob"] > 1.0:
+            content[i] = {**tok, "token": tops[1]["token"], "logprob": tops[1]["logprob"]}
+            message = choice.get("message") or {}
+            message["content"] = "".join(t["token"] for t in content)
+            return True
+    return False
+
+
+class FaultProxy(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, upstream: str, *, alter_p: float, seed: int) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.upstream = upstream.rstrip("/").removesuffix("/v1")  # the server's root
+        self.client = httpx.Client(timeout=600)
+        self.lock = threading.Lock()
+        self.rng = random.Random(seed)
+        self.alter_p = alter_p
+        self.in_flight = 0
+        self.arrivals = 0
+        self.damaged = 0
+
+    def url(self, mode: str) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/{mode}/v1"
+
+
+@contextmanager
+def fault_proxy(upstream: str, *, alter_p: float = 0.5, seed: int = 0) -> Iterator[FaultProxy]:
+    server = FaultProxy(upstream, alter_p=alter_p, seed=seed)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.client.close()
