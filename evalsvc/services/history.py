@@ -43,7 +43,9 @@ def find_run(store: Store, ref: str) -> RunInfo:
     if run is not None:
         return run
     if len(ref) < MIN_PREFIX:
-        raise RunNotFound(f"no run {ref!r} (id prefixes need at least {MIN_PREFIX} characters)")
+        looks_like_prefix = ref and all(c in "0123456789abcdef" for c in ref)
+        hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if looks_like_prefix else ""
+        raise RunNotFound(f"no run {ref!r}{hint}")
     ids = store.find_run_ids(ref, limit=2)
     if not ids:
         raise RunNotFound(f"no run {ref!r}")
