@@ -6,6 +6,7 @@ Contract (DESIGN.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +35,26 @@ suites_app = typer.Typer(help="The suite catalog.", no_args_is_help=True)
 endpoints_app = typer.Typer(
     help="The endpoint registry (names usable in `compare`).", no_args_is_help=True
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from evalsvc import __version__
+
+        typer.echo(f"evalsvc {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Quality evaluation and release gates for quantized LLM serving endpoints."""
+
+
 app.add_typer(suites_app, name="suites")
 app.add_typer(endpoints_app, name="endpoints")
 
@@ -216,6 +237,14 @@ def compare(
         ),
     ] = None,
     timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
+    wait_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0,
+            help="With --server: give up (cancel the run, exit 4) after this many seconds "
+            "without a verdict.",
+        ),
+    ] = None,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
     from evalsvc.runner import CapabilityError, InfrastructureError
@@ -234,7 +263,9 @@ def compare(
     )
     if server:
         raise typer.Exit(
-            _compare_remote(server, endpoints, suite, options, json_out, junit, markdown)
+            _compare_remote(
+                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout
+            )
         )
     store = _open_store(db)
     # SIGTERM (CI timeouts, `kill`) must unwind like Ctrl-C so the run is recorded as an error
@@ -256,15 +287,33 @@ def compare(
         MofNCompleteColumn(),
         TimeElapsedColumn(),
     )
+
+    def ended_without_verdict(exc: Exception, code: int) -> typer.Exit:
+        # CI reporters get the files they asked for on every exit, an error report here.
+        from evalsvc.reports import error_report
+
+        _write_outputs(
+            error_report(
+                baseline=refs[0], candidates=refs[1:], error=str(exc), options=options
+            ),
+            json_out,
+            junit,
+            markdown,
+        )
+        return _die(str(exc), code)
+
     try:
         with RichProgress(*columns, console=err, transient=False) as bar:
             report = runs.compare(spec, store=store, progress=_RichProgress(bar, labels))
-    except runs.UsageError as exc:
-        raise _die(str(exc), EXIT_CODES["usage"]) from exc
-    except CapabilityError as exc:
-        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    except (runs.UsageError, CapabilityError) as exc:
+        raise ended_without_verdict(exc, EXIT_CODES["usage"]) from exc
     except InfrastructureError as exc:
-        raise _die(str(exc), EXIT_CODES["error"]) from exc
+        raise ended_without_verdict(exc, EXIT_CODES["error"]) from exc
+    except KeyboardInterrupt as exc:
+        # Ctrl-C or SIGTERM: the run is recorded as error (the service does it); without this
+        # click would print "Aborted!" and exit 1, which a pipeline reads as a failed gate.
+        stopped = RuntimeError(f"interrupted ({exc or 'Ctrl-C'}); the run was recorded as error")
+        raise ended_without_verdict(stopped, EXIT_CODES["error"]) from exc
     err.print(_verdict_table(report))
     _print_headlines(report)
     for w in report.get("warnings", []):
@@ -289,13 +338,45 @@ def _compare_remote(
     json_out: str | None,
     junit: Path | None,
     markdown: Path | None,
+    wait_timeout: float | None = None,
 ) -> int:
-    """Submit to ``POST /api/v1/runs`` and poll until the gate is known."""
+    """Submit to ``POST /api/v1/runs``, show the run's progress and wait for its gate.
 
+    Every exit writes the report files asked for (an error report when there is no verdict).
+    Ctrl-C, SIGTERM and ``--wait-timeout`` cancel the run on the server (``POST
+    /runs/{id}/cancel``) so no worker spends hours on a run nobody waits for, then exit 4.
+    """
     import httpx
+
+    from evalsvc.domain import EndpointRef
+    from evalsvc.reports import error_report
+    from evalsvc.services.runs import exit_code
 
     def ref(e: str) -> dict[str, str]:
         return {"url": e} if "://" in e else {"name": e}
+
+    def report_ref(e: str) -> EndpointRef:
+        # A registered name resolves on the server; the report names it and leaves the URL empty.
+        return EndpointRef(url=e) if "://" in e else EndpointRef(url="", name=e)
+
+    run_id: str | None = None
+
+    def no_verdict(message: str, code: int = EXIT_CODES["error"]) -> int:
+        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        with contextlib.suppress(Exception):
+            _write_outputs(
+                error_report(
+                    baseline=report_ref(endpoints[0]),
+                    candidates=[report_ref(e) for e in endpoints[1:]],
+                    error=message,
+                    run_id=run_id,
+                    options=options,
+                ),
+                json_out,
+                junit,
+                markdown,
+            )
+        return code
 
     headers = {}
     token = Settings().token
@@ -308,44 +389,84 @@ def _compare_remote(
         "options": options.model_dump(mode="json"),
     }
     base = server.rstrip("/") + "/api/v1"
-    try:
-        with httpx.Client(headers=headers, timeout=30) as http:
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    with httpx.Client(headers=headers, timeout=30) as http:
+
+        def cancel(reason: str) -> int:
+            try:
+                http.post(f"{base}/runs/{run_id}/cancel", timeout=10)
+                what = f"run {run_id} cancelled on {server}"
+            except httpx.HTTPError as exc:
+                what = f"could not cancel run {run_id} on {server} ({type(exc).__name__})"
+            return no_verdict(f"{reason}; {what}")
+
+        try:
             resp = http.post(f"{base}/runs", json=body)
-            if resp.status_code >= 400:
-                err.print(
-                    f"[bold red]error:[/] server refused the run: HTTP {resp.status_code} {resp.text[:300]}"
-                )
-                return (
-                    EXIT_CODES["usage"]
-                    if resp.status_code in (400, 404, 422)
-                    else EXIT_CODES["error"]
-                )
-            run_id = resp.json()["id"]
-            err.print(f"submitted run {run_id} to {server}; waiting for workers")
-            while True:
-                status = http.get(f"{base}/runs/{run_id}").json()
-                if status.get("status") in ("completed", "error", "cancelled"):
-                    break
-                time.sleep(2.0)
+        except httpx.HTTPError as exc:
+            return no_verdict(f"server {server} unreachable: {exc}")
+        if resp.status_code >= 400:
+            try:
+                detail = resp.json().get("detail", resp.text)
+            except ValueError:
+                detail = resp.text
+            code = EXIT_CODES["usage"] if resp.status_code in (400, 404, 409, 422) else 4
+            if resp.status_code in (401, 403):
+                code = EXIT_CODES["usage"]  # a missing or weak token is configuration
+            return no_verdict(
+                f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}", code
+            )
+        run_id = str(resp.json()["id"])
+        err.print(f"submitted run {run_id} to {server}")
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+        try:
+            status = _follow_remote(http, f"{base}/runs/{run_id}", deadline)
+            if status is None:
+                return cancel(f"no verdict within --wait-timeout {wait_timeout:g} s")
             report = (
                 http.get(f"{base}/runs/{run_id}/report").json()
                 if status["status"] == "completed"
                 else None
             )
-    except httpx.HTTPError as exc:
-        err.print(f"[bold red]error:[/] server {server} unreachable: {exc}")
-        return EXIT_CODES["error"]
+        except KeyboardInterrupt:
+            return cancel("interrupted")
+        except httpx.HTTPError as exc:
+            return no_verdict(f"lost contact with {server} while waiting for run {run_id}: {exc}")
     if report is None:
-        err.print(
-            f"[bold red]error:[/] run {run_id} ended {status.get('status')}: {status.get('error')}"
-        )
-        return EXIT_CODES["error"]
+        return no_verdict(f"run {run_id} ended {status.get('status')}: {status.get('error')}")
     err.print(_verdict_table(report))
     _print_headlines(report)
     _write_outputs(report, json_out, junit, markdown)
-    from evalsvc.services.runs import exit_code
+    verdict = report["verdict"]
+    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {run_id})")
+    return exit_code(verdict)
 
-    return exit_code(report["verdict"])
+
+def _follow_remote(http: Any, url: str, deadline: float | None) -> dict[str, Any] | None:
+    """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
+    progress; None when ``deadline`` (monotonic) passes first."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with RichProgress(*columns, console=err, transient=False) as bar:
+        state = bar.add_task("queued", total=None)
+        tasks: dict[tuple[str, str], TaskID] = {}
+        while True:
+            resp = http.get(url)
+            resp.raise_for_status()
+            run = resp.json()
+            bar.update(state, description=f"run {run['status']}")
+            progress = run.get("progress") or {}
+            items, done = progress.get("items") or {}, progress.get("done") or {}
+            for suite, roles in sorted(done.items()):
+                for role, n in sorted(roles.items()):
+                    key = (suite, role)
+                    if key not in tasks:
+                        tasks[key] = bar.add_task(f"{suite} · {role}", total=items.get(suite))
+                    bar.update(tasks[key], completed=n, total=items.get(suite))
+            if run.get("status") in ("completed", "error", "cancelled"):
+                return dict(run)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(2.0)
 
 
 @suites_app.command("list")
@@ -490,6 +611,7 @@ def _mount_optional() -> None:
     from evalsvc.cli.api import app as api_app
     from evalsvc.cli.db import app as db_app
     from evalsvc.cli.export import export
+    from evalsvc.cli.runs import app as runs_app
     from evalsvc.cli.schedules import app as schedules_app
     from evalsvc.cli.tokens import app as tokens_app
     from evalsvc.cli.worker import worker
@@ -498,6 +620,7 @@ def _mount_optional() -> None:
         local.app, name="local", help="Real local vLLM-CPU endpoints (baseline + candidates)."
     )
     app.add_typer(db_app, name="db", help="Database migrations.")
+    app.add_typer(runs_app, name="runs", help="Stored runs: list, show, cancel, report, gate.")
     app.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
     app.add_typer(api_app, name="api", help="The REST API server.")
     app.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")

@@ -299,6 +299,15 @@ class Store:
             row = session.get(RunRow, run_id)
             return _run_info(row) if row is not None else None
 
+    def find_run_ids(self, prefix: str, *, limit: int = 2) -> list[str]:
+        """Ids of runs starting with ``prefix`` (hex only, so no LIKE wildcard can sneak in),
+        at most ``limit`` of them: callers ask for 2 to tell "unique" from "ambiguous"."""
+        if not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            return []
+        stmt = sa.select(RunRow.id).where(RunRow.id.startswith(prefix)).order_by(RunRow.id)
+        with self._db.session(write=False) as session:
+            return list(session.scalars(stmt.limit(limit)))
+
     def list_runs(
         self,
         *,

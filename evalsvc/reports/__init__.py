@@ -1,5 +1,6 @@
 """Reports: the JSON report (the contract outside tools rely on), JUnit XML and Markdown."""
 
+from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
@@ -12,6 +13,7 @@ from evalsvc.reports._render import (
 __all__ = [
     "SCHEMA_VERSION",
     "build_report",
+    "error_report",
     "findings",
     "headline",
     "summary_rows",

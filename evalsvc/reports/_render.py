@@ -154,7 +154,9 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def to_junit(report: dict[str, Any]) -> str:
-    """One testsuite per candidate, one testcase per suite gate (fail → failure, else skipped/pass)."""
+    """One testsuite per candidate, one testcase per suite gate: fail and inconclusive are
+    failures (with ``type`` saying which), an errored suite or run an error, an ungated suite
+    skipped, a pass passes."""
     root = ET.Element("testsuites", name="evalsvc", tests="0", failures="0", errors="0")
     total = failures = errors = 0
     for cand in report["candidates"]:
@@ -169,17 +171,26 @@ def to_junit(report: dict[str, Any]) -> str:
                 f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
                 f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}"
             )
-            if s["verdict"] == "fail":
+            # Only a pass is green: an inconclusive gate blocks a rollout just as a failed one
+            # does (a JUnit <skipped> shows green on most CI dashboards), so it is a failure
+            # whose type says which; a suite that errored is a JUnit error.
+            if s["verdict"] in ("fail", "inconclusive"):
                 f += 1
-                ET.SubElement(tc, "failure", message=f"gate failed: {msg}", type="fail").text = msg
-            elif s["verdict"] == "inconclusive":
+                what = "gate failed" if s["verdict"] == "fail" else "inconclusive"
+                ET.SubElement(
+                    tc, "failure", message=f"{what}: {msg}", type=s["verdict"]
+                ).text = msg
+            elif s["verdict"] == "error":
+                e += 1
+                ET.SubElement(tc, "error", message=f"error: {msg}", type="error").text = msg
+            elif not s.get("gated", True):
                 sk += 1
-                ET.SubElement(tc, "skipped", message=f"inconclusive: {msg}")
+                ET.SubElement(tc, "skipped", message=f"not gated: {msg}")
             ET.SubElement(tc, "system-out").text = msg
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")
-            ET.SubElement(tc, "error", message=str(report["error"]))
+            ET.SubElement(tc, "error", message=str(report["error"]), type="infrastructure")
             t += 1
         ts.set("tests", str(t))
         ts.set("failures", str(f))

@@ -103,7 +103,7 @@ def test_compare_server_refusals(api: Api) -> None:
         api.base_url,
         env={"EVALSVC_TOKEN": ""},
     )
-    assert no_token.returncode == 4 and "HTTP 401" in no_token.stderr
+    assert no_token.returncode == 2 and "HTTP 401" in no_token.stderr  # configuration
     assert api.store.list_runs() == []
 
 

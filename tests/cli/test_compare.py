@@ -41,11 +41,20 @@ def test_malformed_yaml_exits_2_with_file_line_field(tmp_path: Path) -> None:
     assert r.returncode == 2 and "invalid YAML" in r.stderr
 
 
-def test_unreachable_endpoint_exits_4_naming_it() -> None:
+def test_unreachable_endpoint_exits_4_naming_it(tmp_path: Path) -> None:
+    out = {k: tmp_path / f"r.{k}" for k in ("json", "xml", "md")}
     r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "needle-smoke",
+                "--json", str(out["json"]), "--junit", str(out["xml"]), "--markdown", str(out["md"]),
                 timeout=120)
     assert r.returncode == 4, r.stderr
     assert "127.0.0.1:9" in r.stderr and "unreachable" in r.stderr
+    # CI reporters still get every file they asked for: an error report.
+    report = json.loads(out["json"].read_text())
+    assert report["verdict"] == "error" and "unreachable" in report["error"]
+    assert report["candidates"][0]["verdict"] == "error"
+    junit = ET.fromstring(out["xml"].read_text())
+    assert junit.get("errors") == "1" and junit.get("failures") == "0"
+    assert "verdict: **error**" in out["md"].read_text()
 
 
 def test_missing_capability_is_refused_up_front() -> None:

@@ -99,3 +99,17 @@ def test_markdown_says_where_and_how_much() -> None:
     assert lines["drift-x"].startswith("mean KLD 0.1900 nats")
     assert lines["needle-x"] == f"{regressions} correct → incorrect, 0 incorrect → correct"
     assert lines["odd-x"] is None
+
+
+def test_junit_inconclusive_is_a_failure_and_error_an_error() -> None:
+    """Only a pass is green: CI dashboards show a JUnit <skipped> as green."""
+    report = build_report(_result())
+    good, bad = report["candidates"]
+    good["suites"][0]["verdict"] = "inconclusive"
+    bad["suites"][0]["verdict"] = "error"
+    root = ET.fromstring(to_junit(report).split("\n", 1)[1])
+    (failure,) = root.findall(".//failure")
+    assert failure.get("type") == "inconclusive" and failure.get("message", "").startswith("inconclusive")
+    (error,) = root.findall(".//error")
+    assert error.get("type") == "error"
+    assert root.get("failures") == "1" and root.get("errors") == "1" and not root.findall(".//skipped")

@@ -15,11 +15,11 @@ from evalsvc.api._deps import ReadScope, StoreDep, SubmitScope
 from evalsvc.api._schemas import GateRead, Problem, RunCreate, RunEndpoint, RunRead, RunSubmitted
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunInfo, RunSpec, RunStatus, RunVerdict
+from evalsvc.services import history
 from evalsvc.services import runs as run_service
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 
-_UNFINISHED = (RunStatus.queued, RunStatus.running)
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
 
 
@@ -49,10 +49,13 @@ def _read(run: RunInfo) -> RunRead:
 
 
 def _get(store: Store, run_id: str) -> RunInfo:
-    run = store.get_run(run_id)
-    if run is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no run {run_id!r}")
-    return run
+    """The run by id or unique id prefix (``evalsvc.services.history``, as the CLI does)."""
+    try:
+        return history.find_run(store, run_id)
+    except history.RunNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    except history.AmbiguousRunId as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
 
 
 @router.post(
@@ -100,11 +103,11 @@ def get_run(run_id: str, store: StoreDep, _: ReadScope) -> RunRead:
 def get_report(run_id: str, store: StoreDep, _: ReadScope) -> dict[str, Any]:
     """The JSON report (DESIGN.md, "The JSON report"), as ``evalsvc compare --json`` writes it."""
     run = _get(store, run_id)
-    report = store.get_report(run_id)
+    report = store.get_report(run.id)
     if report is None:
         ended = f": {run.error}" if run.error else ""
         raise HTTPException(
-            status.HTTP_409_CONFLICT, f"run {run_id} is {run.status.value}; no report{ended}"
+            status.HTTP_409_CONFLICT, f"run {run.id} is {run.status.value}; no report{ended}"
         )
     return report
 
@@ -116,21 +119,11 @@ def get_report(run_id: str, store: StoreDep, _: ReadScope) -> dict[str, Any]:
 )
 def get_gate(run_id: str, store: StoreDep, _: ReadScope) -> GateRead:
     """The run's overall verdict and the exit code ``evalsvc compare`` would have returned."""
-    run = _get(store, run_id)
-    if run.status in _UNFINISHED:
-        raise HTTPException(
-            status.HTTP_409_CONFLICT, f"run {run_id} is {run.status.value}: no verdict yet"
-        )
-    # A cancelled or crashed run proves nothing: it gates as an infrastructure error.
-    verdict: RunVerdict = (
-        run.verdict if run.status == RunStatus.completed and run.verdict else "error"
-    )
-    return GateRead(
-        run_id=run.id,
-        status=run.status,
-        verdict=verdict,
-        exit_code=run_service.exit_code(verdict),
-    )
+    try:
+        g = history.gate(_get(store, run_id))
+    except history.RunNotFinished as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=g.exit_code)
 
 
 @router.post(
@@ -140,12 +133,7 @@ def get_gate(run_id: str, store: StoreDep, _: ReadScope) -> GateRead:
 )
 def cancel_run(run_id: str, store: StoreDep, _: SubmitScope) -> RunRead:
     """Cancel a queued or running run (a worker stops it at its next heartbeat)."""
-    run = _get(store, run_id)
-    if not store.cancel_run(run_id):
-        current = store.get_run(run_id) or run
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
-            f"run {run_id} is already {current.status.value}; only queued or running runs "
-            "can be cancelled",
-        )
-    return _read(_get(store, run_id))
+    try:
+        return _read(history.cancel(store, _get(store, run_id)))
+    except history.RunAlreadyFinished as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc

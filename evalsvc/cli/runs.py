@@ -1,0 +1,215 @@
+"""``evalsvc runs list|show|cancel|report|gate``: the stored runs, from the CLI.
+
+Contract: every command reads through ``evalsvc.services.history`` (the same functions the REST
+routes call) and takes a run id or a unique id prefix (8+ characters, as ``runs list`` prints).
+Exit codes follow the project table: an unknown or ambiguous id or a run that cannot do what was
+asked is 2, an unreachable database 4; ``runs gate`` exits with the run's gate code (0 pass,
+1 fail, 3 inconclusive, 4 error), so a pipeline can gate on a run submitted earlier.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evalsvc.db import Store, StoreError
+from evalsvc.domain import RunInfo, RunStatus
+from evalsvc.services import history
+
+from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
+
+app = typer.Typer(no_args_is_help=True)
+_out = Console(highlight=False, soft_wrap=True)
+
+RunArg = Annotated[str, typer.Argument(help="Run id or a unique prefix of it (8+ characters).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+class ReportFormat(StrEnum):
+    json = "json"
+    junit = "junit"
+    markdown = "markdown"
+
+
+def _with_run(database_url: str | None, ref: str) -> tuple[Store, RunInfo]:
+    store = open_store(database_url)
+    try:
+        return store, history.find_run(store, ref)
+    except (history.RunNotFound, history.AmbiguousRunId) as err:
+        store.close()
+        fail(str(err), EXIT_CONFIG)
+    except StoreError as err:
+        store.close()
+        fail_store(err)
+
+
+def _summary(run: RunInfo) -> dict[str, Any]:
+    spec = run.spec
+    return {
+        "id": run.id,
+        "status": run.status.value,
+        "verdict": run.verdict,
+        "baseline": spec.baseline.name or spec.baseline.url,
+        "candidates": [c.name or c.url for c in spec.candidates],
+        "suites": list(spec.suites),
+        "labels": dict(spec.labels),
+        "created_at": run.created_at.isoformat(),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "error": run.error,
+    }
+
+
+def _emit_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+@app.command("list")
+def list_runs(
+    status: Annotated[RunStatus | None, typer.Option(help="Only runs in this status.")] = None,
+    verdict: Annotated[
+        str | None, typer.Option(help="Only runs with this verdict (pass, fail, ...).")
+    ] = None,
+    endpoint: Annotated[
+        str | None, typer.Option(help="Only runs using this base URL (baseline or candidate).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many, newest first.")] = 20,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Runs, newest first."""
+    if verdict is not None and verdict not in ("pass", "fail", "inconclusive", "error"):
+        fail(f"--verdict must be pass, fail, inconclusive or error, not {verdict!r}", EXIT_CONFIG)
+    store = open_store(database_url)
+    try:
+        runs = store.list_runs(limit=limit, status=status, verdict=verdict, endpoint_url=endpoint)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    if as_json:
+        _emit_json([_summary(r) for r in runs])
+        return
+    table = Table(show_lines=False)
+    for col in ("id", "created", "status", "verdict", "baseline", "candidates", "suites"):
+        table.add_column(col, overflow="fold")
+    for r in runs:
+        s = _summary(r)
+        table.add_row(
+            r.id[: history.MIN_PREFIX],
+            fmt_time(r.created_at),
+            s["status"],
+            s["verdict"] or "-",
+            s["baseline"],
+            ", ".join(s["candidates"]),
+            ", ".join(s["suites"]),
+        )
+    _out.print(table)
+
+
+@app.command("show")
+def show(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Status, verdict, progress and error of one run."""
+    store, info = _with_run(database_url, run)
+    store.close()
+    if as_json:
+        _emit_json(info.model_dump(mode="json", exclude={"lease_owner", "lease_expires_at"}))
+        return
+    s = _summary(info)
+    for key in ("id", "status", "verdict", "baseline", "candidates", "suites", "labels"):
+        value = s[key]
+        if isinstance(value, list):
+            value = ", ".join(value)
+        elif isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        _out.print(f"{key:>11}: {value if value is not None else '-'}")
+    _out.print(f"{'created':>11}: {fmt_time(info.created_at)}")
+    _out.print(f"{'finished':>11}: {fmt_time(info.finished_at)}")
+    for p in history.progress(info):
+        planned = "?" if p.planned is None else p.planned
+        _out.print(f"{'progress':>11}: {p.suite} · {p.role}: {p.done}/{planned}")
+    if info.error:
+        _out.print(f"{'error':>11}: {info.error}")
+
+
+@app.command("cancel")
+def cancel(
+    run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None
+) -> None:
+    """Cancel a queued or running run (its worker stops at the next heartbeat)."""
+    store, info = _with_run(database_url, run)
+    try:
+        cancelled = history.cancel(store, info)
+    except history.RunAlreadyFinished as err:
+        fail(str(err), EXIT_CONFIG)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    if as_json:
+        _emit_json(_summary(cancelled))
+    else:
+        typer.echo(f"cancelled run {cancelled.id}", err=True)
+
+
+@app.command("report")
+def report(
+    run: RunArg,
+    format: Annotated[ReportFormat, typer.Option("--format", "-f")] = ReportFormat.json,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write to this file instead of stdout.")
+    ] = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """The run's report as JSON (the contract), JUnit XML or Markdown."""
+    from evalsvc.reports import to_junit, to_markdown
+
+    store, info = _with_run(database_url, run)
+    try:
+        stored = store.get_report(info.id)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    if stored is None:
+        ended = f": {info.error}" if info.error else ""
+        fail(f"run {info.id} is {info.status.value}; no report{ended}", EXIT_CONFIG)
+    text = {
+        ReportFormat.json: lambda: json.dumps(stored, indent=2) + "\n",
+        ReportFormat.junit: lambda: to_junit(stored),
+        ReportFormat.markdown: lambda: to_markdown(stored),
+    }[format]()
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {format.value} report of run {info.id} to {out}", err=True)
+
+
+@app.command("gate")
+def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None) -> None:
+    """Print the run's verdict and exit with its code (0 pass, 1 fail, 3 inconclusive, 4 error)."""
+    store, info = _with_run(database_url, run)
+    store.close()
+    try:
+        g = history.gate(info)
+    except history.RunNotFinished as err:
+        fail(str(err), EXIT_CONFIG)
+    if as_json:
+        _emit_json(
+            {
+                "run_id": g.run_id,
+                "status": g.status.value,
+                "verdict": g.verdict,
+                "exit_code": g.exit_code,
+            }
+        )
+    else:
+        typer.echo(f"run {g.run_id}: {g.verdict} (exit {g.exit_code})", err=True)
+    raise typer.Exit(g.exit_code)

@@ -1,0 +1,115 @@
+"""Stored runs for the views: look a run up by id or unique id prefix, its gate, cancelling it.
+
+Contract: the one place that decides what ``evalsvc runs ...`` and ``/api/v1/runs/{id}...``
+answer for an existing run, so the CLI and the REST API cannot disagree. Raises
+:class:`RunNotFound` (the views map it to exit 2 / HTTP 404), :class:`AmbiguousRunId` (exit 2 /
+HTTP 409) and :class:`RunNotFinished` / :class:`RunAlreadyFinished` (exit 2 / HTTP 409).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evalsvc.db import Store
+from evalsvc.domain import EXIT_CODES, RunInfo, RunStatus, RunVerdict
+
+#: The shortest prefix accepted: 8 hex digits, as ``runs list`` prints (4.3e9 values: a
+#: collision among a store's runs is unlikely, and one is reported as ambiguous, never guessed).
+MIN_PREFIX = 8
+
+_UNFINISHED = (RunStatus.queued, RunStatus.running)
+
+
+class RunNotFound(LookupError):
+    """No run has this id (or id prefix)."""
+
+
+class AmbiguousRunId(ValueError):
+    """Several runs start with this prefix."""
+
+
+class RunNotFinished(RuntimeError):
+    """The run has no verdict yet."""
+
+
+class RunAlreadyFinished(RuntimeError):
+    """Only queued or running runs can be cancelled."""
+
+
+def find_run(store: Store, ref: str) -> RunInfo:
+    """The run whose id is ``ref``, else the one run whose id starts with ``ref``."""
+    ref = ref.strip().lower()
+    run = store.get_run(ref) if ref else None
+    if run is not None:
+        return run
+    if len(ref) < MIN_PREFIX:
+        looks_like_prefix = ref and all(c in "0123456789abcdef" for c in ref)
+        hint = f" (id prefixes need at least {MIN_PREFIX} characters)" if looks_like_prefix else ""
+        raise RunNotFound(f"no run {ref!r}{hint}")
+    ids = store.find_run_ids(ref, limit=2)
+    if not ids:
+        raise RunNotFound(f"no run {ref!r}")
+    if len(ids) > 1:
+        raise AmbiguousRunId(f"run id prefix {ref!r} is ambiguous ({ids[0]}, {ids[1]}, ...)")
+    found = store.get_run(ids[0])
+    if found is None:  # deleted between the two reads
+        raise RunNotFound(f"no run {ref!r}")
+    return found
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Items done / planned for one (suite, endpoint role) of a run."""
+
+    suite: str
+    role: str
+    done: int
+    planned: int | None
+
+
+def progress(run: RunInfo) -> list[Progress]:
+    """The run's progress as the runner's reporter stores it (``{"items": {suite: n},
+    "done": {suite: {role: n}}}``), sorted by suite then role."""
+    raw = run.progress or {}
+    items = raw.get("items") or {}
+    done = raw.get("done") or {}
+    rows = []
+    for suite in sorted(set(items) | set(done)):
+        planned = items.get(suite)
+        for role, n in sorted((done.get(suite) or {"baseline": 0}).items()):
+            rows.append(
+                Progress(suite, role, int(n), int(planned) if planned is not None else None)
+            )
+    return rows
+
+
+@dataclass(frozen=True)
+class Gate:
+    """A finished run's overall verdict and the exit code ``evalsvc compare`` gives for it."""
+
+    run_id: str
+    status: RunStatus
+    verdict: RunVerdict
+    exit_code: int
+
+
+def gate(run: RunInfo) -> Gate:
+    """The gate of a finished run; a cancelled or crashed run proves nothing and gates as an
+    infrastructure error (exit 4), never as a pass."""
+    if run.status in _UNFINISHED:
+        raise RunNotFinished(f"run {run.id} is {run.status.value}: no verdict yet")
+    verdict: RunVerdict = (
+        run.verdict if run.status == RunStatus.completed and run.verdict else "error"
+    )
+    return Gate(run_id=run.id, status=run.status, verdict=verdict, exit_code=EXIT_CODES[verdict])
+
+
+def cancel(store: Store, run: RunInfo) -> RunInfo:
+    """Cancel a queued or running run (its worker stops at the next heartbeat)."""
+    if not store.cancel_run(run.id):
+        current = store.get_run(run.id) or run
+        raise RunAlreadyFinished(
+            f"run {run.id} is already {current.status.value}; only queued or running runs "
+            "can be cancelled"
+        )
+    return store.get_run(run.id) or run
