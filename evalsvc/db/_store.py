@@ -179,14 +179,24 @@ class Store:
     def check_at_head(self) -> None:
         """Raise DatabaseNotAtHead unless the schema is at the migration head (connects)."""
         current, head = self.current_revision(), self.head_revision()
+        self._refuse_unknown_revision(current, head)
         if current != head:
             raise DatabaseNotAtHead(
                 f"database {self.display_url} at {current or 'no revision (empty)'}, head is "
                 f"{head}: run `evalsvc db upgrade`"
             )
 
+    def _refuse_unknown_revision(self, current: str | None, head: str) -> None:
+        if current is not None and current != head and not _migrate.is_known(current):
+            raise DatabaseNotAtHead(
+                f"database {self.display_url} is at revision {current}, which this evalsvc "
+                f"does not know (its head is {head}): the database was migrated by a newer "
+                "evalsvc; upgrade evalsvc instead of the database"
+            )
+
     def upgrade(self, revision: str = "head") -> None:
-        """Migrate the schema (``evalsvc db upgrade``)."""
+        """Migrate the schema (``evalsvc db upgrade``); refuses a database newer than the code."""
+        self._refuse_unknown_revision(self.current_revision(), self.head_revision())
         with self._db.connection() as conn:
             _migrate.upgrade(conn, revision)
             conn.commit()

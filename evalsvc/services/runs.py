@@ -21,7 +21,16 @@ from collections.abc import Callable
 from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
-from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.domain import (
+    EXIT_CODES,
+    EndpointRef,
+    Provenance,
+    RunInfo,
+    RunOptions,
+    RunSpec,
+    RunStatus,
+    Sample,
+)
 from evalsvc.reports import build_report
 from evalsvc.runner import (
     CancelledRun,
@@ -54,10 +63,14 @@ def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
     return found
 
 
-def load_suites(spec: RunSpec) -> list[Suite]:
-    """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides."""
+def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
+    """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides.
+
+    ``allow_paths=False`` (anything that came over HTTP) resolves catalog names only, never a
+    file on this machine. The run's ``--margin``/``--alpha`` are checked against every suite's
+    gate here, before any request is sent (they used to fail after the whole run)."""
     try:
-        suites = resolve(spec.suites)
+        suites = resolve(spec.suites, allow_paths=allow_paths)
     except SuiteError as exc:
         raise UsageError(str(exc)) from exc
     opts = spec.options
@@ -66,12 +79,34 @@ def load_suites(spec: RunSpec) -> list[Suite]:
             suites = [s.with_overrides(samples=opts.samples, seed=opts.seed) for s in suites]
         except ValueError as exc:
             raise UsageError(f"--samples/--seed rejected: {exc}") from exc
+    _check_gate_options(suites, opts)
     return suites
+
+
+def _check_gate_options(suites: list[Suite], opts: RunOptions) -> None:
+    if opts.margin is None and opts.alpha is None:
+        return
+    from evalsvc.gates import evaluate_gate
+
+    for suite in suites:
+        # The gate's own argument checks, on no data: nothing is decided, only validated.
+        try:
+            evaluate_gate(
+                [],
+                [],
+                metric=suite.metric,
+                kind=suite.gate_kind,
+                margin=0.05 if opts.margin is None else opts.margin,
+                alpha=0.05 if opts.alpha is None else opts.alpha,
+                higher_is_better=suite.higher_is_better,
+            )
+        except ValueError as exc:
+            raise UsageError(f"--margin/--alpha rejected for suite {suite.name!r}: {exc}") from exc
 
 
 def submit(spec: RunSpec, *, store: Store) -> RunInfo:
     """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``)."""
-    load_suites(spec)  # refuse unknown suites at submission, not on the worker
+    load_suites(spec, allow_paths=False)  # refuse unknown suites at submission, not on the worker
     return store.create_run(spec, status=RunStatus.queued)
 
 
