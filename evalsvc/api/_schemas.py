@@ -276,6 +276,9 @@ class ScheduleRead(BaseModel):
     last_fire_time: datetime | None = None
     next_fire_time: datetime | None = None
     created_at: datetime
+    last_error: str | None = None
+    """Why the last fire time could not queue a run (cleared by the next one that does)."""
+    last_error_at: datetime | None = None
 
 
 # ---------------------------------------------------------------------------- health
