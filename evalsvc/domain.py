@@ -13,6 +13,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
+from evalsvc.limits import (
+    EnvNameText,
+    LabelKey,
+    LabelNameText,
+    LabelValue,
+    ModelText,
+    SuiteNameText,
+    UrlText,
+)
+
 Verdict = Literal["pass", "fail", "inconclusive"]
 RunVerdict = Literal["pass", "fail", "inconclusive", "error"]
 
@@ -63,12 +74,12 @@ class EndpointRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str
+    url: UrlText
     """Base URL including ``/v1``."""
-    model: str | None = None
-    name: str | None = None
+    model: ModelText | None = None
+    name: LabelNameText | None = None
     """Registered name, when the endpoint came from the registry."""
-    api_key_env: str | None = None
+    api_key_env: EnvNameText | None = None
     """Name of an environment variable holding the API key (the key itself is never stored)."""
 
 
@@ -122,17 +133,19 @@ class SuiteRef(BaseModel):
 class RunOptions(BaseModel):
     """Knobs of one run that are not part of a suite spec (CLI flags, REST body)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity anywhere: they are not JSON, and PostgreSQL refuses to store them.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    samples: int | None = None
-    seed: int | None = None
-    concurrency: int = 8
+    samples: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
+    """Items per suite (bounded by ``evalsvc.limits.MAX_ITEMS``)."""
+    seed: int | None = Field(default=None, ge=0, le=limits.MAX_SEED)
+    concurrency: int = Field(default=8, ge=1, le=limits.MAX_CONCURRENCY)
     margin: float | None = None
     alpha: float | None = None
     sequential: bool = False
-    max_error_rate: float = 0.05
+    max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0)
     """Above this share of errored samples on any endpoint/suite the run is an infrastructure error."""
-    request_timeout_s: float = 300.0
+    request_timeout_s: float = Field(default=300.0, gt=0.0, le=limits.MAX_REQUEST_TIMEOUT_S)
 
 
 class RunSpec(BaseModel):
@@ -141,12 +154,13 @@ class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     baseline: EndpointRef
-    candidates: list[EndpointRef] = Field(min_length=1)
-    suites: list[str] = Field(min_length=1)
+    candidates: list[EndpointRef] = Field(min_length=1, max_length=limits.MAX_CANDIDATES)
+    suites: list[SuiteNameText] = Field(min_length=1, max_length=limits.MAX_SUITES)
     """Catalog names or YAML paths."""
     options: RunOptions = Field(default_factory=RunOptions)
-    labels: dict[str, str] = Field(default_factory=dict)
-    priority: int = 0
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    priority: int = Field(default=0, ge=limits.INT4_MIN, le=limits.INT4_MAX)
+    """Higher runs are claimed first (a PostgreSQL ``integer``)."""
 
 
 class RunInfo(BaseModel):

@@ -4,7 +4,10 @@ Contract: ``create_app`` builds an app whose store is opened at startup and clos
 A database that is unreachable or not at head does not stop the server: ``/healthz`` says 503
 and so does every route that needs the database, until it is fixed. Store and service errors
 are answered with ``{"detail": message}``: unknown suite or endpoint name 422, duplicate 409,
-database unavailable or not at head 503; nothing a client sends produces a 500.
+database unavailable, not at head or refusing writes 503, a body over
+``evalsvc.limits.MAX_BODY_BYTES`` 413, an invalid request 422 with ``errors`` per field;
+nothing a client sends produces a 500. Every route's OpenAPI entry lists each of these
+(``evalsvc.api._openapi``).
 """
 
 from __future__ import annotations
@@ -14,14 +17,26 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, Response, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from evalsvc.db import Conflict, DatabaseNotAtHead, DatabaseUnavailable, Store, StoreError
+from evalsvc import limits
+from evalsvc.db import (
+    Conflict,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    InvalidData,
+    Store,
+    StoreError,
+)
 from evalsvc.services.runs import UsageError
 from evalsvc.suites import SuiteError
 
 from ._deps import ApiState, auth_enabled_from_env
 from ._metrics import make_registry
+from ._openapi import BodyLimit, document_errors
 from .routes import endpoints, health, runs, schedules, suites
 
 log = logging.getLogger("evalsvc.api")
@@ -36,6 +51,30 @@ def _problem(code: int, message: str) -> JSONResponse:
 def _install_error_handlers(app: FastAPI) -> None:
     async def usage(_: Request, exc: Exception) -> Response:
         return _problem(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
+
+    async def invalid_request(_: Request, exc: Exception) -> Response:
+        # The same shape as every other error ({"detail": str}), plus each invalid field.
+        assert isinstance(exc, RequestValidationError)
+        errors = [
+            {
+                "loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": str(e.get("type", "")),
+            }
+            for e in exc.errors()
+        ]
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return JSONResponse(
+            jsonable_encoder(
+                {
+                    "detail": f"{where}: {first['msg']}{more}" if where else first["msg"],
+                    "errors": errors,
+                }
+            ),
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+        )
 
     async def conflict(_: Request, exc: Exception) -> Response:
         return _problem(status.HTTP_409_CONFLICT, str(exc))
@@ -52,10 +91,13 @@ def _install_error_handlers(app: FastAPI) -> None:
         log.error("suite catalog: %s", exc)
         return _problem(status.HTTP_500_INTERNAL_SERVER_ERROR, f"suite catalog: {exc}")
 
+    app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(UsageError, usage)
+    app.add_exception_handler(InvalidData, usage)  # the store's backstop for bounds
     app.add_exception_handler(Conflict, conflict)
     app.add_exception_handler(DatabaseUnavailable, unavailable)
     app.add_exception_handler(DatabaseNotAtHead, unavailable)
+    app.add_exception_handler(DatabaseWriteRefused, unavailable)
     app.add_exception_handler(StoreError, store_error)
     app.add_exception_handler(SuiteError, catalog_error)
 
@@ -99,6 +141,7 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         lifespan=lifespan,
     )
     _install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=limits.MAX_BODY_BYTES)
 
     @app.middleware("http")
     async def count_requests(
@@ -118,4 +161,5 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)
+    document_errors(app)
     return app

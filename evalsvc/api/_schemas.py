@@ -9,28 +9,60 @@ queue cannot drift apart.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from fastapi import Path
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from evalsvc import limits
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus, RunVerdict
+from evalsvc.limits import (
+    CronText,
+    EnvNameText,
+    LabelKey,
+    LabelNameText,
+    LabelValue,
+    ModelText,
+    SuiteNameText,
+    UrlText,
+)
 
 # A registered name must not look like a URL (``compare`` tells them apart by "://").
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+#: What the schema says of a URL; ``_check_url`` is the rule itself (it also strips spaces and
+#: trailing slashes).
+URL_PATTERN = r"^\s*[Hh][Tt][Tt][Pp][Ss]?://[^\x00]+$"
+Name = Annotated[str, Field(pattern=_NAME_PATTERN)]
+Url = Annotated[UrlText, Field(json_schema_extra={"pattern": URL_PATTERN})]
+
+#: Path parameters (a name or an id): bounded and NUL-free, so that a lookup can never reach the
+#: database with a value PostgreSQL refuses.
+PathKey = Annotated[str, Path(max_length=limits.MAX_NAME, pattern=r"^[^\x00/]+$")]
 
 
 def _check_url(value: str) -> str:
     value = value.strip().rstrip("/")
-    if not value.startswith(("http://", "https://")):
+    if not value.lower().startswith(("http://", "https://")) or value[-3:] == "://":
         raise ValueError("url must be an http(s) base URL, e.g. http://127.0.0.1:8000/v1")
     return value
 
 
+class FieldError(BaseModel):
+    """One invalid field of a request (422)."""
+
+    loc: list[str | int]
+    """Where: ``["body", "options", "samples"]``, ``["path", "name"]``..."""
+    msg: str
+    type: str
+
+
 class Problem(BaseModel):
-    """An error response (every 4xx/5xx the API raises itself)."""
+    """Every error response: 4xx and 5xx, whether a route, the validation or the server raised it."""
 
     detail: str
     """What went wrong, in one human-readable sentence."""
+    errors: list[FieldError] | None = None
+    """For 422 on an invalid request: every invalid field."""
 
 
 # ---------------------------------------------------------------------------- endpoints
@@ -41,13 +73,13 @@ class EndpointCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=_NAME_PATTERN)
-    """Unique name (letters, digits, ``.``, ``_``, ``-``)."""
-    url: str
+    name: Name
+    """Unique name (letters, digits, ``.``, ``_``, ``-``; at most 128)."""
+    url: Url
     """Base URL including ``/v1``."""
-    model: str | None = None
+    model: ModelText | None = None
     """Served model name; discovered from ``/v1/models`` when omitted."""
-    api_key_env: str | None = None
+    api_key_env: EnvNameText | None = None
     """Name of the environment variable (on the workers) that holds the API key."""
 
     _url = field_validator("url")(_check_url)
@@ -58,11 +90,11 @@ class EndpointUpdate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    url: str
+    url: Url
     """Base URL including ``/v1``."""
-    model: str | None = None
+    model: ModelText | None = None
     """Served model name; discovered from ``/v1/models`` when omitted."""
-    api_key_env: str | None = None
+    api_key_env: EnvNameText | None = None
     """Name of the environment variable (on the workers) that holds the API key."""
 
     _url = field_validator("url")(_check_url)
@@ -84,18 +116,40 @@ class EndpointRead(BaseModel):
 # ---------------------------------------------------------------------------- runs
 
 
+def _url_or_name_schema(schema: dict[str, Any]) -> None:
+    # The rule of ``_url_or_name`` below, in the schema: a url (name, model and api_key_env
+    # optional), or a registered name alone.
+    schema["anyOf"] = [
+        {"required": ["url"], "properties": {"url": {"type": "string"}}},
+        {
+            "required": ["name"],
+            "properties": {"name": {"type": "string", "minLength": 1}, "url": {"type": "null"}},
+            "not": {
+                "anyOf": [
+                    {"required": ["model"], "properties": {"model": {"type": "string"}}},
+                    {
+                        "required": ["api_key_env"],
+                        "properties": {"api_key_env": {"type": "string"}},
+                    },
+                ]
+            },
+        },
+    ]
+
+
 class RunEndpoint(BaseModel):
-    """The baseline or a candidate of a run: a ``url``, or the ``name`` of a registered endpoint."""
+    """The baseline or a candidate of a run: a ``url``, or the ``name`` of a registered endpoint
+    alone (it carries its own model and key)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_url_or_name_schema)
 
-    url: str | None = None
+    url: Url | None = None
     """Base URL including ``/v1``."""
-    name: str | None = None
+    name: LabelNameText | None = None
     """A registered endpoint name (used alone), or a label for ``url``."""
-    model: str | None = None
+    model: ModelText | None = None
     """Served model name (with ``url``); discovered when omitted."""
-    api_key_env: str | None = None
+    api_key_env: EnvNameText | None = None
     """Environment variable holding the API key (with ``url``)."""
 
     @model_validator(mode="after")
@@ -115,9 +169,9 @@ class RunCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     baseline: RunEndpoint
-    candidates: list[RunEndpoint] = Field(min_length=1)
-    suites: list[str] = Field(min_length=1)
-    """Suite or set names from ``GET /suites``."""
+    candidates: list[RunEndpoint] = Field(min_length=1, max_length=limits.MAX_CANDIDATES)
+    suites: list[SuiteNameText] = Field(min_length=1, max_length=limits.MAX_SUITES)
+    """Suite or set names from ``GET /suites`` (at most 64)."""
     options: RunOptions = Field(default_factory=RunOptions)
 
     @field_validator("suites")
@@ -132,10 +186,11 @@ class RunCreate(BaseModel):
                     "file paths; run a suite file in-process with `evalsvc compare` instead"
                 )
         return names
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Free-form key/value labels stored with the run."""
-    priority: int = 0
-    """Higher runs are claimed first."""
+
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    """Free-form key/value labels stored with the run (at most 32; keys 64, values 256 characters)."""
+    priority: int = Field(default=0, ge=limits.INT4_MIN, le=limits.INT4_MAX)
+    """Higher runs are claimed first (a 32-bit integer)."""
 
 
 class RunSubmitted(BaseModel):
@@ -199,13 +254,14 @@ class ScheduleCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=_NAME_PATTERN)
-    cron: str
+    name: Name
+    cron: CronText
     """Cron expression, evaluated in UTC (e.g. ``0 3 * * *``)."""
     template: RunCreate
     """The run to queue; endpoint names are resolved now, when the schedule is created."""
-    start_at: datetime | None = None
-    """First fire time is the first cron time after this (default: now)."""
+    start_at: Annotated[datetime | None, AfterValidator(limits.check_date)] = None
+    """First fire time is the first cron time after this (default: now); between 2000-01-01
+    and 2100-01-01 UTC (naive times are UTC)."""
 
 
 class ScheduleRead(BaseModel):
@@ -220,6 +276,9 @@ class ScheduleRead(BaseModel):
     last_fire_time: datetime | None = None
     next_fire_time: datetime | None = None
     created_at: datetime
+    last_error: str | None = None
+    """Why the last fire time could not queue a run (cleared by the next one that does)."""
+    last_error_at: datetime | None = None
 
 
 # ---------------------------------------------------------------------------- health

@@ -15,7 +15,15 @@ from typing import Annotated, NoReturn, TypeVar
 
 import typer
 
-from evalsvc.db import DatabaseNotAtHead, DatabaseUnavailable, Store, StoreError
+from evalsvc.db import (
+    DatabaseConfigError,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    InvalidData,
+    Store,
+    StoreError,
+)
 
 EXIT_CONFIG = 2
 EXIT_INFRA = 4
@@ -36,18 +44,28 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def store_exit_code(err: StoreError) -> int:
+    """2 for configuration (bad URL, schema not at head, a value the database refuses), 4 for
+    infrastructure (unreachable, read-only, disk full, anything else the database says).
+    Never 1: that code means a gate failed."""
+    if isinstance(err, DatabaseNotAtHead | DatabaseConfigError | InvalidData):
+        return EXIT_CONFIG
+    if isinstance(err, DatabaseUnavailable | DatabaseWriteRefused):
+        return EXIT_INFRA
+    return EXIT_INFRA
+
+
 def fail_store(err: StoreError) -> NoReturn:
     """Exit with the one-line message of a store error and its exit code."""
-    if isinstance(err, DatabaseUnavailable):
-        fail(str(err), EXIT_INFRA)
-    if isinstance(err, DatabaseNotAtHead):
-        fail(str(err), EXIT_CONFIG)
-    fail(str(err), 1)
+    fail(str(err).splitlines()[0] if str(err) else type(err).__name__, store_exit_code(err))
 
 
 def open_store(database_url: str | None, *, check_head: bool = True) -> Store:
     """Open the store and (by default) refuse a database that is not at the migration head."""
-    store = Store.from_url(database_url)
+    try:
+        store = Store.from_url(database_url)
+    except StoreError as err:  # a malformed URL or a missing driver
+        fail_store(err)
     try:
         if check_head:
             store.check_at_head()

@@ -81,15 +81,14 @@ def _die(message: str, code: int) -> typer.Exit:
 def _open_store(db: str | None) -> Any:
     """Open the store. A brand-new SQLite database is created at head on first use (the embedded
     default must just work); any other database must already be at head (``evalsvc db upgrade``)."""
-    from evalsvc.db import DatabaseNotAtHead, Store, StoreError
+    from evalsvc.cli._dbcommon import store_exit_code
+    from evalsvc.db import Store, StoreError
 
     try:
         store = Store.from_url(db)
         store.ensure_ready(upgrade_fresh_sqlite=True)
-    except DatabaseNotAtHead as exc:
-        raise _die(str(exc), EXIT_CODES["usage"]) from exc
     except StoreError as exc:
-        raise _die(str(exc), EXIT_CODES["error"]) from exc
+        raise _die(str(exc), store_exit_code(exc)) from exc
     return store
 
 

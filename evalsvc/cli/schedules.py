@@ -151,15 +151,16 @@ def list_(
     if as_json:
         typer.echo(json.dumps(schedules, default=str, indent=2))
         return
-    table = Table("name", "cron (UTC)", "next fire", "last fire", "suites", "id")
+    table = Table("name", "cron (UTC)", "next fire", "last fire", "suites", "id", "last error")
     for s in schedules:
         table.add_row(
-            s["name"],
+            s["name"] if s["enabled"] else f"{s['name']} (disabled)",
             s["cron"],
             fmt_time(s["next_fire_time"]),
             fmt_time(s["last_fire_time"]),
             ", ".join(s["template"].get("suites", [])),
             s["id"],
+            f"{fmt_time(s['last_error_at'])} {s['last_error']}" if s.get("last_error") else "",
         )
     Console().print(table)
 

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._errors import (
+    Conflict,
+    DatabaseConfigError,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    InvalidData,
+    StoreError,
+)
 from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
@@ -26,8 +34,11 @@ __all__ = [
     "EXPORT_FORMATS",
     "IN_PROCESS_PREFIX",
     "Conflict",
+    "DatabaseConfigError",
     "DatabaseNotAtHead",
     "DatabaseUnavailable",
+    "DatabaseWriteRefused",
+    "InvalidData",
     "ExportFormat",
     "GateFigure",
     "Histogram",

@@ -47,6 +47,14 @@ def head_revision() -> str:
     return heads[0]
 
 
+def is_known(revision: str) -> bool:
+    """Whether ``revision`` is in this code's migration tree (a newer evalsvc's is not)."""
+    try:
+        return ScriptDirectory.from_config(alembic_config()).get_revision(revision) is not None
+    except Exception:  # noqa: BLE001 - alembic raises several kinds for an unknown id
+        return False
+
+
 def current_revision(connection: sa.Connection) -> str | None:
     """The revision recorded in the database, or None for a database never migrated."""
     return MigrationContext.configure(connection).get_current_revision()

@@ -93,6 +93,9 @@ class ScheduleRow(Base):
     last_fire_time: Mapped[datetime | None]
     next_fire_time: Mapped[datetime | None]
     created_at: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(sa.Text)
+    """Why the last fire failed (cleared by the next successful one); migration 0002."""
+    last_error_at: Mapped[datetime | None]
 
 
 class RunRow(Base):

@@ -51,17 +51,29 @@ def latest_fire_time(cron: str, *, after: datetime, now: datetime) -> datetime |
     return max(latest, first) if latest <= now else first
 
 
-def lock_due_schedules(session: Session, *, now: datetime, dialect: str) -> list[ScheduleRow]:
-    """Enabled schedules with a fire time due, locked for this transaction."""
+def due_schedule_ids(session: Session, *, now: datetime) -> list[str]:
+    """Ids of enabled schedules with a fire time due (not locked: each is locked as it fires)."""
     stmt = (
-        sa.select(ScheduleRow)
+        sa.select(ScheduleRow.id)
         .where(ScheduleRow.enabled.is_(True))
         .where(sa.or_(ScheduleRow.next_fire_time.is_(None), ScheduleRow.next_fire_time <= now))
-        .order_by(ScheduleRow.id)  # one lock order for every scheduler: no deadlocks
+        .order_by(ScheduleRow.id)
+    )
+    return list(session.scalars(stmt))
+
+
+def lock_due_schedule(
+    session: Session, schedule_id: str, *, now: datetime, dialect: str
+) -> ScheduleRow | None:
+    """The schedule, locked for this transaction, if it is still enabled and due."""
+    stmt = (
+        sa.select(ScheduleRow)
+        .where(ScheduleRow.id == schedule_id, ScheduleRow.enabled.is_(True))
+        .where(sa.or_(ScheduleRow.next_fire_time.is_(None), ScheduleRow.next_fire_time <= now))
     )
     if dialect == "postgresql":
         stmt = stmt.with_for_update()
-    return list(session.scalars(stmt))
+    return session.scalar(stmt)
 
 
 def fire_exists(session: Session, *, schedule_id: str, fire_time: datetime) -> bool:

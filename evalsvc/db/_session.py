@@ -20,15 +20,34 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._errors import (
+    Conflict,
+    DatabaseConfigError,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    InvalidData,
+    StoreError,
+)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _BEGIN_OPTION = "evalsvc_sqlite_begin"
 
 
 def redact_url(url: str | sa.URL) -> str:
-    """The URL without its password, for messages and logs."""
-    return sa.make_url(url).render_as_string(hide_password=True)
+    """The URL without its password, for messages and logs (a malformed URL: a placeholder)."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except exc.ArgumentError:
+        return "<malformed database URL>"
+
+
+#: PostgreSQL SQLSTATEs of a database that refuses writes: read_only_sql_transaction, disk_full,
+#: insufficient_resources / out_of_memory are left to DatabaseUnavailable.
+_PG_WRITE_REFUSED = {"25006", "53100"}
+#: SQLite result codes (``sqlite3.Error.sqlite_errorname``) of the same.
+_SQLITE_WRITE_REFUSED = {"SQLITE_READONLY", "SQLITE_FULL"}
+_SQLITE_WRITE_REFUSED_PREFIXES = ("SQLITE_READONLY_", "SQLITE_FULL_", "SQLITE_IOERR")
 
 
 def _sqlite_file(url: sa.URL) -> Path | None:
@@ -39,7 +58,21 @@ def _sqlite_file(url: sa.URL) -> Path | None:
 
 
 def create_engine(url: str) -> Engine:
-    """An engine for ``url``: SQLite file (WAL, foreign keys, busy timeout) or PostgreSQL."""
+    """An engine for ``url``: SQLite file (WAL, foreign keys, busy timeout) or PostgreSQL.
+
+    Raises ``DatabaseConfigError`` for a malformed URL or one whose driver is not installed
+    (``postgres://`` instead of ``postgresql://``, ``notaurl``)."""
+    try:
+        return _create_engine(url)
+    except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as err:
+        shown = redact_url(url)
+        raise DatabaseConfigError(
+            f"invalid database URL {shown}: {str(err).splitlines()[0]} (expected e.g. "
+            "sqlite:///path/to/evalsvc.db or postgresql+psycopg://user@host:5432/dbname)"
+        ) from err
+
+
+def _create_engine(url: str) -> Engine:
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = sa.create_engine(
@@ -105,6 +138,16 @@ def translate_error(err: exc.SQLAlchemyError, url: str | sa.URL) -> StoreError:
     first = detail[0] if detail else type(err).__name__
     if isinstance(err, exc.IntegrityError):
         return Conflict(first)
+    sqlstate = getattr(orig, "sqlstate", None)
+    sqlite_name = str(getattr(orig, "sqlite_errorname", "") or "")
+    if (
+        sqlstate in _PG_WRITE_REFUSED
+        or sqlite_name in _SQLITE_WRITE_REFUSED
+        or sqlite_name.startswith(_SQLITE_WRITE_REFUSED_PREFIXES)
+    ):
+        return DatabaseWriteRefused(f"database {redact_url(url)} refuses writes: {first}")
+    if isinstance(err, exc.DataError):
+        return InvalidData(f"value refused by the database: {first}")
     if isinstance(err, exc.OperationalError | exc.ProgrammingError) and (
         "no such table" in first or ("relation" in first and "does not exist" in first)
     ):

@@ -9,6 +9,7 @@ not retry by themselves; ``retry_transient`` and ``SampleWriter`` do, where a ca
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,6 +18,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -24,7 +26,7 @@ from evalsvc.domain import EndpointRef, Provenance, RunInfo, RunSpec, RunStatus,
 from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
-from ._errors import Conflict, DatabaseNotAtHead
+from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
 from ._orm import (
     ApiTokenRow,
     EndpointRow,
@@ -49,6 +51,9 @@ _SAMPLE_KEY = ("run_id", "endpoint", "suite", "item_id", "repeat")
 # Rows per INSERT statement: PostgreSQL allows 65535 bind parameters, SQLite 32766; a sample
 # has 14 columns.
 _SAMPLE_CHUNK = 500
+
+
+log = logging.getLogger(__name__)
 
 
 def _new_id() -> str:
@@ -100,6 +105,18 @@ def _endpoint_ref(row: EndpointRow) -> EndpointRef:
     return EndpointRef(url=row.url, model=row.model, name=row.name, api_key_env=row.api_key_env)
 
 
+def _one_line_error(err: Exception) -> str:
+    """A short, storable description of ``err`` (no NUL: PostgreSQL text cannot hold one)."""
+    if isinstance(err, ValidationError):
+        detail = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5]
+        )
+    else:
+        detail = str(err)
+    text = f"{type(err).__name__}: {detail}".replace("\n", " ").replace("\x00", "\\x00")
+    return text[:2000]
+
+
 def _schedule_dict(row: ScheduleRow) -> dict[str, Any]:
     return {
         "id": row.id,
@@ -111,6 +128,8 @@ def _schedule_dict(row: ScheduleRow) -> dict[str, Any]:
         "last_fire_time": row.last_fire_time,
         "next_fire_time": row.next_fire_time,
         "created_at": row.created_at,
+        "last_error": row.last_error,
+        "last_error_at": row.last_error_at,
     }
 
 
@@ -179,14 +198,24 @@ class Store:
     def check_at_head(self) -> None:
         """Raise DatabaseNotAtHead unless the schema is at the migration head (connects)."""
         current, head = self.current_revision(), self.head_revision()
+        self._refuse_unknown_revision(current, head)
         if current != head:
             raise DatabaseNotAtHead(
                 f"database {self.display_url} at {current or 'no revision (empty)'}, head is "
                 f"{head}: run `evalsvc db upgrade`"
             )
 
+    def _refuse_unknown_revision(self, current: str | None, head: str) -> None:
+        if current is not None and current != head and not _migrate.is_known(current):
+            raise DatabaseNotAtHead(
+                f"database {self.display_url} is at revision {current}, which this evalsvc "
+                f"does not know (its head is {head}): the database was migrated by a newer "
+                "evalsvc; upgrade evalsvc instead of the database"
+            )
+
     def upgrade(self, revision: str = "head") -> None:
-        """Migrate the schema (``evalsvc db upgrade``)."""
+        """Migrate the schema (``evalsvc db upgrade``); refuses a database newer than the code."""
+        self._refuse_unknown_revision(self.current_revision(), self.head_revision())
         with self._db.connection() as conn:
             _migrate.upgrade(conn, revision)
             conn.commit()
@@ -766,32 +795,80 @@ class Store:
         """Create the runs of due schedules (policy "catch-up: latest", see ``_schedules``).
 
         Idempotent on (schedule, fire_time): any number of schedulers may call this
-        concurrently with any ``now``; each fire time yields at most one run.
+        concurrently with any ``now``; each fire time yields at most one run. Each schedule
+        fires in its own transaction: one that cannot be queued (its template no longer
+        validates, the database refuses a value) is skipped until its next fire time with
+        ``last_error`` set, and the others fire. Only ``DatabaseUnavailable`` propagates.
         """
+        with self._db.session(write=False) as session:
+            due = _schedules.due_schedule_ids(session, now=now)
         created: list[RunInfo] = []
-        with self._db.session() as session:
-            for schedule in _schedules.lock_due_schedules(session, now=now, dialect=self.dialect):
-                anchor = max(t for t in (schedule.start_at, schedule.last_fire_time) if t)
-                fire_time = _schedules.latest_fire_time(schedule.cron, after=anchor, now=now)
-                if fire_time is None:
-                    schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, anchor)
-                    continue
-                if not _schedules.fire_exists(
-                    session, schedule_id=schedule.id, fire_time=fire_time
-                ):
-                    spec = RunSpec.model_validate(schedule.template)
-                    row = self._add_run(
-                        session,
-                        spec,
-                        status=RunStatus.queued,
-                        now=utcnow(),
-                        schedule_id=schedule.id,
-                        fire_time=fire_time,
-                    )
-                    created.append(_run_info(row))
-                schedule.last_fire_time = fire_time
-                schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, fire_time)
+        for schedule_id in due:
+            try:
+                run = self._fire_schedule(schedule_id, now=now)
+            except DatabaseUnavailable:
+                raise
+            except Exception as err:  # noqa: BLE001 - any failure stays with its schedule
+                self._record_schedule_error(schedule_id, now=now, err=err)
+                continue
+            if run is not None:
+                created.append(run)
         return created
+
+    def _fire_schedule(self, schedule_id: str, *, now: datetime) -> RunInfo | None:
+        with self._db.session() as session:
+            schedule = _schedules.lock_due_schedule(
+                session, schedule_id, now=now, dialect=self.dialect
+            )
+            if schedule is None:  # fired by another scheduler meanwhile, disabled or removed
+                return None
+            anchor = max(t for t in (schedule.start_at, schedule.last_fire_time) if t)
+            fire_time = _schedules.latest_fire_time(schedule.cron, after=anchor, now=now)
+            if fire_time is None:
+                schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, anchor)
+                return None
+            run: RunInfo | None = None
+            if not _schedules.fire_exists(session, schedule_id=schedule.id, fire_time=fire_time):
+                spec = RunSpec.model_validate(schedule.template)
+                row = self._add_run(
+                    session,
+                    spec,
+                    status=RunStatus.queued,
+                    now=utcnow(),
+                    schedule_id=schedule.id,
+                    fire_time=fire_time,
+                )
+                session.flush()  # a value the database refuses fails here, inside this schedule
+                run = _run_info(row)
+            schedule.last_fire_time = fire_time
+            schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, fire_time)
+            schedule.last_error = None
+            schedule.last_error_at = None
+            return run
+
+    def _record_schedule_error(self, schedule_id: str, *, now: datetime, err: Exception) -> None:
+        """Keep the error on the schedule and skip it until its next fire time after ``now``
+        (disable it when there is none to compute)."""
+        message = _one_line_error(err)
+        try:
+            with self._db.session() as session:
+                schedule = session.get(ScheduleRow, schedule_id)
+                if schedule is None:
+                    return
+                schedule.last_error, schedule.last_error_at = message, now
+                try:
+                    schedule.next_fire_time = _schedules.next_fire_time(schedule.cron, now)
+                except Exception:  # noqa: BLE001 - croniter cannot compute one: stop firing it
+                    schedule.enabled, schedule.next_fire_time = False, None
+                    schedule.last_error = f"{message} (schedule disabled: no next fire time)"
+                log.warning("schedule %s not fired: %s", schedule.name, schedule.last_error)
+        except StoreError as store_err:
+            log.error(
+                "schedule %s not fired (%s); could not record it: %s",
+                schedule_id,
+                message,
+                store_err,
+            )
 
     # ------------------------------------------------------------------ api tokens
 

@@ -2,7 +2,8 @@
 
 Contract: firing is ``Store.fire_due_schedules`` (exactly one run per schedule and fire time,
 missed fires collapse to the latest one: "catch-up: latest"); this module only decides when to
-call it. Any number of schedulers (standalone or inside workers) may run at once.
+call it. Any number of schedulers (standalone or inside workers) may run at once. One schedule that
+cannot fire never stops the others: the store skips it with ``last_error`` set.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from evalsvc.db import DatabaseUnavailable, Store
+from evalsvc.db import DatabaseUnavailable, Store, StoreError
 from evalsvc.domain import RunInfo
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,14 @@ class Scheduler:
                 if once:
                     raise
                 log.warning(
+                    "scheduler tick failed, retrying in %.0fs: %s", self.interval_seconds, err
+                )
+            except StoreError as err:
+                # A bad schedule is recorded on itself by the store; anything else the database
+                # says must not end the loop that fires every other schedule.
+                if once:
+                    raise
+                log.error(
                     "scheduler tick failed, retrying in %.0fs: %s", self.interval_seconds, err
                 )
             if once:

@@ -187,7 +187,12 @@ class Worker:
             if reaped:
                 log.info("reaped expired leases: %s", ", ".join(reaped))
         if self.scheduler is not None:
-            self.scheduler.maybe_tick()
+            try:
+                self.scheduler.maybe_tick()
+            except DatabaseUnavailable:
+                raise
+            except Exception:  # noqa: BLE001 - firing schedules never stops executing runs
+                log.exception("worker %s: firing schedules failed; retrying later", self.worker_id)
 
     def _free_slots(self) -> int:
         with self._lock:

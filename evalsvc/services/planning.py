@@ -31,7 +31,7 @@ def plan(
     ``power`` (which also fails a true drop of 2δ with at least that power; see
     ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n."""
     try:
-        resolved = resolve(suites)
+        resolved = resolve(suites, allow_paths=True)  # the CLI: files are the user's own
     except SuiteError as exc:
         raise UsageError(str(exc)) from exc
     pilot: dict[str, float] = {}

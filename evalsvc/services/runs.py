@@ -21,7 +21,15 @@ from collections.abc import Callable
 from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
-from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.domain import (
+    EXIT_CODES,
+    EndpointRef,
+    Provenance,
+    RunInfo,
+    RunSpec,
+    RunStatus,
+    Sample,
+)
 from evalsvc.gates import GateLimits, GatePolicyError
 from evalsvc.reports import build_report
 from evalsvc.runner import (
@@ -61,14 +69,15 @@ def gate_limits() -> GateLimits:
     return GateLimits(max_margin=settings.gate_max_margin, max_alpha=settings.gate_max_alpha)
 
 
-def load_suites(spec: RunSpec) -> list[Suite]:
+def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
     """Resolve the spec's suite names and apply ``--samples`` / ``--seed`` overrides.
 
-    Each suite's gate is resolved here too (``evalsvc.gates.resolve`` with the server's limits),
+    ``allow_paths=False`` (anything that came over HTTP) resolves catalog names only, never a
+    file on this machine. Each suite's gate is resolved here too (``evalsvc.gates.resolve`` with the server's limits),
     so a gate option that loosens a suite's policy, or is out of range, is a usage error before
     any request is sent."""
     try:
-        suites = resolve(spec.suites)
+        suites = resolve(spec.suites, allow_paths=allow_paths)
     except SuiteError as exc:
         raise UsageError(str(exc)) from exc
     opts = spec.options
@@ -88,7 +97,7 @@ def load_suites(spec: RunSpec) -> list[Suite]:
 
 def submit(spec: RunSpec, *, store: Store) -> RunInfo:
     """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``)."""
-    load_suites(spec)  # refuse unknown suites at submission, not on the worker
+    load_suites(spec, allow_paths=False)  # refuse unknown suites at submission, not on the worker
     return store.create_run(spec, status=RunStatus.queued)
 
 

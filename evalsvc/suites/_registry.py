@@ -4,12 +4,19 @@ Contract:
 - ``@register`` adds a kind; outside packages add kinds through the ``evalsvc.suites`` entry-point
   group, loaded lazily the first time a kind is looked up.
 - ``load_suite(name_or_path)`` returns a ready ``Suite``; ``resolve(names)`` expands sets.
+- A name resolves in the catalog only. A file path is read only with ``allow_paths=True``
+  (the CLI, in-process) and only when it looks like one (contains ``/`` or ends in
+  ``.yaml``/``.yml``): a bare name such as ``pyproject.toml`` is never read from the working
+  directory, and nothing that came over HTTP is read from disk.
+- Suite and set files are at most ``evalsvc.limits.MAX_YAML_BYTES``, UTF-8, and have no YAML
+  aliases (an alias bomb in a 1 kB file expands to gigabytes when its value is used).
 - Every bad input raises ``SuiteError`` whose message names the file, the line and the field, or
   lists the known names.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from importlib import resources
 from importlib.metadata import entry_points
@@ -19,6 +26,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import ValidationError
 
+from evalsvc import limits
 from evalsvc.settings import Settings
 from evalsvc.suites._base import Suite, SuiteSpec
 
@@ -96,15 +104,16 @@ class SuiteSet:
         self.suites = suites
 
 
-def resolve(names: Iterable[str]) -> list[Suite]:
-    """Expand names, paths and sets into suites, in order, without duplicates."""
+def resolve(names: Iterable[str], *, allow_paths: bool = False) -> list[Suite]:
+    """Expand names, sets (and, with ``allow_paths``, YAML paths) into suites, in order,
+    without duplicates."""
     out: list[Suite] = []
     seen: set[str] = set()
 
     def add(name: str, depth: int) -> None:
         if depth > 5:
             raise SuiteError(f"suite set nesting too deep at {name!r}")
-        loaded = _load_name(name)
+        loaded = _load_name(name, allow_paths=allow_paths)
         if isinstance(loaded, SuiteSet):
             for sub in loaded.suites:
                 add(sub, depth + 1)
@@ -117,16 +126,26 @@ def resolve(names: Iterable[str]) -> list[Suite]:
     return out
 
 
-def load_suite(name_or_path: str) -> Suite:
-    loaded = _load_name(name_or_path)
+def load_suite(name_or_path: str, *, allow_paths: bool = False) -> Suite:
+    loaded = _load_name(name_or_path, allow_paths=allow_paths)
     if isinstance(loaded, SuiteSet):
         raise SuiteError(f"{name_or_path!r} is a suite set; use resolve()")
     return loaded
 
 
-def _load_name(name_or_path: str) -> Suite | SuiteSet:
-    path = Path(name_or_path)
-    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
+def is_path(name_or_path: str) -> bool:
+    """Whether a suite argument names a file (``a/b.yaml``, ``x.yml``) rather than a catalog entry."""
+    return "/" in name_or_path or os.sep in name_or_path or name_or_path.endswith((".yaml", ".yml"))
+
+
+def _load_name(name_or_path: str, *, allow_paths: bool) -> Suite | SuiteSet:
+    if is_path(name_or_path):
+        if not allow_paths:
+            raise SuiteError(
+                f"{name_or_path!r}: only catalog suite or set names are accepted here, not "
+                "file paths (run a suite file in-process with `evalsvc compare`)"
+            )
+        path = Path(name_or_path)
         if not path.is_file():
             raise SuiteError(f"suite file not found: {name_or_path}")
         return _load_file(path)
@@ -137,11 +156,51 @@ def _load_name(name_or_path: str) -> Suite | SuiteSet:
     return _load_file(files[name_or_path])
 
 
-def _load_file(path: Path) -> Suite | SuiteSet:
-    text = path.read_text(encoding="utf-8")
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader without aliases: a suite file has no use for them, and each alias
+    multiplies what a value expands to (billion laughs: nine levels of ten aliases in under
+    1 kB become 10⁹ strings when the value is printed)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in suite files", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _read_text(path: Path) -> str:
     try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
+        size = path.stat().st_size
+        if size > limits.MAX_YAML_BYTES:
+            raise SuiteError(
+                f"{path}: {size} bytes; suite and set files have at most "
+                f"{limits.MAX_YAML_BYTES} bytes"
+            )
+        with path.open("rb") as fh:
+            raw = fh.read(limits.MAX_YAML_BYTES + 1)
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if len(raw) > limits.MAX_YAML_BYTES:  # grew since stat, or not a regular file
+        raise SuiteError(f"{path}: suite and set files have at most {limits.MAX_YAML_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise SuiteError(
+            f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from exc
+
+
+def _load_file(path: Path) -> Suite | SuiteSet:
+    text = _read_text(path)
+    if "\x00" in text:
+        raise SuiteError(f"{path}: contains NUL characters")
+    try:
+        node = yaml.compose(text, Loader=_NoAliasLoader)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -149,16 +208,17 @@ def _load_file(path: Path) -> Suite | SuiteSet:
     if not isinstance(data, dict):
         raise SuiteError(f"{path}:1: a suite file must be a mapping")
     if "suites" in data and "kind" not in data:
-        names = data.get("suites")
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise SuiteError(
-                f"{path}:{_line(node, ('suites',))}: field 'suites' must be a list of names"
-            )
-        return SuiteSet(str(data.get("name", path.stem)), str(data.get("description", "")), names)
+        return _suite_set(path, node, data)
     try:
         spec = SuiteSpec.model_validate(data)
     except ValidationError as exc:
         raise SuiteError(_format_error(path, node, exc)) from exc
+    for field_name, bound in (("name", 200), ("description", limits.MAX_DESCRIPTION)):
+        if len(getattr(spec, field_name)) > bound:
+            raise SuiteError(
+                f"{path}:{_line(node, (field_name,))}: field '{field_name}': at most {bound} "
+                "characters"
+            )
     kind_cls = suite_kinds().get(spec.kind)
     if kind_cls is None:
         raise SuiteError(
@@ -171,6 +231,28 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         raise SuiteError(_format_error(path, node, exc, prefix=("params",))) from exc
     except ValueError as exc:  # a kind's own check of its parameters (a missing file, ...)
         raise SuiteError(f"{path}:{_line(node, ('params',))}: {exc}") from exc
+
+
+def _suite_set(path: Path, node: Any, data: dict[str, Any]) -> SuiteSet:
+    names = data.get("suites")
+    if (
+        not isinstance(names, list)
+        or not all(isinstance(n, str) for n in names)
+        or not 0 < len(names) <= limits.MAX_SUITES
+    ):
+        raise SuiteError(
+            f"{path}:{_line(node, ('suites',))}: field 'suites' must be a list of 1 to "
+            f"{limits.MAX_SUITES} names"
+        )
+    for key in ("name", "description"):
+        value = data.get(key, path.stem if key == "name" else "")
+        bound = 200 if key == "name" else limits.MAX_DESCRIPTION
+        if not isinstance(value, str) or len(value) > bound:
+            raise SuiteError(
+                f"{path}:{_line(node, (key,))}: field '{key}' must be a string of at most "
+                f"{bound} characters"
+            )
+    return SuiteSet(str(data.get("name", path.stem)), str(data.get("description", "")), names)
 
 
 def _format_error(path: Path, node: Any, exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Response, status
 
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
-from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, Problem
+from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, PathKey, Problem
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
 
@@ -38,7 +38,7 @@ def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> End
 
 
 @router.get("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
-def get_endpoint(name: str, store: StoreDep, _: ReadScope) -> EndpointRead:
+def get_endpoint(name: PathKey, store: StoreDep, _: ReadScope) -> EndpointRead:
     ref = store.get_endpoint(name)
     if ref is None:
         raise _not_found(name)
@@ -47,7 +47,7 @@ def get_endpoint(name: str, store: StoreDep, _: ReadScope) -> EndpointRead:
 
 @router.put("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
 def update_endpoint(
-    name: str, body: EndpointUpdate, store: StoreDep, _: AdminScope
+    name: PathKey, body: EndpointUpdate, store: StoreDep, _: AdminScope
 ) -> EndpointRead:
     """Replace a registered endpoint's url, model and api_key_env; 404 when unknown."""
     if store.get_endpoint(name) is None:
@@ -61,7 +61,7 @@ def update_endpoint(
 @router.delete(
     "/{name}", status_code=status.HTTP_204_NO_CONTENT, responses={404: {"model": Problem}}
 )
-def delete_endpoint(name: str, store: StoreDep, _: AdminScope) -> Response:
+def delete_endpoint(name: PathKey, store: StoreDep, _: AdminScope) -> Response:
     """Remove a registered endpoint (runs that used it keep their own copy of it)."""
     if not store.delete_endpoint(name):
         raise _not_found(name)

@@ -11,8 +11,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, status
 
+from evalsvc import limits
 from evalsvc.api._deps import ReadScope, StoreDep, SubmitScope
-from evalsvc.api._schemas import GateRead, Problem, RunCreate, RunEndpoint, RunRead, RunSubmitted
+from evalsvc.api._schemas import (
+    GateRead,
+    PathKey,
+    Problem,
+    RunCreate,
+    RunEndpoint,
+    RunRead,
+    RunSubmitted,
+)
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunInfo, RunSpec, RunStatus, RunVerdict
 from evalsvc.services import history
@@ -77,7 +86,12 @@ def list_runs(
     status_: Annotated[RunStatus | None, Query(alias="status")] = None,
     verdict: RunVerdict | None = None,
     endpoint: Annotated[
-        str | None, Query(description="Base URL used as baseline or candidate.")
+        str | None,
+        Query(
+            description="Base URL used as baseline or candidate.",
+            max_length=limits.MAX_URL,
+            pattern=r"^[^\x00]*$",
+        ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> list[RunRead]:
@@ -87,7 +101,7 @@ def list_runs(
 
 
 @router.get("/{run_id}", response_model=RunRead, responses=_NOT_FOUND)
-def get_run(run_id: str, store: StoreDep, _: ReadScope) -> RunRead:
+def get_run(run_id: PathKey, store: StoreDep, _: ReadScope) -> RunRead:
     """Status, verdict, error, progress and timestamps of a run."""
     return _read(_get(store, run_id))
 
@@ -100,7 +114,7 @@ def get_run(run_id: str, store: StoreDep, _: ReadScope) -> RunRead:
         409: {"model": Problem, "description": "The run has no report (yet)."},
     },
 )
-def get_report(run_id: str, store: StoreDep, _: ReadScope) -> dict[str, Any]:
+def get_report(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]:
     """The JSON report (DESIGN.md, "The JSON report"), as ``evalsvc compare --json`` writes it."""
     run = _get(store, run_id)
     report = store.get_report(run.id)
@@ -117,7 +131,7 @@ def get_report(run_id: str, store: StoreDep, _: ReadScope) -> dict[str, Any]:
     response_model=GateRead,
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Not finished yet."}},
 )
-def get_gate(run_id: str, store: StoreDep, _: ReadScope) -> GateRead:
+def get_gate(run_id: PathKey, store: StoreDep, _: ReadScope) -> GateRead:
     """The run's overall verdict and the exit code ``evalsvc compare`` would have returned."""
     try:
         g = history.gate(_get(store, run_id))
@@ -131,7 +145,7 @@ def get_gate(run_id: str, store: StoreDep, _: ReadScope) -> GateRead:
     response_model=RunRead,
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Already finished."}},
 )
-def cancel_run(run_id: str, store: StoreDep, _: SubmitScope) -> RunRead:
+def cancel_run(run_id: PathKey, store: StoreDep, _: SubmitScope) -> RunRead:
     """Cancel a queued or running run (a worker stops it at its next heartbeat)."""
     try:
         return _read(history.cancel(store, _get(store, run_id)))

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Response, status
 
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
-from evalsvc.api._schemas import Problem, ScheduleCreate, ScheduleRead
+from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
 from evalsvc.db import Conflict
 from evalsvc.services import runs as run_service
 
@@ -38,7 +38,7 @@ def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
 )
 def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> ScheduleRead:
     template = run_spec(body.template, store)
-    run_service.load_suites(template)  # UsageError (422) for unknown suites
+    run_service.load_suites(template, allow_paths=False)  # UsageError (422) for unknown suites
     try:
         created = store.add_schedule(
             name=body.name, cron=body.cron, template=template, start_at=body.start_at
@@ -53,7 +53,7 @@ def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> Sch
 
 
 @router.get("/{name_or_id}", response_model=ScheduleRead, responses=_NOT_FOUND)
-def get_schedule(name_or_id: str, store: StoreDep, _: ReadScope) -> ScheduleRead:
+def get_schedule(name_or_id: PathKey, store: StoreDep, _: ReadScope) -> ScheduleRead:
     found = store.get_schedule(name_or_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name_or_id!r}")
@@ -61,7 +61,7 @@ def get_schedule(name_or_id: str, store: StoreDep, _: ReadScope) -> ScheduleRead
 
 
 @router.delete("/{name_or_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
-def delete_schedule(name_or_id: str, store: StoreDep, _: AdminScope) -> Response:
+def delete_schedule(name_or_id: PathKey, store: StoreDep, _: AdminScope) -> Response:
     """Delete a schedule; the runs it created are kept."""
     if not store.remove_schedule(name_or_id):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name_or_id!r}")

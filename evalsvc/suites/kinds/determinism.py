@@ -41,10 +41,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
@@ -100,29 +101,38 @@ _PROBE_TEMPLATES = (
 )
 
 
+# Bounds (evalsvc.limits): each multiplies the requests of a run or the size of a prompt.
+BoundedChars = Annotated[int, Field(ge=0, le=limits.MAX_PROMPT_CHARS)]
+BoundedTokens = Annotated[int, Field(ge=1, le=limits.MAX_TOKENS)]
+
+
 class DeterminismParams(BaseModel):
     """Parameters of a determinism suite (validated from the YAML ``params`` mapping)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(default=8, ge=1)
+    n: int = Field(default=8, ge=1, le=limits.MAX_ITEMS)
     """Probe prompts (``--samples``)."""
-    max_tokens: int = Field(default=48, ge=1)
+    max_tokens: int = Field(default=48, ge=1, le=limits.MAX_TOKENS)
     top_logprobs: int = Field(default=5, ge=2, le=20)
     """Alternatives per generated token (≥ 2 to measure the top-2 margin)."""
-    repeats: int = Field(default=2, ge=1)
+    repeats: int = Field(default=2, ge=1, le=limits.MAX_REPEATS)
     """K: every non-reference condition is repeated K times."""
-    conditions: list[Condition] = Field(default=["mixed", "concurrency", "prefix"], min_length=1)
-    concurrency_levels: list[int] = Field(default=[2, 8], min_length=1)
+    conditions: list[Condition] = Field(
+        default=["mixed", "concurrency", "prefix"], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
+    concurrency_levels: list[Annotated[int, Field(ge=1, le=limits.MAX_CONCURRENCY)]] = Field(
+        default=[2, 8], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     """Concurrent requests per group for the ``concurrency`` condition (each level runs at its own
     concurrency, whatever the run's ``--concurrency``; the report gives the effective level)."""
-    background_requests: int = Field(default=8, ge=0)
+    background_requests: int = Field(default=8, ge=0, le=limits.MAX_CONCURRENCY * 4)
     """Background requests per ``mixed`` repeat."""
-    background_prompt_chars: tuple[int, int] = (200, 3000)
-    background_max_tokens: tuple[int, int] = (8, 96)
-    schedule_window_s: float = Field(default=2.0, ge=0)
+    background_prompt_chars: tuple[BoundedChars, BoundedChars] = (200, 3000)
+    background_max_tokens: tuple[BoundedTokens, BoundedTokens] = (8, 96)
+    schedule_window_s: float = Field(default=2.0, ge=0, le=600)
     """Start times of probes and background requests are spread over this window."""
-    prefix_chars: int = Field(default=1200, ge=0)
+    prefix_chars: int = Field(default=1200, ge=0, le=limits.MAX_PROMPT_CHARS)
     """Length of the shared document prefix of the ``prefix`` condition."""
     cache_salt: bool = True
     """Send vLLM's ``cache_salt`` so the prefix reference runs with a cold prefix cache."""

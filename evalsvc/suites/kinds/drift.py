@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, LLAMA_CPP_KLD_SOURCE, GateDefaults
@@ -60,11 +61,13 @@ class DriftParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(default=16, ge=1)
+    n: int = Field(default=16, ge=1, le=limits.MAX_ITEMS)
     """Passages (``--samples``)."""
-    corpus: list[str] = Field(default=["drift.txt", "haystack.txt"], min_length=1)
+    corpus: list[str] = Field(
+        default=["drift.txt", "haystack.txt"], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     """Files under ``evalsvc/suites/catalog/data/`` (paragraphs separated by blank lines)."""
-    min_chars: int = Field(default=0, ge=0)
+    min_chars: int = Field(default=0, ge=0, le=limits.MAX_PROMPT_CHARS)
     """Join consecutive paragraphs until a passage has at least this many characters (use it
     for long-context drift; about 4 characters per token)."""
     top_k: int = Field(default=10, ge=1, le=20)

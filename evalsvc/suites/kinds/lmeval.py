@@ -40,6 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
@@ -60,18 +61,18 @@ class LmevalParams(BaseModel):
     tokenizer: str | None = None
     """Local Hugging Face tokenizer directory. Default: the baseline's checkpoint directory when
     it is local, else ``<EVALSVC_HOME>/models/bf16`` (the local endpoints' checkpoint)."""
-    n: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
     """lm-eval ``--limit`` (``--samples``). Required for tasks other than bundled JSON ones."""
-    num_fewshot: int | None = Field(default=None, ge=0)
+    num_fewshot: int | None = Field(default=None, ge=0, le=limits.MAX_PARAM_LIST)
     metric: str = "acc"
     """The per-document metric to pair (``acc``, ``acc_norm``, ``exact_match``...)."""
-    num_concurrent: int = Field(default=2, ge=1)
-    max_length: int = Field(default=2048, ge=16)
+    num_concurrent: int = Field(default=2, ge=1, le=limits.MAX_CONCURRENCY)
+    max_length: int = Field(default=2048, ge=16, le=limits.MAX_CONTEXT_TOKENS)
     model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra ``--model_args`` entries."""
     capabilities: list[str] = Field(default=["completions", "echo"])
     """API features the task needs (loglikelihood needs ``echo``; chat tasks ``chat``)."""
-    timeout_s: float = Field(default=1800.0, gt=0)
+    timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
 
 
 @register

@@ -27,10 +27,11 @@ import random
 import re
 import uuid
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
@@ -111,26 +112,42 @@ class NeedleParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lengths: list[int] = Field(default=[1024, 2048, 3072], min_length=1)
+    lengths: list[Annotated[int, Field(ge=1, le=limits.MAX_CONTEXT_TOKENS)]] = Field(
+        default=[1024, 2048, 3072], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     """Target user-message lengths in tokens of the endpoint's tokenizer."""
-    depths: list[float] = Field(default=[0.1, 0.3, 0.5, 0.7, 0.9], min_length=1)
+    depths: list[float] = Field(
+        default=[0.1, 0.3, 0.5, 0.7, 0.9], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     """Relative needle positions in the haystack, 0 = start, 1 = end."""
-    haystacks: int = Field(default=2, ge=1)
+    haystacks: int = Field(default=2, ge=1, le=limits.MAX_PARAM_LIST)
     """Independent haystack draws per length (each is one cluster across the depths)."""
-    n: int | None = Field(default=None, ge=1)
+    n: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
     """Cap on the number of items (``--samples``); the grid is sampled evenly when set."""
     variant: Literal["single", "multikey", "multivalue", "multiquery"] = "single"
     value_type: Literal["number", "word", "uuid"] = "number"
-    num_distractors: int = Field(default=3, ge=0)
+    num_distractors: int = Field(default=3, ge=0, le=limits.MAX_PARAM_LIST)
     """multikey: needles with other keys."""
-    num_values: int = Field(default=2, ge=1)
+    num_values: int = Field(default=2, ge=1, le=limits.MAX_PARAM_LIST)
     """multivalue: values hidden for the one key."""
-    num_queries: int = Field(default=2, ge=1)
+    num_queries: int = Field(default=2, ge=1, le=limits.MAX_PARAM_LIST)
     """multiquery: keys asked at once."""
-    max_tokens: int = Field(default=48, ge=1)
+    max_tokens: int = Field(default=48, ge=1, le=limits.MAX_TOKENS)
     tokenizer: str | None = None
     """The checkpoint's tokenizer (directory with ``tokenizer.json``, or the file) for endpoints
     without ``/tokenize``; when set it is used instead of the endpoint's ``/tokenize``."""
+
+    @model_validator(mode="after")
+    def _bounded_grid(self) -> NeedleParams:
+        # The grid (lengths x depths x haystacks) is what a suite plans when n is unset; each
+        # list is bounded, their product is bounded here (evalsvc.limits.MAX_ITEMS).
+        grid = len(self.lengths) * len(self.depths) * self.haystacks
+        if self.n is None and grid > limits.MAX_ITEMS:
+            raise ValueError(
+                f"lengths x depths x haystacks = {grid} items; at most {limits.MAX_ITEMS} "
+                "(set n to sample the grid)"
+            )
+        return self
 
 
 class LocalTokenizer:

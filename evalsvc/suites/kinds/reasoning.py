@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
@@ -126,7 +127,7 @@ class ReasoningTask(BaseModel):
     level: int = Field(ge=1, le=5)
     """Difficulty: steps (arithmetic), hops and distractor chains (variable tracking), offset
     size (dates), operation (lists). See docs/suites.md for each family's levels."""
-    weight: int = Field(default=1, ge=1)
+    weight: int = Field(default=1, ge=1, le=1000)
     """Relative share of the suite's items."""
 
 
@@ -149,14 +150,16 @@ class ReasoningParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    n: int = Field(default=120, ge=1)
+    n: int = Field(default=120, ge=1, le=limits.MAX_ITEMS)
     """Total items, spread over ``tasks`` in proportion to their weights (``--samples``)."""
-    tasks: list[ReasoningTask] = Field(default_factory=_default_tasks, min_length=1)
+    tasks: list[ReasoningTask] = Field(
+        default_factory=_default_tasks, min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     shots: int = Field(default=0, ge=0, le=8)
     """Worked demonstrations before the question, as earlier chat turns: other draws of the same
     task answered "The answer is X.". Off by default: SmolLM2-135M copies the demonstration's
     answer (measured: 1-shot arithmetic fell from ~15% to ~5%)."""
-    max_tokens: int = Field(default=128, ge=1)
+    max_tokens: int = Field(default=128, ge=1, le=limits.MAX_TOKENS)
     """Room for a short worked answer: small models reason "step by step" before the number,
     and a 32-token cap cut off a third of the correct answers (measured on SmolLM2-135M)."""
     system_prompt: str | None = None

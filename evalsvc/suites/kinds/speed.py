@@ -29,11 +29,12 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
@@ -46,16 +47,18 @@ class SpeedParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    levels: list[int] = Field(default=[1, 4, 8], min_length=1)
+    levels: list[Annotated[int, Field(ge=1, le=limits.MAX_CONCURRENCY)]] = Field(
+        default=[1, 4, 8], min_length=1, max_length=limits.MAX_PARAM_LIST
+    )
     """Concurrency levels (requests in flight)."""
-    requests: int = Field(default=16, ge=1)
+    requests: int = Field(default=16, ge=1, le=limits.MAX_ITEMS)
     """Measured requests per level, the same prompts at every level (``--samples``)."""
-    prompt_chars: int = Field(default=1000, ge=1)
+    prompt_chars: int = Field(default=1000, ge=1, le=limits.MAX_PROMPT_CHARS)
     """Prompt length in characters of bundled prose (about 4 characters per token)."""
-    max_tokens: int = Field(default=64, ge=2)
+    max_tokens: int = Field(default=64, ge=2, le=limits.MAX_TOKENS)
     ignore_eos: bool = True
     """Decode exactly ``max_tokens`` (vLLM ``ignore_eos``) so both endpoints do the same work."""
-    warmup: int | None = Field(default=None, ge=0)
+    warmup: int | None = Field(default=None, ge=0, le=limits.MAX_ITEMS)
     """Unrecorded requests before each level; default: one per concurrent slot."""
 
 

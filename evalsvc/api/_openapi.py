@@ -1,0 +1,140 @@
+"""The error half of the API contract: a request-body size limit, and every error status the
+API can answer, documented on each route of ``/openapi.json``.
+
+Contract: ``document_errors(app)`` makes the OpenAPI document list, on every operation, each
+status the API can return besides the route's own: 401 and 403 (routes that take a token),
+404 (routes with path parameters), 400 (an unreadable body), 413 (a body over the limit), 422
+(an invalid request: ``Problem`` with ``errors``, not FastAPI's default shape), 503 (the
+database unavailable, not at head or refusing writes). Every one of them has the ``Problem``
+shape. ``BodyLimit`` answers 413 before a body over ``max_bytes`` is read into memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, status
+from fastapi.openapi.utils import get_openapi
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ._schemas import Problem
+
+_PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+_STATUSES: dict[str, str] = {
+    "400": "The body could not be read (not UTF-8, not JSON the route can parse).",
+    "401": "Missing, invalid or revoked bearer token.",
+    "403": "The token lacks the scope this route needs.",
+    "404": "No such resource.",
+    "413": "The body is larger than the API accepts.",
+    "422": "The request is invalid: `detail` says why, `errors` lists each invalid field.",
+    "503": "The database is unavailable, not at the migration head, or refuses writes.",
+}
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``max_bytes`` (declared or streamed)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+            await _send_problem(send, 413, self._message())
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    # FastAPI re-raises an HTTPException from reading the body as is.
+                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+    def _message(self) -> str:
+        return f"request body too large: at most {self.max_bytes} bytes"
+
+
+async def _send_problem(send: Send, code: int, message: str) -> None:
+    import json
+
+    body = json.dumps({"detail": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": code,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _problem_response(code: str, existing: dict[str, Any] | None) -> dict[str, Any]:
+    description = (existing or {}).get("description")
+    if not description or description == "Validation Error":  # FastAPI's default text
+        description = _STATUSES[code]
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": _PROBLEM_REF}},
+    }
+    if code == "401":
+        response["headers"] = {
+            "WWW-Authenticate": {
+                "description": "`Bearer`",
+                "schema": {"type": "string"},
+            }
+        }
+    return response
+
+
+def document_errors(app: FastAPI) -> None:
+    """Replace ``app.openapi`` with one that documents every error status (see module doc)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            summary=app.summary,
+            description=app.description,
+            routes=app.routes,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        problem = Problem.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(problem.pop("$defs", {}))
+        components["Problem"] = problem
+        # FastAPI's default 422 shape is never sent (see _app's handler).
+        components.pop("HTTPValidationError", None)
+        components.pop("ValidationError", None)
+        for path, item in schema.get("paths", {}).items():
+            for operation in item.values():
+                responses = operation.setdefault("responses", {})
+                codes = ["422"]
+                if operation.get("security"):
+                    codes += ["401", "403"]
+                if "{" in path:
+                    codes.append("404")
+                if "requestBody" in operation:
+                    codes += ["400", "413"]
+                if not path.endswith("/healthz"):
+                    codes.append("503")
+                for code in codes:
+                    responses[code] = _problem_response(code, responses.get(code))
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,124 @@
+"""Bounds on everything a client can send: one table shared by the REST schemas, the domain
+models behind them (so the CLI and the workers apply the same rules) and the suite kinds.
+
+Contract: constants and small pydantic-compatible validators only; imports nothing of evalsvc.
+Each bound says why it has the value it has. Strings are capped at their database column
+(``evalsvc/db/_orm.py``); integers that are stored in an ``INTEGER`` column fit PostgreSQL's
+int4. NUL characters are refused in every client string: PostgreSQL cannot store them in text
+(SQLite can), and a value must mean the same on both backends.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, Field
+
+#: PostgreSQL ``integer`` (int4), the type of ``runs.priority`` (an ORM ``Mapped[int]``).
+INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
+
+#: Items a suite may plan (``options.samples``, a kind's ``params.n``). Rationale: the finest
+#: margin worth gating on a binary metric, δ = 0.01 at 10% discordance, α = 0.05, power 0.8,
+#: needs ((1.645 + 0.842)² · 0.1) / 0.01² ≈ 6,200 paired items (Connor 1987, McNemar sample
+#: size); 10,000 leaves room above that while keeping one run's items in memory small
+#: (a 3k-token needle prompt is ~12 kB: 10,000 of them ~120 MB). 999,999,999,999 grew a
+#: worker to 2.6 GB before this bound.
+MAX_ITEMS = 10_000
+#: Repeats of one item (determinism's repeats): each multiplies the samples of a suite.
+MAX_REPEATS = 100
+#: Requests in flight per endpoint (``options.concurrency``, speed/determinism levels): more
+#: than any serving engine here batches (vLLM's default max_num_seqs is 256).
+MAX_CONCURRENCY = 256
+#: Generated tokens per request a suite may ask for.
+MAX_TOKENS = 32_768
+#: Characters of a prompt a suite builds from parameters (speed's prompt_chars, prefixes).
+MAX_PROMPT_CHARS = 1_000_000
+#: Context length in tokens a suite may target (needle lengths): 1 Mi tokens is the longest
+#: context any current model serves.
+MAX_CONTEXT_TOKENS = 1_048_576
+#: Entries of a list parameter (lengths, depths, levels, tasks): the product of such lists is
+#: what a suite plans, so each stays small.
+MAX_PARAM_LIST = 64
+
+#: Candidates of one run: each is a full evaluation against the baseline.
+MAX_CANDIDATES = 16
+#: Suite or set names in one request. The catalog holds about twenty; 100,000 names used to
+#: cost minutes of API CPU because each one was resolved before anything was refused.
+MAX_SUITES = 64
+#: Labels of a run, and their key and value lengths (stored in the run's JSON spec).
+MAX_LABELS = 32
+MAX_LABEL_KEY = 64
+MAX_LABEL_VALUE = 256
+
+#: Column widths (``evalsvc/db/_orm.py``).
+MAX_NAME = 128  # endpoint/schedule names also match a pattern of 128 characters (column: 200)
+MAX_URL = 2000  # endpoints.url, runs.baseline_url, run_candidates.url
+MAX_MODEL = 500  # endpoints.model, run_candidates.model
+MAX_ENV_NAME = 200  # endpoints.api_key_env
+MAX_LABEL_NAME = 200  # run_candidates.name (a label for an inline URL)
+MAX_SUITE_NAME = 1000  # a catalog name, or a file path on the CLI (a YAML's own name: 200)
+MAX_CRON = 200  # schedules.cron
+MAX_ID = 64  # path ids (runs are 32 hex digits; names are at most 128)
+MAX_DESCRIPTION = 10_000  # a suite or set file's description
+
+#: Seeds: any non-negative integer of at most 64 bits (``random.Random`` takes any int, but a
+#: seed is stored in JSON and shown in reports; 20 digits are plenty).
+MAX_SEED = 2**63 - 1
+#: Per-request timeout a run may ask for: one hour covers the longest context prefill on CPU.
+MAX_REQUEST_TIMEOUT_S = 3600.0
+
+#: Dates a client may give (``start_at``): cron arithmetic and the UTC conversion of an offset
+#: overflow ``datetime`` at year 9999, and no schedule needs to start before 2000.
+MIN_DATE = datetime(2000, 1, 1, tzinfo=UTC)
+MAX_DATE = datetime(2100, 1, 1, tzinfo=UTC)
+
+#: Bytes of a request body the API reads (a run spec is a few kB).
+MAX_BODY_BYTES = 1_048_576
+#: Bytes of a suite or set YAML file.
+MAX_YAML_BYTES = 1_048_576
+
+
+def no_nul(value: str) -> str:
+    """Refuse NUL characters (PostgreSQL text cannot hold them)."""
+    if "\x00" in value:
+        raise ValueError("must not contain NUL (\\x00) characters")
+    return value
+
+
+def check_date(value: datetime | None) -> datetime | None:
+    """A timezone-aware date between ``MIN_DATE`` and ``MAX_DATE`` (naive means UTC)."""
+    if value is None:
+        return None
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    if not MIN_DATE <= aware < MAX_DATE:
+        raise ValueError(
+            f"must be between {MIN_DATE:%Y-%m-%d} and {MAX_DATE:%Y-%m-%d} (UTC), got {value}"
+        )
+    return aware
+
+
+#: A NUL-free string pattern, shown in the JSON schema (contract tests then generate only
+#: valid values); the check itself is ``no_nul``, whose message is clearer than a regex's.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+
+
+def _text(max_length: int) -> Any:
+    return Field(max_length=max_length, json_schema_extra={"pattern": NO_NUL_PATTERN})
+
+
+_NUL = AfterValidator(no_nul)
+#: Client strings, by the column (or bound) they end up in.
+UrlText = Annotated[str, _text(MAX_URL), _NUL]
+ModelText = Annotated[str, _text(MAX_MODEL), _NUL]
+EnvNameText = Annotated[str, _text(MAX_ENV_NAME), _NUL]
+LabelNameText = Annotated[str, _text(MAX_LABEL_NAME), _NUL]
+SuiteNameText = Annotated[str, _text(MAX_SUITE_NAME), _NUL]
+CronText = Annotated[str, _text(MAX_CRON), _NUL]
+IdText = Annotated[str, _text(MAX_ID), _NUL]
+LabelKey = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_LABEL_KEY, json_schema_extra={"pattern": NO_NUL_PATTERN}),
+    _NUL,
+]
+LabelValue = Annotated[str, _text(MAX_LABEL_VALUE), _NUL]
