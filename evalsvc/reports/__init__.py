@@ -4,6 +4,8 @@ from evalsvc.reports._findings import findings, headline
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
+    md_text,
+    redact_report,
     summary_rows,
     to_junit,
     to_markdown,
@@ -14,6 +16,8 @@ __all__ = [
     "build_report",
     "findings",
     "headline",
+    "md_text",
+    "redact_report",
     "summary_rows",
     "to_junit",
     "to_markdown",
