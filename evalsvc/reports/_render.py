@@ -93,7 +93,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "baseline": _endpoint(result.baseline, result.baseline_provenance),
         "candidates": candidates,
     }
-    return redact_report(_clean(report))
+    redacted: dict[str, Any] = redact_report(_clean(report))
+    return redacted
 
 
 def redact_report(value: Any) -> Any:

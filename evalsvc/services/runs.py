@@ -55,6 +55,10 @@ def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
         raise UsageError(
             f"{name_or_url!r} is neither a URL (http://host:port/v1) nor a registered endpoint name"
         )
+    try:  # egress: a registration older than the userinfo rule is refused, not used
+        check_endpoint_url(found.url)
+    except UrlError as exc:
+        raise UsageError(f"registered endpoint {name_or_url!r}: {exc}") from None
     return found
 
 
