@@ -72,6 +72,22 @@ class Settings(BaseSettings):
     def _expand_user(cls, value: Path | None) -> Path | None:
         return value.expanduser() if value is not None else None
 
+    # ---- egress and credentials (docs/security.md) ---------------------------------------
+    allowed_endpoints: str = ""
+    """Server mode (API server, workers): comma-separated hosts, ``*.domain`` patterns and
+    CIDRs that endpoint URLs may reach. Empty: any public address, nothing internal. Once set,
+    it is exhaustive (``*`` in it admits every public address). Link-local and cloud metadata
+    addresses are refused whatever it says."""
+    endpoint_key_prefix: str = "EVALSVC_ENDPOINT_KEY_"
+    """Server mode: ``api_key_env`` of a registered endpoint must name a variable under this
+    prefix; workers resolve nothing else, so a run cannot send the database URL or cloud keys."""
+    max_response_bytes: int = 8 * 1024 * 1024
+    """Largest (decoded) response body an endpoint may send; bigger is an error, not a read."""
+    max_stream_bytes: int = 8 * 1024 * 1024
+    """Largest (decoded) server-sent-events stream of one streamed request."""
+    max_output_chars: int = 65536
+    """Model output longer than this is stored truncated, with ``data.output_truncated``."""
+
     @model_validator(mode="after")
     def _fill_database_url(self) -> Settings:
         if not self.database_url:

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from evalsvc import limits
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus, RunVerdict
+from evalsvc.endpoints import check_endpoint_url
 from evalsvc.limits import (
     CronText,
     EnvNameText,
@@ -41,10 +42,8 @@ PathKey = Annotated[str, Path(max_length=limits.MAX_NAME, pattern=r"^[^\x00/]+$"
 
 
 def _check_url(value: str) -> str:
-    value = value.strip().rstrip("/")
-    if not value.lower().startswith(("http://", "https://")) or value[-3:] == "://":
-        raise ValueError("url must be an http(s) base URL, e.g. http://127.0.0.1:8000/v1")
-    return value
+    # egress: one URL rule for every view (scheme, host, no userinfo): evalsvc.endpoints._urls
+    return check_endpoint_url(value)
 
 
 class FieldError(BaseModel):
@@ -150,12 +149,19 @@ class RunEndpoint(BaseModel):
     model: ModelText | None = None
     """Served model name (with ``url``); discovered when omitted."""
     api_key_env: EnvNameText | None = None
-    """Environment variable holding the API key (with ``url``)."""
+    """Refused: a submitted endpoint carries no credentials (register it, as an admin, with
+    ``api_key_env`` and use its ``name``). Kept in the shape so the refusal can say why."""
 
     @model_validator(mode="after")
     def _url_or_name(self) -> RunEndpoint:
         if self.url is None and not self.name:
             raise ValueError("give the endpoint's url or a registered endpoint name")
+        if self.url is not None and self.api_key_env is not None:
+            # egress: a submit token must not choose which of the worker's variables is sent
+            raise ValueError(
+                "api_key_env is refused on a submitted endpoint: credentials are only sent to "
+                "endpoints an admin registered (POST /endpoints); use the registered name"
+            )
         if self.url is not None:
             self.url = _check_url(self.url)
         elif self.model is not None or self.api_key_env is not None:

@@ -2,6 +2,8 @@
 
 The server starts even when the database is unreachable or not at head (``/healthz`` answers
 503 until it is fixed), so it can come up before its database; this command warns about it.
+It refuses to start (exit 2, one line) with authentication off on an interface other than
+loopback, or with an ``EVALSVC_ALLOWED_ENDPOINTS`` it cannot parse (docs/security.md).
 FastAPI and uvicorn are imported only when the command runs, to keep CLI start-up light.
 """
 
@@ -18,6 +20,17 @@ from ._dbcommon import DatabaseUrlOption
 app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether binding ``host`` exposes the server to this machine only."""
+    from evalsvc.endpoints import literal_address
+
+    name = host.strip().lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    ip = literal_address(name)
+    return ip is not None and ip.is_loopback
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
@@ -30,7 +43,20 @@ def serve(
 
     from evalsvc.api import create_app
     from evalsvc.api._deps import auth_enabled_from_env
+    from evalsvc.endpoints import EgressPolicy
 
+    if not auth_enabled_from_env() and not is_loopback_host(host):
+        typer.echo(
+            f"error: EVALSVC_API_AUTH=off is only allowed on loopback, not --host {host} "
+            "(anyone who reaches it could register endpoints and submit runs)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    try:
+        EgressPolicy.from_settings()
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     with Store.from_url(database_url) as store:
         try:
             store.ensure_ready(upgrade_fresh_sqlite=True)
@@ -38,7 +64,7 @@ def serve(
             typer.echo(f"warning: {err} (serving 503 until it is fixed)", err=True)
         shown = store.display_url
     if not auth_enabled_from_env():
-        typer.echo("warning: authentication is OFF (EVALSVC_API_AUTH=off)", err=True)
+        typer.echo("warning: authentication is OFF (EVALSVC_API_AUTH=off), loopback only", err=True)
     typer.echo(
         f"evalsvc API on http://{host}:{port}/api/v1 (docs /docs), database {shown}", err=True
     )

@@ -565,10 +565,22 @@ def endpoints_add(
     ] = None,
 ) -> None:
     """Register an endpoint under NAME."""
+    from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
+
+    try:  # egress: no userinfo in a stored URL (docs/security.md)
+        url = check_endpoint_url(url)
+    except UrlError as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    try:
+        EgressPolicy.from_settings().check_key_env(api_key_env)
+    except (EgressRefused, ValueError) as exc:
+        err.print(
+            f"warning: {exc}. Only in-process `evalsvc compare` will send it; workers refuse "
+            "the endpoint's runs.",
+            markup=False,
+        )
     store = _open_store(db)
-    ref = store.upsert_endpoint(
-        name=name, url=url.rstrip("/"), model=model, api_key_env=api_key_env
-    )
+    ref = store.upsert_endpoint(name=name, url=url, model=model, api_key_env=api_key_env)
     err.print(f"registered {ref.name} → {ref.url}")
 
 

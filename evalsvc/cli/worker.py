@@ -60,6 +60,12 @@ def worker(
 
     configure_logging(verbose)
     settings = Settings()
+    try:  # egress: a bad allowlist stops the worker at start, not at every run
+        from evalsvc.endpoints import EgressPolicy
+
+        EgressPolicy.from_settings(settings)
+    except ValueError as err:
+        fail(str(err), 2)
     try:
         if executor:
             run_executor = load_executor(executor)

@@ -13,6 +13,10 @@ from typing import Any, Literal
 
 import pandas as pd
 
+# egress: the one URL redaction helper (stdlib only, no I/O), so exports of runs stored before
+# the userinfo rule never show a credential (docs/security.md).
+from evalsvc.endpoints._urls import redact_text, redact_url
+
 from ._store import Store
 
 ExportFormat = Literal["parquet", "csv", "jsonl"]
@@ -47,7 +51,8 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
             {
                 "run_id": run_id,
                 **sample.model_dump(),
-                "endpoint_url": endpoint[0].url if endpoint else None,
+                "error": redact_text(sample.error) if sample.error else None,
+                "endpoint_url": redact_url(endpoint[0].url) if endpoint else None,
                 "endpoint_model": endpoint[0].model if endpoint else None,
             }
         )

@@ -2,8 +2,19 @@
 
 Contract:
 - One ``EndpointClient`` per endpoint; at most ``concurrency`` requests are in flight at once.
-- Connect errors, 429 and 5xx are retried with exponential backoff (tenacity); every request has
-  a timeout.
+- Connect errors, 429 and 5xx are retried with exponential backoff (tenacity). Every attempt
+  has a total deadline (``timeout_s``: wall time for the whole answer, streams included), so a
+  server that drips one byte at a time or never ends its stream gets an error at the deadline.
+  An attempt that ran into its deadline is not retried.
+- Redirects are never followed (a 3xx is an error). Bodies are capped while they are read
+  (``max_response_bytes``, ``max_stream_bytes``; settings ``EVALSVC_MAX_*``).
+- Error texts carry the status line, never the response body: a run's errors are shown to every
+  reader, and echoing bodies would let a client read pages the worker can reach.
+- ``egress`` (``EgressPolicy``) decides where sockets may go and which ``api_key_env`` is
+  resolved (from the environment, when the client is built for a run). The default, local,
+  restricts nothing. In server mode every connection goes through ``GuardedBackend`` (checked
+  after DNS, before connect) and proxy variables are ignored. URLs with userinfo are refused in
+  every mode. A refused endpoint sends nothing: every request fails with ``refusal``.
 - Generation calls never raise for a failed request: they return a ``Completion`` whose ``error``
   names what went wrong, so that a run records the error as a sample and goes on.
 - Token-level logprobs are normalised into ``TokenLogprob`` lists whichever API shape the engine
@@ -14,10 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -29,21 +40,33 @@ from tenacity import (
 )
 
 from evalsvc.domain import EndpointRef
+from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend
+from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
+from evalsvc.settings import Settings
 
 
 class EndpointError(Exception):
     """A request failed after retries; ``str()`` is a one-line reason fit for a sample's ``error``."""
 
 
+def status_line(code: int) -> str:
+    """``HTTP 404 Not Found``, with the standard phrase: the server's own phrase is its text."""
+    try:
+        return f"HTTP {code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return f"HTTP {code}"
+
+
 class _RetryableStatus(Exception):
     def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"HTTP {response.status_code}: {response.text[:200]}")
+        super().__init__(status_line(response.status_code))
         self.response = response
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    # Retry what a healthy server can recover from: refused/reset connections and timeouts
-    # (server restarting or overloaded), 429 and 5xx. A 4xx other than 429 is our fault: no retry.
+    # Retry what a healthy server can recover from: refused/reset connections and per-read
+    # timeouts (server restarting or overloaded), 429 and 5xx. A 4xx other than 429 is our
+    # fault, a refusal is policy and a spent deadline is the request's whole budget: no retry.
     return isinstance(exc, (httpx.TransportError, _RetryableStatus))
 
 
@@ -96,21 +119,46 @@ class EndpointClient:
         timeout_s: float = 300.0,
         retries: int = 3,
         backoff_s: float = 0.5,
+        egress: EgressPolicy | None = None,
+        max_response_bytes: int | None = None,
+        max_stream_bytes: int | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.base_url = endpoint.url.rstrip("/")
+        self.egress = egress or EgressPolicy.local()
+        self.base_url = redact_text(endpoint.url.rstrip("/"))
         self.root_url = root_url(self.base_url)
         self.model = endpoint.model
         self._sem = asyncio.Semaphore(max(1, concurrency))
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
-        headers = {}
-        if endpoint.api_key_env and os.environ.get(endpoint.api_key_env):
-            headers["Authorization"] = f"Bearer {os.environ[endpoint.api_key_env]}"
+        self._timeout_s = timeout_s
+        settings = Settings()
+        self._max_body = settings.max_response_bytes if max_response_bytes is None else max_response_bytes
+        self._max_stream = settings.max_stream_bytes if max_stream_bytes is None else max_stream_bytes
+        self.refusal: str | None = None
+        """Why this endpoint may not be called at all (every request fails with it, unsent)."""
+        self.api_key: str | None = None
+        """The resolved key (``egress.api_key``): sent as a bearer token, passed on to lm-eval."""
+        try:
+            check_endpoint_url(endpoint.url)
+            self.egress.check_url(endpoint.url)
+            self.api_key = self.egress.api_key(endpoint.api_key_env)
+        except (UrlError, EgressRefused) as exc:
+            self.refusal = f"refused before connecting: {exc}"
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = httpx.Limits(max_connections=max(1, concurrency) + 4)
+        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=not self.egress.server)
+        if self.egress.server:
+            # httpx has no public hook below the request; httpcore's pool connects through its
+            # network backend, the one place where the address that is dialled can be checked.
+            pool = transport._pool
+            pool._network_backend = GuardedBackend(self.egress, pool._network_backend)
         self._http = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
             headers=headers,
-            limits=httpx.Limits(max_connections=max(1, concurrency) + 4),
+            transport=transport,
+            follow_redirects=False,
+            trust_env=not self.egress.server,  # proxies from the environment would bypass it
         )
 
     async def __aenter__(self) -> EndpointClient:
@@ -134,51 +182,66 @@ class EndpointClient:
             reraise=True,
         )
 
+    def _check_status(self, resp: httpx.Response, url: str) -> None:
+        code = resp.status_code
+        if 300 <= code < 400:
+            raise EndpointError(f"{status_line(code)} from {url}: redirects are not followed")
+        if code == 429 or code >= 500:
+            raise _RetryableStatus(resp)
+
+    def _failure(self, exc: BaseException, url: str, what: str = "answer") -> EndpointError:
+        """The one-line error for what ``_send``/``_stream`` caught (never the body)."""
+        if isinstance(exc, _RetryableStatus):
+            return EndpointError(f"{exc} from {url}")
+        if isinstance(exc, TimeoutError):
+            return EndpointError(
+                f"timeout: {what} not complete within {self._timeout_s:g} s on {url}"
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return EndpointError(f"timeout: {type(exc).__name__} on {url}")
+        if isinstance(exc, EgressRefused):
+            return EndpointError(f"refused by the egress policy: {exc}")
+        return EndpointError(f"{type(exc).__name__}: {exc or 'connection failed'} ({url})")
+
+    async def _send(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, bytes]:
+        """One request with retries, a total deadline per attempt, and the body capped."""
+        if self.refusal:
+            raise EndpointError(self.refusal)
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    async with (
+                        self._sem,
+                        asyncio.timeout(self._timeout_s),
+                        self._http.stream(method, url, json=body) as resp,
+                    ):
+                        self._check_status(resp, url)
+                        data = await _read_capped(resp, self._max_body)
+        except (_RetryableStatus, TimeoutError, httpx.TransportError, EgressRefused) as exc:
+            raise self._failure(exc, url) from exc
+        return resp.status_code, data
+
     async def request_json(
         self, method: str, url: str, *, body: dict[str, Any] | None = None
     ) -> tuple[int, Any]:
         """Send one request with retries; return (status, parsed JSON). Raises ``EndpointError``."""
+        status, data = await self._send(method, url, body)
         try:
-            async for attempt in self._retrying():
-                with attempt:
-                    async with self._sem:
-                        resp = await self._http.request(method, url, json=body)
-                    if resp.status_code == 429 or resp.status_code >= 500:
-                        raise _RetryableStatus(resp)
-        except _RetryableStatus as exc:
-            raise EndpointError(str(exc)) from exc
-        except httpx.TimeoutException as exc:
-            raise EndpointError(f"timeout: {type(exc).__name__} on {url}") from exc
-        except httpx.TransportError as exc:
-            raise EndpointError(
-                f"{type(exc).__name__}: {exc or 'connection failed'} ({url})"
-            ) from exc
-        try:
-            return resp.status_code, resp.json()
+            return status, json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise EndpointError(
-                f"malformed JSON body (HTTP {resp.status_code}): {resp.text[:120]!r}"
-            ) from exc
+            raise EndpointError(f"malformed JSON body ({status_line(status)})") from exc
 
     async def get_text(self, url: str) -> tuple[int, str]:
         """GET a text resource (e.g. ``/metrics``) with retries. Raises ``EndpointError``."""
-        try:
-            async for attempt in self._retrying():
-                with attempt:
-                    async with self._sem:
-                        resp = await self._http.get(url)
-                    if resp.status_code == 429 or resp.status_code >= 500:
-                        raise _RetryableStatus(resp)
-        except (_RetryableStatus, httpx.TransportError) as exc:
-            raise EndpointError(f"{type(exc).__name__}: {exc}") from exc
-        return resp.status_code, resp.text
+        status, data = await self._send("GET", url, None)
+        return status, data.decode(errors="replace")
 
     # ---- OpenAI routes ---------------------------------------------------------------------
 
     async def models(self) -> list[dict[str, Any]]:
         status, data = await self.request_json("GET", f"{self.base_url}/models")
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            raise EndpointError(f"/models answered HTTP {status} without a model list")
+            raise EndpointError(f"/models answered {status_line(status)} without a model list")
         return list(data["data"])
 
     async def tokenize(self, text: str) -> list[int]:
@@ -188,7 +251,7 @@ class EndpointClient:
             body["model"] = self.model
         status, data = await self.request_json("POST", f"{self.root_url}/tokenize", body=body)
         if status != 200 or not isinstance(data, dict) or "tokens" not in data:
-            raise EndpointError(f"/tokenize answered HTTP {status}: {str(data)[:120]}")
+            raise EndpointError(f"/tokenize answered {status_line(status)} without token ids")
         return list(data["tokens"])
 
     async def chat(
@@ -272,27 +335,29 @@ class EndpointClient:
         return out
 
     async def _stream(self, url: str, body: dict[str, Any], start: float) -> Completion:
+        if self.refusal:
+            raise EndpointError(self.refusal)
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         out = Completion()
         pieces: list[str] = []
         last: float | None = None
-        async for attempt in self._retrying():
-            with attempt:
-                pieces.clear()
-                out = Completion()
-                last = None
-                try:
-                    async with self._sem, self._http.stream("POST", url, json=body) as resp:
-                        if resp.status_code == 429 or resp.status_code >= 500:
-                            await resp.aread()
-                            raise _RetryableStatus(resp)
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    pieces.clear()
+                    out = Completion()
+                    last = None
+                    async with (
+                        self._sem,
+                        asyncio.timeout(self._timeout_s),
+                        self._http.stream("POST", url, json=body) as resp,
+                    ):
+                        self._check_status(resp, url)
                         if resp.status_code != 200:
-                            text = (await resp.aread()).decode(errors="replace")
                             return Completion(
-                                error=f"HTTP {resp.status_code}: {text[:200]}",
-                                status_code=resp.status_code,
+                                error=status_line(resp.status_code), status_code=resp.status_code
                             )
-                        async for chunk in _sse_events(resp):
+                        async for chunk in _sse_events(resp, self._max_stream):
                             now = time.perf_counter()
                             delta_text = _chunk_text(chunk)
                             if delta_text:
@@ -303,15 +368,54 @@ class EndpointClient:
                                 last = now
                                 pieces.append(delta_text)
                             _merge_chunk(out, chunk)
-                except httpx.TimeoutException as exc:
-                    raise EndpointError(f"timeout: {type(exc).__name__} on {url}") from exc
+        except (_RetryableStatus, TimeoutError, httpx.TransportError, EgressRefused) as exc:
+            raise self._failure(exc, url, "stream") from exc
         out.text = "".join(pieces)
         return out
 
 
-async def _sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
+    """The (decoded) body, refused as soon as it exceeds ``cap`` bytes (0: no cap)."""
+    declared = resp.headers.get("content-length", "")
+    if cap and declared.isdigit() and int(declared) > cap:
+        raise EndpointError(
+            f"response body of {int(declared)} bytes exceeds the cap of {cap} "
+            "(EVALSVC_MAX_RESPONSE_BYTES); not read"
+        )
+    parts: list[bytes] = []
+    size = 0
+    async for part in resp.aiter_bytes():
+        size += len(part)
+        if cap and size > cap:
+            raise EndpointError(
+                f"response body exceeds the cap of {cap} bytes (EVALSVC_MAX_RESPONSE_BYTES); "
+                "not read further"
+            )
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def _sse_lines(resp: httpx.Response, cap: int) -> AsyncIterator[str]:
+    """Lines of a stream; bytes are counted before splitting, so an endless line is capped too."""
+    size = 0
+    pending = b""
+    async for part in resp.aiter_bytes():
+        size += len(part)
+        if cap and size > cap:
+            raise EndpointError(
+                f"stream exceeds the cap of {cap} bytes (EVALSVC_MAX_STREAM_BYTES); stopped"
+            )
+        pending += part
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode(errors="replace")
+    if pending:
+        yield pending.rstrip(b"\r").decode(errors="replace")
+
+
+async def _sse_events(resp: httpx.Response, cap: int = 0) -> AsyncIterator[dict[str, Any]]:
     """Yield the JSON payloads of a server-sent-events stream until ``[DONE]``."""
-    async for line in resp.aiter_lines():
+    async for line in _sse_lines(resp, cap):
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
@@ -320,9 +424,9 @@ async def _sse_events(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         try:
             event = json.loads(payload)
         except json.JSONDecodeError as exc:
-            raise EndpointError(f"malformed stream event: {payload[:120]!r}") from exc
+            raise EndpointError("malformed stream event (not JSON)") from exc
         if isinstance(event, dict) and "error" in event:
-            raise EndpointError(f"stream error: {str(event['error'])[:200]}")
+            raise EndpointError("the stream sent an error event")
         if isinstance(event, dict):
             yield event
 
@@ -352,18 +456,14 @@ def _merge_chunk(out: Completion, chunk: dict[str, Any]) -> None:
 
 def _parse_response(data: Any, status: int) -> Completion:
     if status != 200:
-        message = data.get("error", data) if isinstance(data, dict) else data
-        if isinstance(message, dict):
-            message = message.get("message", message)
-        return Completion(error=f"HTTP {status}: {str(message)[:200]}", status_code=status)
+        # The status line only: the body is the endpoint's text (see the module contract).
+        return Completion(error=status_line(status), status_code=status)
     if (
         not isinstance(data, dict)
         or not isinstance(data.get("choices"), list)
         or not data["choices"]
     ):
-        return Completion(
-            error=f"malformed response: no choices in {str(data)[:120]!r}", status_code=status
-        )
+        return Completion(error="malformed response: no choices", status_code=status)
     choice = data["choices"][0]
     if not isinstance(choice, dict):
         return Completion(error="malformed response: choice is not an object", status_code=status)

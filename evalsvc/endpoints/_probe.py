@@ -32,7 +32,8 @@ async def probe(client: EndpointClient) -> Provenance:
         raise EndpointError(f"{client.base_url} serves no model")
     chosen = _choose_model(models, client.model)
     if chosen is None:
-        names = ", ".join(str(m.get("id")) for m in models)
+        # Model ids are the endpoint's text: a few, short, so an error cannot carry a page.
+        names = ", ".join(str(m.get("id"))[:64] for m in models[:5])
         raise EndpointError(
             f"{client.base_url} does not serve model {client.model!r} (it serves {names})"
         )

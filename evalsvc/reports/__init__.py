@@ -5,6 +5,8 @@ from evalsvc.reports._findings import findings, headline
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
+    md_text,
+    redact_report,
     summary_rows,
     to_junit,
     to_markdown,
@@ -16,6 +18,8 @@ __all__ = [
     "error_report",
     "findings",
     "headline",
+    "md_text",
+    "redact_report",
     "summary_rows",
     "to_junit",
     "to_markdown",

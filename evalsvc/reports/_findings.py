@@ -187,7 +187,9 @@ def findings(suite: dict[str, Any]) -> list[str]:
     if suite.get("kind") != "determinism":  # there, "flips" are identical → different
         body = _flips(d) + body
     if d.get("reason"):
-        body.append(f"Note: {d['reason']}.")
+        from evalsvc.reports._render import md_text  # egress: a reason may quote an endpoint
+
+        body.append(f"Note: {md_text(d['reason'])}.")
         body.append("")
     return body
 

@@ -3,16 +3,25 @@
 Contract: ``build_report`` turns a ``RunResult`` into the JSON-able dict that the CLI writes with
 ``--json`` and that ``GET /api/v1/runs/{id}/report`` returns. JUnit and Markdown are rendered
 from that dict only, so every view shows the same numbers.
+
+Endpoint-provided text (model ids, error texts, warnings, names, URLs) is hostile input:
+``redact_report`` removes URL userinfo from any report (also ones stored before the rule);
+Markdown escapes it (``md_text``: HTML entities, Markdown punctuation, one line), and JUnit
+drops the characters XML 1.0 cannot carry (ElementTree escapes ``<&"`` but writes control
+characters raw, which makes the file unparsable).
 """
 
 from __future__ import annotations
 
+import html
 import math
+import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
 from evalsvc import __version__
 from evalsvc.domain import EndpointRef, Provenance
+from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import RunResult
 
 from ._findings import findings
@@ -22,7 +31,7 @@ SCHEMA_VERSION = 1
 
 def _endpoint(ref: EndpointRef, prov: Provenance) -> dict[str, Any]:
     return {
-        "url": ref.url,
+        "url": redact_url(ref.url),
         "model": ref.model or prov.model,
         "name": ref.name,
         "provenance": prov.model_dump(mode="json", exclude_none=True),
@@ -84,7 +93,39 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "baseline": _endpoint(result.baseline, result.baseline_provenance),
         "candidates": candidates,
     }
-    return _clean(report)  # type: ignore[no-any-return]
+    redacted: dict[str, Any] = redact_report(_clean(report))
+    return redacted
+
+
+def redact_report(value: Any) -> Any:
+    """A copy of a report (or any JSON value) with URL userinfo redacted in every string."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: redact_report(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_report(v) for v in value]
+    return value
+
+
+# Markdown punctuation that can start markup inline (CommonMark "backslash escapes"); "<", ">"
+# and "&" become HTML entities first, so no raw HTML survives.
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+# XML 1.0 Char production: tab, LF, CR and U+0020 upwards, minus surrogates and U+FFFE/FFFF.
+_XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def md_text(value: Any) -> str:
+    """``value`` as inert Markdown text on one line (for endpoint-provided strings)."""
+    text = " ".join(str(value).split())
+    text = html.escape(text, quote=False)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    return text.replace("://", "\\://")  # no bare autolinks either
+
+
+def xml_text(value: Any) -> str:
+    """``value`` without the characters XML 1.0 cannot represent (ElementTree escapes the rest)."""
+    return _XML_INVALID.sub("\ufffd", str(value))
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -121,31 +162,35 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, str]]:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown. Strings an endpoint or a submitter chose (model ids, names, URLs,
+    errors, warnings) go through ``md_text``; suite names, verdicts and numbers are evalsvc's."""
+    report = redact_report(report)
+    m = md_text
+    base = report["baseline"]
     lines = [
         f"# evalsvc report — verdict: **{report['verdict']}**",
         "",
-        f"Run `{report['run_id']}` · baseline `{report['baseline'].get('model')}` at "
-        f"{report['baseline']['url']}",
+        f"Run `{report['run_id']}` · baseline {m(base.get('model'))} at {m(base['url'])}",
         "",
     ]
     if report.get("error"):
-        lines += [f"> Error: {report['error']}", ""]
+        lines += [f"> Error: {m(report['error'])}", ""]
     for w in report.get("warnings", []):
-        lines += [f"> Warning: {w}", ""]
+        lines += [f"> Warning: {m(w)}", ""]
     lines += [
         "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin | p | n | MDE | Verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary_rows(report):
         lines.append(
-            f"| {r['candidate']} | {r['suite']} | {r['metric']} | {r['baseline']} | "
+            f"| {m(r['candidate'])} | {r['suite']} | {r['metric']} | {r['baseline']} | "
             f"{r['candidate_value']} | {r['delta']} | {r['ci']} | {r['margin']} | {r['p']} | "
             f"{r['n']} | {r['mde']} | {r['verdict']} |"
         )
     lines.append("")
     for cand in report["candidates"]:
         name = cand.get("name") or cand.get("model") or cand["url"]
-        lines += [f"## {name} — {cand['verdict']}", ""]
+        lines += [f"## {m(name)} — {cand['verdict']}", ""]
         for s in cand["suites"]:
             verdict = s["verdict"] + ("" if s.get("gated", True) else " (not gated)")
             lines += [f"### {s['suite']} ({s['kind']}) — {verdict}", "", f"Test: {s['test']}.", ""]
@@ -157,16 +202,18 @@ def to_junit(report: dict[str, Any]) -> str:
     """One testsuite per candidate, one testcase per suite gate: fail and inconclusive are
     failures (with ``type`` saying which), an errored suite or run an error, an ungated suite
     skipped, a pass passes."""
+    report = redact_report(report)
+    x = xml_text
     root = ET.Element("testsuites", name="evalsvc", tests="0", failures="0", errors="0")
     total = failures = errors = 0
     for cand in report["candidates"]:
-        name = cand.get("name") or cand.get("model") or cand["url"]
+        name = x(cand.get("name") or cand.get("model") or cand["url"])
         ts = ET.SubElement(root, "testsuite", name=f"evalsvc.{name}")
         t = f = e = sk = 0
         for s in cand["suites"]:
             t += 1
-            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name=s["suite"])
-            msg = (
+            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name=x(s["suite"]))
+            msg = x(
                 f"{s['metric']}: baseline {_fmt(s['baseline'])}, candidate {_fmt(s['candidate'])}, "
                 f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
                 f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}"
@@ -190,7 +237,7 @@ def to_junit(report: dict[str, Any]) -> str:
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")
-            ET.SubElement(tc, "error", message=str(report["error"]), type="infrastructure")
+            ET.SubElement(tc, "error", message=x(report["error"]), type="infrastructure")
             t += 1
         ts.set("tests", str(t))
         ts.set("failures", str(f))

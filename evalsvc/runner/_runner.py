@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
-from evalsvc.endpoints import EndpointClient, EndpointError, probe
+from evalsvc.endpoints import EgressPolicy, EndpointClient, EndpointError, probe, redact_url
 from evalsvc.gates import (
     GateOutcome,
     ResolvedGate,
@@ -34,6 +34,7 @@ from evalsvc.gates import (
     evaluate_gate,
     threshold_gate,
 )
+from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, Suite, flips
 
 
@@ -129,16 +130,20 @@ async def probe_all(
     options: RunOptions,
     *,
     concurrency: int | None = None,
+    egress: EgressPolicy | None = None,
 ) -> tuple[list[EndpointClient], list[Provenance]]:
     """Open a client per endpoint and probe them all; unreachable endpoints raise InfrastructureError.
 
     ``concurrency`` sizes each client (default ``options.concurrency``); the runner passes the
-    largest in-flight bound of its suites (see :func:`suite_concurrency`).
+    largest in-flight bound of its suites (see :func:`suite_concurrency`). ``egress`` is the
+    policy every client connects under (None: local, unrestricted; workers pass the server's).
     """
     refs = [baseline, *candidates]
     limit = max(1, concurrency if concurrency is not None else options.concurrency)
     clients = [
-        EndpointClient(ref, concurrency=limit, timeout_s=options.request_timeout_s)
+        EndpointClient(
+            ref, concurrency=limit, timeout_s=options.request_timeout_s, egress=egress
+        )
         for ref in refs
     ]
     results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
@@ -146,7 +151,7 @@ async def probe_all(
     provs: list[Provenance] = []
     for ref, client, res in zip(refs, clients, results, strict=True):
         if isinstance(res, BaseException):
-            failures.append(f"endpoint {ref.name or ref.url} unreachable: {res}")
+            failures.append(f"endpoint {ref.name or redact_url(ref.url)} unreachable: {res}")
         else:
             provs.append(res)
             ref.model = client.model
@@ -154,6 +159,21 @@ async def probe_all(
         await asyncio.gather(*(c.aclose() for c in clients))
         raise InfrastructureError("; ".join(failures))
     return clients, provs
+
+
+#: Errors are one line; an endpoint-influenced one must not grow a row without bound.
+_MAX_ERROR_CHARS = 1000
+
+
+def _cap_output(sample: Sample, cap: int) -> None:
+    """Truncate a sample's stored output to ``cap`` characters (``EVALSVC_MAX_OUTPUT_CHARS``)
+    and say so in ``data`` (``output_truncated``, ``output_chars``): the score was computed on
+    the whole answer, the store keeps a bounded prefix of it."""
+    if cap > 0 and len(sample.output) > cap:
+        sample.data = {**sample.data, "output_truncated": True, "output_chars": len(sample.output)}
+        sample.output = sample.output[:cap]
+    if sample.error is not None and len(sample.error) > _MAX_ERROR_CHARS:
+        sample.error = sample.error[:_MAX_ERROR_CHARS] + "…"
 
 
 def check_capabilities(
@@ -166,7 +186,7 @@ def check_capabilities(
             if missing:
                 problems.append(
                     f"suite {suite.name} ({suite.kind}) needs {', '.join(missing)}, which "
-                    f"{ref.name or ref.url} does not support"
+                    f"{ref.name or redact_url(ref.url)} does not support"
                 )
     if problems:
         raise CapabilityError(
@@ -188,18 +208,25 @@ async def execute(
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     on_probed: Callable[[str, EndpointRef, Provenance], None] | None = None,
+    egress: EgressPolicy | None = None,
+    max_output_chars: int | None = None,
 ) -> RunResult:
     """Run ``suites`` on the baseline and every candidate and gate each candidate.
 
     ``stored`` returns the samples already persisted for this run (from earlier attempts); they
     are merged with this attempt's samples before analysis, so a resumed run's verdict equals an
-    uninterrupted one's.
+    uninterrupted one's. ``egress`` is the connection/credential policy of every client (None:
+    local); samples reach ``sink`` with their output cut at ``max_output_chars`` (default
+    ``EVALSVC_MAX_OUTPUT_CHARS``, ``data.output_truncated`` set) after they were scored.
     """
     progress = progress or NullProgress()
     done = done or set()
     started = time.perf_counter()
     limit = max([options.concurrency, *(suite_concurrency(s, options) for s in suites)])
-    clients, provs = await probe_all(baseline, candidates, options, concurrency=limit)
+    output_cap = Settings().max_output_chars if max_output_chars is None else max_output_chars
+    clients, provs = await probe_all(
+        baseline, candidates, options, concurrency=limit, egress=egress
+    )
     try:
         refs = [baseline, *candidates]
         roles = ["baseline", *(role_of(i) for i in range(len(candidates)))]
@@ -213,6 +240,7 @@ async def execute(
         async def emit(sample: Sample) -> None:
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
+            _cap_output(sample, output_cap)  # stored output is bounded (docs/security.md)
             collected.append(sample)
             await sink(sample)
             progress.advance(sample.suite, sample.endpoint)
@@ -351,7 +379,7 @@ def _tokenizer_warnings(refs: Sequence[EndpointRef], provs: Sequence[Provenance]
     for ref, prov in zip(refs[1:], provs[1:], strict=True):
         if base and prov.tokenizer_fingerprint and prov.tokenizer_fingerprint != base:
             out.append(
-                f"candidate {ref.name or ref.url} ({prov.model}) tokenizes differently from the "
+                f"candidate {ref.name or redact_url(ref.url)} ({prov.model}) tokenizes differently from the "
                 f"baseline: items are paired by text, but token-level metrics are not comparable"
             )
     return out
@@ -385,7 +413,7 @@ def _gate_all(
             error_rate = res.n_errors / planned if planned else 0.0
             if error_rate > options.max_error_rate:
                 infra_errors.append(
-                    f"{suite.name} on {cand.name or cand.url}: {res.n_errors} of {planned} items "
+                    f"{suite.name} on {cand.name or redact_url(cand.url)}: {res.n_errors} of {planned} items "
                     f"errored (budget {options.max_error_rate:.0%})"
                 )
         gated = [r.outcome for r in cres.suites if r.gated]

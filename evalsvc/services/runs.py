@@ -30,6 +30,7 @@ from evalsvc.domain import (
     RunStatus,
     Sample,
 )
+from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
 from evalsvc.gates import GateLimits, GatePolicyError
 from evalsvc.reports import build_report
 from evalsvc.runner import (
@@ -54,12 +55,19 @@ def exit_code(verdict: str | None) -> int:
 
 def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
     if "://" in name_or_url:
-        return EndpointRef(url=name_or_url.rstrip("/"))
+        try:
+            return EndpointRef(url=check_endpoint_url(name_or_url))
+        except UrlError as exc:
+            raise UsageError(str(exc)) from None
     found = store.get_endpoint(name_or_url) if store is not None else None
     if found is None:
         raise UsageError(
             f"{name_or_url!r} is neither a URL (http://host:port/v1) nor a registered endpoint name"
         )
+    try:  # egress: a registration older than the userinfo rule is refused, not used
+        check_endpoint_url(found.url)
+    except UrlError as exc:
+        raise UsageError(f"registered endpoint {name_or_url!r}: {exc}") from None
     return found
 
 
@@ -98,7 +106,53 @@ def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
 def submit(spec: RunSpec, *, store: Store) -> RunInfo:
     """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``)."""
     load_suites(spec, allow_paths=False)  # refuse unknown suites at submission, not on the worker
+    check_server_spec(spec, store=store)
     return store.create_run(spec, status=RunStatus.queued)
+
+
+# ---- egress and credentials (docs/security.md) --------------------------------------------
+
+
+def server_policy() -> EgressPolicy:
+    """The API server's and workers' egress policy; ``UsageError`` when its settings are bad."""
+    try:
+        return EgressPolicy.from_settings()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_server_spec(spec: RunSpec, *, store: Store, policy: EgressPolicy | None = None) -> None:
+    """Refuse (``UsageError``) a spec a server-mode process must not execute: URLs with
+    userinfo or outside the egress policy, and credentials on anything but an endpoint an admin
+    registered with that URL and that ``api_key_env`` (under the allowed prefix).
+
+    Called at submission (REST runs and schedules) and again by the worker before it connects,
+    so a run stored before these rules, or edited in the database, cannot exfiltrate a secret.
+    """
+    policy = policy or server_policy()
+    problems = []
+    roles = ["baseline", *(f"candidate {i + 1}" for i in range(len(spec.candidates)))]
+    for role, ref in zip(roles, [spec.baseline, *spec.candidates], strict=True):
+        try:
+            check_endpoint_url(ref.url)
+            policy.check_url(ref.url)
+            if ref.api_key_env is not None:
+                registered = store.get_endpoint(ref.name) if ref.name else None
+                if (
+                    registered is None
+                    or registered.url != ref.url
+                    or registered.api_key_env != ref.api_key_env
+                ):
+                    raise EgressRefused(
+                        f"api_key_env {ref.api_key_env!r} on {ref.name or 'an inline endpoint'} "
+                        "is refused: credentials are only sent to endpoints an admin registered "
+                        "(POST /endpoints) with that URL and api_key_env"
+                    )
+                policy.check_key_env(ref.api_key_env)
+        except (UrlError, EgressRefused) as exc:
+            problems.append(f"{role}: {exc}")
+    if problems:
+        raise UsageError("; ".join(problems))
 
 
 def compare(
@@ -176,9 +230,15 @@ def execute_stored_run(
     worker_id: str,
     progress: Progress | None = None,
 ) -> None:
-    """Execute a claimed run (worker path). Never raises for run-level failures: it records them."""
+    """Execute a claimed run (worker path). Never raises for run-level failures: it records them.
+
+    Server mode: the spec is re-checked (``check_server_spec``) and every connection goes
+    through the server's ``EgressPolicy``, whatever was stored.
+    """
     try:
         suites = load_suites(run.spec)
+        policy = server_policy()
+        check_server_spec(run.spec, store=store, policy=policy)
     except UsageError as exc:
         store.finish_run(
             run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id
@@ -192,6 +252,7 @@ def execute_stored_run(
             progress=progress or _StoreProgress(store, run.id),
             cancel=cancel,
             worker_id=worker_id,
+            egress=policy,
         )
     except (InfrastructureError, CapabilityError):
         pass  # already recorded by _execute
@@ -207,6 +268,7 @@ def _execute(
     progress: Progress | None,
     cancel: threading.Event | None,
     worker_id: str | None,
+    egress: EgressPolicy | None = None,
 ) -> dict[str, Any]:
     spec = run.spec
     for suite in suites:
@@ -250,6 +312,7 @@ def _execute(
                 progress=progress,
                 cancel=cancel,
                 on_probed=on_probed,
+                egress=egress,
             )
         )
     except (InfrastructureError, CapabilityError) as exc:

@@ -14,7 +14,7 @@ def test_endpoint_crud(api: Api) -> None:
                 "name": "bf16",
                 "url": "http://127.0.0.1:9001/v1/",
                 "model": "smollm2-bf16",
-                "api_key_env": "BF16_KEY",
+                "api_key_env": "EVALSVC_ENDPOINT_KEY_BF16",
             },
         )
         assert resp.status_code == 201, resp.text
@@ -22,14 +22,14 @@ def test_endpoint_crud(api: Api) -> None:
             "name": "bf16",
             "url": "http://127.0.0.1:9001/v1",  # trailing slash dropped, as the CLI does
             "model": "smollm2-bf16",
-            "api_key_env": "BF16_KEY",
+            "api_key_env": "EVALSVC_ENDPOINT_KEY_BF16",
         }
         admin.post("/endpoints", json={"name": "fp8", "url": "http://127.0.0.1:9002/v1"})
         assert [e["name"] for e in admin.get("/endpoints").json()] == ["bf16", "fp8"]
 
-        resp = admin.put("/endpoints/fp8", json={"url": "http://10.0.0.2:8000/v1", "model": "m"})
+        resp = admin.put("/endpoints/fp8", json={"url": "http://127.0.0.2:8000/v1", "model": "m"})
         assert resp.status_code == 200
-        assert resp.json()["url"] == "http://10.0.0.2:8000/v1"
+        assert resp.json()["url"] == "http://127.0.0.2:8000/v1"
         assert admin.get("/endpoints/fp8").json()["model"] == "m"
 
         assert admin.delete("/endpoints/fp8").status_code == 204

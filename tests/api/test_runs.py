@@ -56,7 +56,7 @@ def test_submit_queues_a_run_with_the_spec(api: Api) -> None:
 
 def test_registered_names_resolve_to_their_urls(api: Api) -> None:
     api.store.upsert_endpoint(name="bf16", url=BASE, model="smollm2-bf16")
-    api.store.upsert_endpoint(name="w8a8", url=CAND, api_key_env="KEY")
+    api.store.upsert_endpoint(name="w8a8", url=CAND, api_key_env="EVALSVC_ENDPOINT_KEY_W8A8")
     with api.client("submit") as client:
         run_id = submit(client, baseline={"name": "bf16"}, candidates=[{"name": "w8a8"}])
         spec = client.get(f"/runs/{run_id}").json()["spec"]
@@ -65,7 +65,7 @@ def test_registered_names_resolve_to_their_urls(api: Api) -> None:
         "url": CAND,
         "model": None,
         "name": "w8a8",
-        "api_key_env": "KEY",
+        "api_key_env": "EVALSVC_ENDPOINT_KEY_W8A8",
     }
 
 

@@ -1,6 +1,7 @@
 """``/endpoints``: the endpoint registry (names usable in runs and schedules).
 
-Reads need the ``read`` scope, writes ``admin``.
+Reads need the ``read`` scope, writes ``admin``. Writes are checked against the server's
+egress policy (host, ``api_key_env`` prefix; docs/security.md) and URLs are shown redacted.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from fastapi import APIRouter, HTTPException, Response, status
 
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, PathKey, Problem
+from evalsvc.domain import EndpointRef
+from evalsvc.endpoints import EgressRefused, redact_url
+from evalsvc.services.runs import UsageError, server_policy
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
 
@@ -17,10 +21,25 @@ def _not_found(name: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no endpoint named {name!r}")
 
 
+def _check_egress(url: str, api_key_env: str | None) -> None:
+    """egress: refuse (422) what workers would refuse: the URL's host and the key's name."""
+    policy = server_policy()
+    try:
+        policy.check_url(url)
+        policy.check_key_env(api_key_env)
+    except EgressRefused as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _read(ref: EndpointRef) -> EndpointRead:
+    # Registrations older than the userinfo rule may hold one: never show it.
+    return EndpointRead.of(ref.model_copy(update={"url": redact_url(ref.url)}))
+
+
 @router.get("", response_model=list[EndpointRead])
 def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
     """Every registered endpoint, by name."""
-    return [EndpointRead.of(ref) for ref in store.list_endpoints()]
+    return [_read(ref) for ref in store.list_endpoints()]
 
 
 @router.post(
@@ -30,11 +49,13 @@ def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
     responses={409: {"model": Problem, "description": "The name is taken."}},
 )
 def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> EndpointRead:
-    """Register an endpoint; 409 when the name is taken (use PUT to change one)."""
+    """Register an endpoint; 409 when the name is taken (use PUT to change one). 422 when the
+    egress policy refuses its host or its ``api_key_env`` is outside the allowed prefix."""
+    _check_egress(body.url, body.api_key_env)
     ref = store.create_endpoint(  # Conflict → 409 (the app's handler)
         name=body.name, url=body.url, model=body.model, api_key_env=body.api_key_env
     )
-    return EndpointRead.of(ref)
+    return _read(ref)
 
 
 @router.get("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
@@ -42,7 +63,7 @@ def get_endpoint(name: PathKey, store: StoreDep, _: ReadScope) -> EndpointRead:
     ref = store.get_endpoint(name)
     if ref is None:
         raise _not_found(name)
-    return EndpointRead.of(ref)
+    return _read(ref)
 
 
 @router.put("/{name}", response_model=EndpointRead, responses={404: {"model": Problem}})
@@ -52,10 +73,11 @@ def update_endpoint(
     """Replace a registered endpoint's url, model and api_key_env; 404 when unknown."""
     if store.get_endpoint(name) is None:
         raise _not_found(name)
+    _check_egress(body.url, body.api_key_env)
     ref = store.upsert_endpoint(
         name=name, url=body.url, model=body.model, api_key_env=body.api_key_env
     )
-    return EndpointRead.of(ref)
+    return _read(ref)
 
 
 @router.delete(

@@ -24,6 +24,8 @@ from evalsvc.api._schemas import (
 )
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunInfo, RunSpec, RunStatus, RunVerdict
+from evalsvc.endpoints import redact_text, redact_url
+from evalsvc.reports import redact_report
 from evalsvc.services import history
 from evalsvc.services import runs as run_service
 
@@ -36,9 +38,8 @@ def _endpoint(value: RunEndpoint, store: Store) -> EndpointRef:
     if value.url is None:
         assert value.name is not None  # RunEndpoint's validator guarantees one of them
         return run_service.resolve_endpoint(value.name, store)  # UsageError when unknown
-    return EndpointRef(
-        url=value.url, model=value.model, name=value.name, api_key_env=value.api_key_env
-    )
+    # egress: an inline endpoint never carries credentials (RunEndpoint refuses api_key_env)
+    return EndpointRef(url=value.url, model=value.model, name=value.name)
 
 
 def run_spec(body: RunCreate, store: Store) -> RunSpec:
@@ -54,7 +55,13 @@ def run_spec(body: RunCreate, store: Store) -> RunSpec:
 
 
 def _read(run: RunInfo) -> RunRead:
-    return RunRead.model_validate(run.model_dump(exclude={"lease_owner", "lease_expires_at"}))
+    data = run.model_dump(exclude={"lease_owner", "lease_expires_at"})
+    # egress: runs stored before the userinfo rule may hold credentials in URLs or errors
+    for ref in [data["spec"]["baseline"], *data["spec"]["candidates"]]:
+        ref["url"] = redact_url(ref["url"])
+    if data.get("error"):
+        data["error"] = redact_text(data["error"])
+    return RunRead.model_validate(data)
 
 
 def _get(store: Store, run_id: str) -> RunInfo:
@@ -119,11 +126,12 @@ def get_report(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]
     run = _get(store, run_id)
     report = store.get_report(run.id)
     if report is None:
-        ended = f": {run.error}" if run.error else ""
+        ended = f": {redact_text(run.error)}" if run.error else ""
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"run {run.id} is {run.status.value}; no report{ended}"
         )
-    return report
+    redacted: dict[str, Any] = redact_report(report)  # egress: reports stored before the rule
+    return redacted
 
 
 @router.get(

@@ -39,6 +39,7 @@ def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
 def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> ScheduleRead:
     template = run_spec(body.template, store)
     run_service.load_suites(template, allow_paths=False)  # UsageError (422) for unknown suites
+    run_service.check_server_spec(template, store=store)  # egress: 422, as POST /runs
     try:
         created = store.add_schedule(
             name=body.name, cron=body.cron, template=template, start_at=body.start_at

@@ -229,14 +229,17 @@ class LmevalSuite(Suite):
         output = workdir / "out"
         cmd = self.command(python, client, output, n)
         env = {
-            **os.environ,
+            # egress: the subprocess gets no evalsvc setting (the database URL among them)
+            **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
             "HF_DATASETS_OFFLINE": "1",
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        if client.endpoint.api_key_env and os.environ.get(client.endpoint.api_key_env):
-            env["OPENAI_API_KEY"] = os.environ[client.endpoint.api_key_env]
+        if client.refusal:  # egress: never let the subprocess call what the client refuses
+            raise LmevalError(client.refusal)
+        if client.api_key:  # resolved under the run's egress policy (prefix rule in server mode)
+            env["OPENAI_API_KEY"] = client.api_key
         log_path = workdir / "lm_eval.log"
         cwd = self._include_dir() or workdir
         with log_path.open("wb") as log:
