@@ -118,4 +118,8 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)
+    # The web dashboard at "/" (pages, /static), over the same store and auth.
+    from evalsvc.dashboard import install as install_dashboard
+
+    install_dashboard(app)
     return app

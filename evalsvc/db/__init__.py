@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._dashboard_queries import DashboardQueries, RunFilters
 from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
@@ -25,9 +26,11 @@ __all__ = [
     "EXPORT_FORMATS",
     "IN_PROCESS_PREFIX",
     "Conflict",
+    "DashboardQueries",
     "DatabaseNotAtHead",
     "DatabaseUnavailable",
     "ExportFormat",
+    "RunFilters",
     "SampleWriter",
     "Store",
     "StoreError",
