@@ -15,8 +15,10 @@ import asyncio
 import math
 import re
 from collections import Counter, defaultdict
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,6 +45,7 @@ PROVENANCE_FIELDS = (
 #: Kinds whose samples are scored right/wrong per item (flips exist for them).
 BINARY_KINDS = frozenset({"needle", "reasoning", "lmeval"})
 
+T = TypeVar("T")
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+", re.UNICODE)
 
 
@@ -536,6 +539,16 @@ def first_divergence(a: str, b: str) -> dict[str, Any]:
     return {"index": i, "baseline": parts(ta), "candidate": parts(tb)}
 
 
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def _slice_of(kind: str, data: dict[str, Any]) -> str:
     if kind == "needle":
         return f"{data.get('context_length')} tokens @ depth {data.get('depth')}"
@@ -556,7 +569,7 @@ def _prompts(snapshot: dict[str, Any], ids: set[str]) -> dict[str, str]:
 
     try:
         suite = suite_kinds()["reasoning"](SuiteSpec.model_validate(snapshot["spec"]))
-        items = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+        items = _run_sync(suite.plan(None, Provenance()))  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - a prompt we cannot rebuild is just not shown
         return {}
     out = {}
