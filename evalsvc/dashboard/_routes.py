@@ -39,14 +39,15 @@ CSP = (
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
     autoescape=True,  # every {{ }} is HTML-escaped: model output is untrusted text
-    undefined=jinja2.StrictUndefined,
+    # A report of a partly failed run lacks keys: they render as "—", never as a 500.
+    undefined=jinja2.ChainableUndefined,
     trim_blocks=True,
     lstrip_blocks=True,
 )
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
+    if value is None or isinstance(value, jinja2.Undefined):
         return "—"
     if isinstance(value, bool):
         return str(value)

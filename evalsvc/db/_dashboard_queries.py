@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from evalsvc.domain import RunInfo, RunStatus
+from evalsvc.domain import RunInfo, RunStatus, Sample
 
 from . import _queue
 from ._orm import GateResultRow, RunCandidateRow, RunRow, SampleRow, SuiteSnapshotRow
@@ -86,9 +86,44 @@ def _conditions(f: RunFilters) -> list[sa.ColumnElement[bool]]:
 class DashboardQueries:
     """The dashboard's reads over one ``Database`` (``Store.dashboard``)."""
 
-    def __init__(self, db: Database, run_info: Any) -> None:
+    def __init__(self, db: Database, run_info: Any, sample: Any) -> None:
         self._db = db
         self._run_info = run_info
+        self._sample = sample
+
+    def sample_scores(
+        self, run_id: str, suite: str, fields: tuple[str, ...] = ()
+    ) -> list[tuple[str, str, int, float | None, dict[str, Any]]]:
+        """``(endpoint, item_id, repeat, score, {field: data[field]})`` of a suite's samples:
+        only the columns and JSON fields asked for (a 5,000-sample run's heatmap and flips
+        need the scores, not the outputs)."""
+        cols = [SampleRow.data[f] for f in fields]
+        stmt = sa.select(
+            SampleRow.endpoint, SampleRow.item_id, SampleRow.repeat, SampleRow.score, *cols
+        ).where(SampleRow.run_id == run_id, SampleRow.suite == suite).order_by(SampleRow.id)
+        with self._db.session(write=False) as session:
+            return [
+                (e, i, int(r), s, dict(zip(fields, rest, strict=True)))
+                for e, i, r, s, *rest in session.execute(stmt)
+            ]
+
+    def samples_of_items(self, run_id: str, suite: str, item_ids: list[str]) -> list[Sample]:
+        """Full samples (outputs included) of some items of a suite."""
+        out: list[Sample] = []
+        with self._db.session(write=False) as session:
+            for start in range(0, len(item_ids), 500):
+                chunk = item_ids[start : start + 500]
+                stmt = (
+                    sa.select(SampleRow)
+                    .where(
+                        SampleRow.run_id == run_id,
+                        SampleRow.suite == suite,
+                        SampleRow.item_id.in_(chunk),
+                    )
+                    .order_by(SampleRow.id)
+                )
+                out.extend(self._sample(row) for row in session.scalars(stmt))
+        return out
 
     def runs_page(
         self,

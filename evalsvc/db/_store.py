@@ -153,7 +153,7 @@ class Store:
     @property
     def dashboard(self) -> DashboardQueries:
         """The web dashboard's read-only queries (``_dashboard_queries``)."""
-        return DashboardQueries(self._db, _run_info)
+        return DashboardQueries(self._db, _run_info, _sample)
 
     def close(self) -> None:
         self._db.dispose()

@@ -376,23 +376,34 @@ def _pairs(samples: list[Sample], role: str) -> list[tuple[Sample, Sample]]:
     return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
 
 
-def needle_heatmap(samples: list[Sample], role: str, alpha: float = 0.05) -> dict[str, Any]:
+Scored = tuple[str, str, int, "float | None", dict[str, Any]]
+"""``(endpoint, item_id, repeat, score, data fields)`` (``Store.dashboard.sample_scores``)."""
+
+
+def _score_pairs(rows: list[Scored], role: str) -> list[tuple[Scored, Scored]]:
+    base = {(r[1], r[2]): r for r in rows if r[0] == "baseline"}
+    cand = {(r[1], r[2]): r for r in rows if r[0] == role}
+    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
+
+
+def needle_heatmap(rows: list[Scored], role: str, alpha: float = 0.05) -> dict[str, Any]:
     """Accuracy per (context length, depth) for baseline and candidate, and their paired Δ.
 
-    A cell is marked significant when the exact McNemar test of its paired outcomes (McNemar
-    1947; ``evalsvc.stats.mcnemar_exact``) rejects "no difference" at ``alpha`` after Holm's
+    ``rows`` carry the ``context_length`` and ``depth`` data fields. A cell is marked
+    significant when the exact McNemar test of its paired outcomes (McNemar 1947;
+    ``evalsvc.stats.mcnemar_exact``) rejects "no difference" at ``alpha`` after Holm's
     adjustment over the grid's cells (Holm 1979): with 20-odd cells, unadjusted tests would
     mark about one cell in twenty by chance.
     """
     cells: dict[tuple[int, float], dict[str, list[float]]] = defaultdict(
         lambda: {"b": [], "c": []}
     )
-    for sb, sc in _pairs(samples, role):
-        if sb.score is None or sc.score is None:
+    for rb, rc in _score_pairs(rows, role):
+        if rb[3] is None or rc[3] is None:
             continue
-        key = (int(sb.data.get("context_length", 0)), float(sb.data.get("depth", 0.0)))
-        cells[key]["b"].append(sb.score)
-        cells[key]["c"].append(sc.score)
+        key = (int(rb[4].get("context_length") or 0), float(rb[4].get("depth") or 0.0))
+        cells[key]["b"].append(float(rb[3]))
+        cells[key]["c"].append(float(rc[3]))
     keys = sorted(cells)
     out = []
     pvals = []
@@ -510,11 +521,12 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
         "details": details,
     }
     alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
-    if kind in ("needle", "determinism", "drift"):
+    if kind == "needle":
+        rows = store.dashboard.sample_scores(run_id, suite, ("context_length", "depth"))
+        view["heatmap"] = needle_heatmap(rows, role, alpha=alpha)
+    elif kind in ("determinism", "drift"):
         samples = store.get_samples(run_id, suite=suite)
-        if kind == "needle":
-            view["heatmap"] = needle_heatmap(samples, role, alpha=alpha)
-        elif kind == "drift":
+        if kind == "drift":
             view["distribution"] = _drift_distribution(samples, role)
         else:
             view["divergence"] = _determinism_extra(samples, role)
@@ -547,6 +559,12 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+_SLICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "needle": ("context_length", "depth"),
+    "reasoning": ("family", "level"),
+}
 
 
 def _slice_of(kind: str, data: dict[str, Any]) -> str:
@@ -601,25 +619,35 @@ def flips_view(
     rows: list[dict[str, Any]] = []
     slices: set[str] = set()
     counts = Counter[str]()
+    total = 0
     for snap in chosen:
-        samples = store.get_samples(run_id, suite=snap["name"])
+        fields = _SLICE_FIELDS.get(snap["kind"], ())
+        rows_s = store.dashboard.sample_scores(run_id, snap["name"], fields)
         found = []
-        for sb, sc in _pairs(samples, role or ""):
-            if sb.score is None or sc.score is None:
+        for rb, rc in _score_pairs(rows_s, role or ""):
+            if rb[3] is None or rc[3] is None or (rb[3] >= 0.5) == (rc[3] >= 0.5):
                 continue
-            if (sb.score >= 0.5) == (sc.score >= 0.5):
-                continue
-            way = "regression" if sb.score >= 0.5 else "improvement"
-            sl = _slice_of(snap["kind"], sb.data)
+            way = "regression" if rb[3] >= 0.5 else "improvement"
+            sl = _slice_of(snap["kind"], rb[4])
             slices.add(sl)
             counts[way] += 1
             if direction in ("regression", "improvement") and way != direction:
                 continue
             if slice_ and sl != slice_:
                 continue
-            found.append((sb, sc, way, sl))
-        prompts = _prompts(snap, {sb.item_id for sb, *_ in found[:limit]})
-        for sb, sc, way, sl in found:
+            found.append((rb, way, sl))
+        shown = found[: max(0, limit - len(rows))]
+        total += len(found)
+        if not shown:
+            continue
+        full = store.dashboard.samples_of_items(run_id, snap["name"], [r[1] for r, *_ in shown])
+        by_key = {(x.endpoint, x.item_id, x.repeat): x for x in full}
+        prompts = _prompts(snap, {r[1] for r, *_ in shown})
+        for rb, way, sl in shown:
+            sb = by_key.get(("baseline", rb[1], rb[2]))
+            sc = by_key.get((role or "", rb[1], rb[2]))
+            if sb is None or sc is None:
+                continue
             expected = sb.data.get("expected")
             rows.append({
                 "suite": snap["name"],
@@ -645,8 +673,8 @@ def flips_view(
         "slice": slice_ or "",
         "direction": direction or "",
         "counts": dict(counts),
-        "total": len(rows),
-        "rows": rows[:limit],
+        "total": total,
+        "rows": rows,
     }
 
 
