@@ -162,4 +162,8 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)
     document_errors(app)
+    # The web dashboard at "/" (pages, /static), over the same store and auth.
+    from evalsvc.dashboard import install as install_dashboard
+
+    install_dashboard(app)
     return app

@@ -10,6 +10,8 @@ Contract:
   Scopes nest: ``admin`` implies ``submit`` implies ``read``.
 - ``EVALSVC_API_AUTH=off`` (or ``create_app(auth=False)``) turns authentication off for local
   development; every request then acts with all scopes.
+- ``principal_for_token`` is the same check for a token that arrives another way: the web
+  dashboard's HttpOnly cookie (``evalsvc.dashboard``), accepted on dashboard routes only.
 """
 
 from __future__ import annotations
@@ -111,7 +113,13 @@ def _authenticate(
             "missing bearer token: send 'Authorization: Bearer <token>'",
             headers=challenge,
         )
-    info: dict[str, Any] | None = store.verify_api_token(credentials.credentials)
+    return principal_for_token(store, credentials.credentials)
+
+
+def principal_for_token(store: Store, token: str) -> Principal:
+    """The principal of a token (header or the dashboard's cookie); 401 when unknown/revoked."""
+    challenge = {"WWW-Authenticate": "Bearer"}
+    info: dict[str, Any] | None = store.verify_api_token(token)
     if info is None:
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token", headers=challenge

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._dashboard_queries import DashboardQueries, RunFilters
 from ._errors import (
     Conflict,
     DatabaseConfigError,
@@ -34,6 +35,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "IN_PROCESS_PREFIX",
     "Conflict",
+    "DashboardQueries",
     "DatabaseConfigError",
     "DatabaseNotAtHead",
     "DatabaseUnavailable",
@@ -43,6 +45,7 @@ __all__ = [
     "GateFigure",
     "Histogram",
     "MetricsSnapshot",
+    "RunFilters",
     "SampleWriter",
     "Store",
     "StoreError",

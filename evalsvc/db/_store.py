@@ -26,6 +26,7 @@ from evalsvc.domain import EndpointRef, Provenance, RunInfo, RunSpec, RunStatus,
 from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
+from ._dashboard_queries import DashboardQueries
 from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
 from ._orm import (
     ApiTokenRow,
@@ -167,6 +168,11 @@ class Store:
     @property
     def display_url(self) -> str:
         return redact_url(self.url)
+
+    @property
+    def dashboard(self) -> DashboardQueries:
+        """The web dashboard's read-only queries (``_dashboard_queries``)."""
+        return DashboardQueries(self._db, _run_info, _sample)
 
     def close(self) -> None:
         self._db.dispose()

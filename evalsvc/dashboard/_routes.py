@@ -1,0 +1,326 @@
+"""Routes of the web dashboard (HTML pages, report downloads, the live-status JSON).
+
+Contract: every page needs the ``read`` scope (see the package docstring); an unauthenticated
+browser is redirected to ``/login``. Unknown runs, suites or candidates answer 404 pages; bad
+filter values are reported on the page and ignored. Responses carry a CSP that only allows
+scripts from ``/static``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import parse_qs, quote, urlencode
+
+import jinja2
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
+
+from evalsvc import __version__
+from evalsvc.api._deps import IMPLIED_SCOPES, Principal, StateDep, StoreDep, principal_for_token
+from evalsvc.reports import to_junit, to_markdown
+from evalsvc.services import dashboard as svc
+
+_HERE = Path(__file__).resolve().parent
+COOKIE_NAME = "evalsvc_token"
+_ANON = Principal(name="anonymous (auth off)", scopes=IMPLIED_SCOPES["admin"])
+
+#: Scripts only from this server; styles may be set inline by the chart library's tooltips.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+    "form-action 'self'"
+)
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+    autoescape=True,  # every {{ }} is HTML-escaped: model output is untrusted text
+    # A report of a partly failed run lacks keys: they render as "—", never as a 500.
+    undefined=jinja2.ChainableUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None or isinstance(value, jinja2.Undefined):
+        return "—"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _pct(value: Any) -> str:
+    return "—" if not isinstance(value, (int, float)) else f"{100 * value:.0f}%"
+
+
+def _short(value: Any, n: int = 10) -> str:
+    return str(value)[:n]
+
+
+_env.filters.update(fmt=_fmt, pct=_pct, short=_short, urlq=lambda v: quote(str(v), safe=""))
+_env.globals.update(version=__version__, urlencode=urlencode)
+
+
+class LoginRequired(Exception):
+    """Raised by the auth dependency; answered with a redirect to the login page."""
+
+    def __init__(self, next_url: str, message: str | None = None) -> None:
+        super().__init__(message or "login required")
+        self.next_url, self.message = next_url, message
+
+
+def _principal(request: Request, state: StateDep, store: StoreDep) -> Principal:
+    if not state.auth:
+        return _ANON
+    token = request.cookies.get(COOKIE_NAME)
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        token = header[7:].strip() or token
+    next_url = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    if not token:
+        raise LoginRequired(next_url)
+    try:
+        principal = principal_for_token(store, token)
+    except HTTPException as exc:
+        raise LoginRequired(next_url, str(exc.detail)) from None
+    if "read" not in principal.scopes:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"token {principal.name!r} lacks 'read'")
+    return principal
+
+
+Viewer = Annotated[Principal, Depends(_principal)]
+router = APIRouter(include_in_schema=False)
+
+
+def _page(request: Request, template: str, viewer: Principal | None, **context: Any) -> HTMLResponse:
+    html = _env.get_template(template).render(
+        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON, **context
+    )
+    return HTMLResponse(html)
+
+
+def _not_found(request: Request, viewer: Principal, message: str) -> HTMLResponse:
+    resp = _page(request, "error.html", viewer, title="Not found", message=message)
+    resp.status_code = status.HTTP_404_NOT_FOUND
+    return resp
+
+
+# ------------------------------------------------------------------------------ login
+
+
+def _safe_next(value: str | None) -> str:
+    # Only local paths: an open redirect to another site would make the login page a phishing aid.
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value:
+        return "/"
+    return value
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_form(request: Request, state: StateDep, next: str = "/") -> HTMLResponse:
+    return _page(request, "login.html", None, title="Sign in", next=_safe_next(next),
+                 message=None, auth_off=not state.auth)
+
+
+@router.post("/login")
+async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (form.get("token") or [""])[0].strip()
+    next_url = _safe_next((form.get("next") or ["/"])[0])
+    message = None
+    if not token:
+        message = "Paste an API token (evalsvc tokens create NAME --scope read)."
+    else:
+        try:
+            principal = principal_for_token(store, token)
+        except HTTPException as exc:
+            message = str(exc.detail)
+        else:
+            if "read" not in principal.scopes:
+                message = f"token {principal.name!r} lacks the 'read' scope"
+    if message is not None:
+        resp = _page(request, "login.html", None, title="Sign in", next=next_url,
+                     message=message, auth_off=not state.auth)
+        resp.status_code = status.HTTP_401_UNAUTHORIZED
+        return resp
+    resp = RedirectResponse(next_url, status_code=status.HTTP_303_SEE_OTHER)
+    resp.set_cookie(
+        COOKIE_NAME,
+        token,
+        httponly=True,  # scripts (and any injected one) cannot read it
+        samesite="strict",  # never sent on cross-site requests: no CSRF through the cookie
+        secure=request.url.scheme == "https",
+        path="/",
+        max_age=12 * 3600,
+    )
+    return resp
+
+
+@router.post("/logout")
+def logout() -> Response:
+    resp = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
+    resp.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
+    return resp
+
+
+# ------------------------------------------------------------------------------ pages
+
+
+@router.get("/", response_class=HTMLResponse)
+def runs_page(
+    request: Request,
+    store: StoreDep,
+    viewer: Viewer,
+    endpoint: str = "",
+    suite: str = "",
+    verdict: str = "",
+    status_: Annotated[str, Query(alias="status")] = "",
+    label: str = "",
+    since: Annotated[str, Query(alias="from")] = "",
+    until: Annotated[str, Query(alias="to")] = "",
+    older: str = "",
+    newer: str = "",
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+) -> HTMLResponse:
+    filters, problems = svc.parse_filters(
+        endpoint=endpoint, suite=suite, verdict=verdict, status=status_, label=label,
+        since=since, until=until,
+    )
+    data = svc.runs_list(store, filters, older=older or None, newer=newer or None, limit=limit)
+    form = {"endpoint": endpoint, "suite": suite, "verdict": verdict, "status": status_,
+            "label": label, "from": since, "to": until}
+    kept = {k: v for k, v in form.items() if v}
+    if limit != 50:
+        kept["limit"] = str(limit)
+    live = [r["id"] for r in data["rows"] if r["progress"] is not None]
+    return _page(request, "runs.html", viewer, title="Runs", data=data, form=form, kept=kept,
+                 problems=problems, live=live)
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str, store: StoreDep, viewer: Viewer) -> HTMLResponse:
+    try:
+        page = svc.run_page(store, run_id)
+    except svc.NotFound as exc:
+        return _not_found(request, viewer, str(exc))
+    live = [run_id] if page["run"]["status"] in ("queued", "running") else []
+    return _page(request, "run.html", viewer, title=f"Run {run_id[:10]}", page=page, live=live)
+
+
+@router.get("/runs/{run_id}/suites/{suite}", response_class=HTMLResponse)
+def suite_page(
+    request: Request, run_id: str, suite: str, store: StoreDep, viewer: Viewer,
+    candidate: str = "candidate:0",
+) -> HTMLResponse:
+    try:
+        view = svc.suite_view(store, run_id, suite, candidate)
+    except svc.NotFound as exc:
+        return _not_found(request, viewer, str(exc))
+    return _page(request, "suite.html", viewer, title=f"{suite} · {view['candidate']}",
+                 view=view)
+
+
+@router.get("/runs/{run_id}/flips", response_class=HTMLResponse)
+def flips_page(
+    request: Request, run_id: str, store: StoreDep, viewer: Viewer,
+    suite: str = "", candidate: str = "", slice: str = "", direction: str = "",
+) -> HTMLResponse:
+    try:
+        view = svc.flips_view(store, run_id, suite=suite or None, role=candidate or None,
+                              slice_=slice or None, direction=direction or None)
+    except svc.NotFound as exc:
+        return _not_found(request, viewer, str(exc))
+    return _page(request, "flips.html", viewer, title=f"Flips · run {run_id[:10]}", view=view)
+
+
+@router.get("/runs/{run_id}/report.{fmt}")
+def report_download(run_id: str, fmt: str, store: StoreDep, viewer: Viewer) -> Response:
+    """The stored JSON report, or JUnit XML / Markdown rendered from it (what ``compare``
+    writes with ``--json``/``--junit``/``--markdown``)."""
+    report = store.get_report(run_id)
+    if report is None:
+        return PlainTextResponse(f"run {run_id!r} has no report (yet)", status_code=404)
+    name = f"evalsvc-{run_id[:12]}"
+    if fmt == "json":
+        body, ctype = json.dumps(report, indent=2), "application/json"
+    elif fmt == "xml":
+        body, ctype = to_junit(report), "application/xml"
+    elif fmt == "md":
+        body, ctype = to_markdown(report), "text/markdown; charset=utf-8"
+    else:
+        return PlainTextResponse("formats: json, xml (JUnit), md", status_code=404)
+    return Response(body, media_type=ctype,
+                    headers={"Content-Disposition": f'attachment; filename="{name}.{fmt}"'})
+
+
+@router.get("/trends", response_class=HTMLResponse)
+def trends_page(
+    request: Request, store: StoreDep, viewer: Viewer,
+    baseline: str = "", candidate: str = "", suite: str = "",
+) -> HTMLResponse:
+    pairs = svc.trend_pairs(store)
+    chosen = None
+    if baseline and candidate and suite:
+        chosen = svc.trend(store, baseline_url=baseline, candidate_url=candidate, suite=suite)
+    elif pairs:
+        p = pairs[0]
+        chosen = svc.trend(store, baseline_url=p["baseline_url"],
+                           candidate_url=p["candidate_url"], suite=p["suite"])
+    return _page(request, "trends.html", viewer, title="Trends", pairs=pairs, chosen=chosen)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request, store: StoreDep, viewer: Viewer, a: str = "", b: str = ""
+) -> HTMLResponse:
+    view = None
+    message = None
+    if a and b:
+        try:
+            view = svc.compare_runs(store, a.strip(), b.strip())
+        except svc.NotFound as exc:
+            message = str(exc)
+    return _page(request, "compare.html", viewer, title="Compare runs", view=view, a=a, b=b,
+                 message=message)
+
+
+@router.get("/ui/live")
+def live(store: StoreDep, viewer: Viewer, ids: str = "") -> JSONResponse:
+    """Status and progress of the given runs (comma-separated ids); the pages poll this."""
+    wanted = [i for i in ids.split(",") if i and len(i) <= 64 and i.isalnum()]
+    return JSONResponse(svc.live_status(store, wanted), headers={"Cache-Control": "no-store"})
+
+
+# ------------------------------------------------------------------------------ install
+
+
+def install(app: FastAPI) -> None:
+    """Add the dashboard to the API app: pages, static files, login redirect, CSP header."""
+
+    async def login_required(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, LoginRequired)
+        if request.url.path.startswith("/ui/"):
+            return JSONResponse({"detail": exc.message or "login required"}, status_code=401)
+        return RedirectResponse(f"/login?next={quote(exc.next_url, safe='')}",
+                                status_code=status.HTTP_303_SEE_OTHER)
+
+    app.add_exception_handler(LoginRequired, login_required)
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="dashboard-static")
+
+    @app.middleware("http")
+    async def security_headers(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        if not request.url.path.startswith(("/api/", "/docs", "/redoc", "/openapi")):
+            response.headers.setdefault("Content-Security-Policy", CSP)
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
+            response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response

@@ -1,0 +1,748 @@
+"""The web dashboard's use cases: what each page shows, as plain dicts (no HTML here).
+
+Contract: functions take a ``Store`` and request values and return JSON-able dicts built from
+the stored run (its report, gates, snapshots and samples); they never format HTML (the views in
+``evalsvc.dashboard`` do, with escaping) and never build SQL (``Store.dashboard`` does). A run
+that failed part-way or has no report yet still renders: missing pieces are ``None``/empty,
+never an error. Numbers shown are the gate's own (from the report); the only statistics
+computed here are the per-cell tests of the needle heatmap (exact McNemar per cell, Holm across
+the cells), which the gate does not report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import numpy as np
+
+from evalsvc.db import RunFilters, Store
+from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
+from evalsvc.stats import holm, mcnemar_exact
+
+#: Provenance fields shown side by side on the run page (the issue's list, then the rest).
+PROVENANCE_FIELDS = (
+    "model",
+    "engine",
+    "version",
+    "kv_cache_dtype",
+    "quantization",
+    "kv_capacity_tokens",
+    "max_context",
+    "block_size",
+    "num_gpu_blocks",
+    "prefix_caching",
+    "root",
+    "tokenizer_fingerprint",
+)
+
+#: Kinds whose samples are scored right/wrong per item (flips exist for them).
+BINARY_KINDS = frozenset({"needle", "reasoning", "lmeval"})
+
+T = TypeVar("T")
+_TOKEN = re.compile(r"\w+|[^\w\s]|\s+", re.UNICODE)
+
+
+class NotFound(LookupError):
+    """No such run (the views answer 404)."""
+
+
+def _iso(t: datetime | None) -> str | None:
+    return t.astimezone(UTC).isoformat() if t else None
+
+
+def encode_cursor(run: RunInfo) -> str:
+    return f"{run.created_at.astimezone(UTC).isoformat()}~{run.id}"
+
+
+def decode_cursor(value: str | None) -> tuple[datetime, str] | None:
+    """``"<iso time>~<run id>"`` back to a keyset cursor; None for empty or malformed input."""
+    if not value or "~" not in value:
+        return None
+    when, _, rid = value.rpartition("~")
+    try:
+        t = datetime.fromisoformat(when)
+    except ValueError:
+        return None
+    if not re.fullmatch(r"[0-9a-f]{1,64}", rid):
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)), rid
+
+
+def parse_filters(
+    *,
+    endpoint: str | None = None,
+    suite: str | None = None,
+    verdict: str | None = None,
+    status: str | None = None,
+    label: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+) -> tuple[RunFilters, list[str]]:
+    """Query-string values to ``RunFilters``, and the problems found (bad values are ignored
+    with a message shown on the page, never a 500)."""
+    problems: list[str] = []
+
+    def day(value: str | None, what: str) -> datetime | None:
+        if not value:
+            return None
+        try:
+            return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        except ValueError:
+            problems.append(f"{what}: {value!r} is not a date (YYYY-MM-DD)")
+            return None
+
+    if status and status not in {s.value for s in RunStatus}:
+        problems.append(f"status: unknown value {status!r}")
+        status = None
+    if verdict and verdict not in {"pass", "fail", "inconclusive", "error"}:
+        problems.append(f"verdict: unknown value {verdict!r}")
+        verdict = None
+    pair: tuple[str, str] | None = None
+    if label:
+        key, eq, value = label.partition("=")
+        if eq and key.strip():
+            pair = (key.strip(), value.strip())
+        else:
+            problems.append(f"label: {label!r} is not key=value")
+    start = day(since, "from")
+    end = day(until, "to")
+    return (
+        RunFilters(
+            endpoint=endpoint or None,
+            suite=suite or None,
+            verdict=verdict or None,
+            status=status or None,
+            label=pair,
+            since=start,
+            until=end + timedelta(days=1) if end else None,  # "to" is inclusive
+        ),
+        problems,
+    )
+
+
+def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
+    """Items done / planned per suite and endpoint. Done counts are the stored samples (live for
+    every run); planned comes from the worker's progress record when it has one."""
+    planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
+    suites = list(dict.fromkeys([*planned, *stored]))
+    rows = []
+    done_total = planned_total = 0
+    for suite in suites:
+        per = stored.get(suite, {})
+        roles = sorted(per, key=lambda r: (r != "baseline", r))
+        for role in roles or ["baseline"]:
+            n, errors = per.get(role, [0, 0])
+            p = planned.get(suite)
+            rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
+                         "planned": p})
+            done_total += n
+            planned_total += p or 0
+    return {
+        "rows": rows,
+        "done": done_total,
+        "planned": planned_total or None,
+        "fraction": (min(1.0, done_total / planned_total) if planned_total else None),
+    }
+
+
+def _run_row(run: RunInfo, gates: list[dict[str, Any]], stored: Any) -> dict[str, Any]:
+    spec = run.spec
+    return {
+        "id": run.id,
+        "status": run.status.value,
+        "verdict": run.verdict,
+        "error": run.error,
+        "created_at": _iso(run.created_at),
+        "finished_at": _iso(run.finished_at),
+        "baseline": spec.baseline.name or spec.baseline.model or spec.baseline.url,
+        "baseline_url": spec.baseline.url,
+        "candidates": [c.name or c.model or c.url for c in spec.candidates],
+        "suites": list(spec.suites),
+        "labels": dict(spec.labels),
+        "schedule_id": run.schedule_id,
+        "gates": [
+            {"candidate": g.get("candidate"), "suite": g.get("suite"), "verdict": g.get("verdict")}
+            for g in gates
+        ],
+        "progress": _progress(run, stored)
+        if run.status in (RunStatus.queued, RunStatus.running)
+        else None,
+    }
+
+
+def runs_list(
+    store: Store,
+    filters: RunFilters,
+    *,
+    older: str | None = None,
+    newer: str | None = None,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """One page of the runs list with its total and the cursors of the neighbouring pages."""
+    older_c, newer_c = decode_cursor(older), decode_cursor(newer)
+    runs, total, more = store.dashboard.runs_page(
+        filters, limit=limit, older_than=older_c, newer_than=None if older_c else newer_c
+    )
+    ids = [r.id for r in runs]
+    live = [r.id for r in runs if r.status in (RunStatus.queued, RunStatus.running)]
+    gates = store.dashboard.gate_rows(ids)
+    stored = store.dashboard.sample_progress(live)
+    paging_newer = newer_c is not None and older_c is None
+    return {
+        "rows": [_run_row(r, gates.get(r.id, []), stored.get(r.id, {})) for r in runs],
+        "total": total,
+        # Keyset paging: "older" continues after the last row, "newer" before the first.
+        "older": encode_cursor(runs[-1]) if runs and (more or paging_newer) else None,
+        "newer": encode_cursor(runs[0]) if runs and (older_c or (paging_newer and more)) else None,
+    }
+
+
+def live_status(store: Store, run_ids: list[str]) -> dict[str, Any]:
+    """Status, verdict and progress of a few runs (the pages poll this while runs are live)."""
+    out: dict[str, Any] = {}
+    ids = list(dict.fromkeys(run_ids))[:200]
+    stored = store.dashboard.sample_progress(ids)
+    for rid in ids:
+        run = store.get_run(rid)
+        if run is None:
+            continue
+        out[rid] = {
+            "status": run.status.value,
+            "verdict": run.verdict,
+            "error": run.error,
+            "progress": _progress(run, stored.get(rid, {})),
+        }
+    return out
+
+
+def _get(store: Store, run_id: str) -> RunInfo:
+    run = store.get_run(run_id) if re.fullmatch(r"[0-9a-f]{1,64}", run_id) else None
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    return run
+
+
+def _boundary(s: dict[str, Any]) -> float | None:
+    """Where the gate's null boundary sits on the Δ axis (GateOutcome's conventions)."""
+    margin = s.get("margin")
+    if margin is None:
+        return None
+    hib = (s.get("details") or {}).get("higher_is_better", True)
+    return -float(margin) if hib else float(margin)
+
+
+def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
+    """Geometry of the Δ/CI bar against the margin line, in percent of the drawing's width."""
+    ci = s.get("ci") or [None, None]
+    delta, bound = s.get("delta"), _boundary(s)
+    values = [v for v in (*ci, delta, bound, 0.0) if isinstance(v, (int, float))]
+    if delta is None or len(values) < 3 or ci[0] is None or ci[1] is None:
+        return None
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.1 or 0.01
+    lo, hi = lo - pad, hi + pad
+
+    def x(v: float) -> float:
+        return round(100 * (v - lo) / (hi - lo), 2)
+
+    return {
+        "lo": x(ci[0]),
+        "hi": x(ci[1]),
+        "delta": x(delta),
+        "zero": x(0.0),
+        "margin": x(bound) if bound is not None else None,
+        "range": [lo, hi],
+    }
+
+
+def _provenance(snapshots: dict[str, tuple[Any, Provenance]], report: dict[str, Any] | None,
+                run: RunInfo) -> dict[str, Any]:
+    """Baseline and candidates side by side; a field differs when any endpoint's value does."""
+    roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+    columns = []
+    for i, role in enumerate(roles):
+        ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
+        prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
+        columns.append({"role": role, "label": ref.name or ref.model or ref.url, "url": ref.url,
+                        "values": prov})
+    rows = []
+    for name in PROVENANCE_FIELDS:
+        vals = [c["values"].get(name) for c in columns]
+        if all(v is None for v in vals):
+            continue
+        shown = ["—" if v is None else str(v) for v in vals]
+        rows.append({"field": name, "values": shown, "differs": len(set(shown)) > 1})
+    caps = sorted({k for c in columns for k in (c["values"].get("capabilities") or {})})
+    for cap in caps:
+        shown = [str((c["values"].get("capabilities") or {}).get(cap, "—")) for c in columns]
+        rows.append({"field": f"capability: {cap}", "values": shown,
+                     "differs": len(set(shown)) > 1})
+    return {"columns": [{k: c[k] for k in ("role", "label", "url")} for c in columns],
+            "rows": rows}
+
+
+def run_page(store: Store, run_id: str) -> dict[str, Any]:
+    """Everything the run page shows: status, gates with CI geometry, findings, provenance."""
+    from evalsvc.reports import findings, headline
+
+    run = _get(store, run_id)
+    report = store.get_report(run_id)
+    snapshots = store.get_endpoint_snapshots(run_id)
+    suites = store.get_suite_snapshots(run_id)
+    kinds = {s["name"]: s["kind"] for s in suites}
+    stored = store.dashboard.sample_progress([run_id]).get(run_id, {})
+    gates: list[dict[str, Any]] = []
+    if report:
+        for cand in report.get("candidates") or []:
+            for s in cand.get("suites") or []:
+                d = s.get("details") or {}
+                gates.append({
+                    "candidate": cand.get("name") or cand.get("model") or cand.get("url"),
+                    "role": cand.get("role"),
+                    "suite": s.get("suite"),
+                    "kind": s.get("kind"),
+                    "verdict": s.get("verdict"),
+                    "gated": s.get("gated", True),
+                    "metric": s.get("metric"),
+                    "baseline": s.get("baseline"),
+                    "candidate_value": s.get("candidate"),
+                    "delta": s.get("delta"),
+                    "ci": s.get("ci"),
+                    "margin": s.get("margin"),
+                    "boundary": _boundary(s),
+                    "p_value": s.get("p_value"),
+                    "n": s.get("n"),
+                    "n_planned": s.get("n_planned"),
+                    "n_errors": s.get("n_errors"),
+                    "mde": s.get("mde"),
+                    "test": s.get("test"),
+                    "bar": _ci_bar(s),
+                    "headline": headline(s),
+                    "findings": findings(s),
+                    "error_examples": d.get("error_examples") or [],
+                    "reason": d.get("reason"),
+                })
+    return {
+        "run": {
+            "id": run.id,
+            "status": run.status.value,
+            "verdict": run.verdict,
+            "error": run.error,
+            "created_at": _iso(run.created_at),
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+            "labels": dict(run.spec.labels),
+            "suites_requested": list(run.spec.suites),
+            "options": run.spec.options.model_dump(mode="json"),
+            "baseline_url": run.spec.baseline.url,
+            "candidate_urls": [c.url for c in run.spec.candidates],
+            "schedule_id": run.schedule_id,
+        },
+        "warnings": (report or {}).get("warnings") or [],
+        "has_report": report is not None,
+        "suites": [{"name": s["name"], "kind": s["kind"], "version": s["version"]}
+                   for s in suites],
+        "kinds": kinds,
+        "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
+                       for i, c in enumerate(run.spec.candidates)],
+        "gates": gates,
+        "provenance": _provenance(snapshots, report, run),
+        "progress": _progress(run, stored),
+    }
+
+
+# ---------------------------------------------------------------------------- per-kind views
+
+
+def _suite_entry(report: dict[str, Any] | None, suite: str, role: str) -> dict[str, Any] | None:
+    for cand in (report or {}).get("candidates") or []:
+        if cand.get("role") == role:
+            for s in cand.get("suites") or []:
+                if s.get("suite") == suite:
+                    return dict(s)
+    return None
+
+
+def _pairs(samples: list[Sample], role: str) -> list[tuple[Sample, Sample]]:
+    base = {(s.item_id, s.repeat): s for s in samples if s.endpoint == "baseline"}
+    cand = {(s.item_id, s.repeat): s for s in samples if s.endpoint == role}
+    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
+
+
+Scored = tuple[str, str, int, "float | None", dict[str, Any]]
+"""``(endpoint, item_id, repeat, score, data fields)`` (``Store.dashboard.sample_scores``)."""
+
+
+def _score_pairs(rows: list[Scored], role: str) -> list[tuple[Scored, Scored]]:
+    base = {(r[1], r[2]): r for r in rows if r[0] == "baseline"}
+    cand = {(r[1], r[2]): r for r in rows if r[0] == role}
+    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
+
+
+def needle_heatmap(rows: list[Scored], role: str, alpha: float = 0.05) -> dict[str, Any]:
+    """Accuracy per (context length, depth) for baseline and candidate, and their paired Δ.
+
+    ``rows`` carry the ``context_length`` and ``depth`` data fields. A cell is marked
+    significant when the exact McNemar test of its paired outcomes (McNemar 1947;
+    ``evalsvc.stats.mcnemar_exact``) rejects "no difference" at ``alpha`` after Holm's
+    adjustment over the grid's cells (Holm 1979): with 20-odd cells, unadjusted tests would
+    mark about one cell in twenty by chance.
+    """
+    cells: dict[tuple[int, float], dict[str, list[float]]] = defaultdict(
+        lambda: {"b": [], "c": []}
+    )
+    for rb, rc in _score_pairs(rows, role):
+        if rb[3] is None or rc[3] is None:
+            continue
+        key = (int(rb[4].get("context_length") or 0), float(rb[4].get("depth") or 0.0))
+        cells[key]["b"].append(float(rb[3]))
+        cells[key]["c"].append(float(rc[3]))
+    keys = sorted(cells)
+    out = []
+    pvals = []
+    for key in keys:
+        b, c = cells[key]["b"], cells[key]["c"]
+        worse = sum(1 for x, y in zip(b, c, strict=True) if x >= 0.5 > y)
+        better = sum(1 for x, y in zip(b, c, strict=True) if y >= 0.5 > x)
+        p = mcnemar_exact(worse, better)
+        pvals.append(p)
+        out.append({
+            "context_length": key[0],
+            "depth": key[1],
+            "n": len(b),
+            "baseline": float(np.mean(b)),
+            "candidate": float(np.mean(c)),
+            "delta": float(np.mean(c) - np.mean(b)),
+            "regressions": worse,
+            "improvements": better,
+            "p": p,
+        })
+    adjusted = holm(pvals) if pvals else []
+    for cell, p_adj in zip(out, adjusted, strict=True):
+        cell["p_holm"] = float(p_adj)
+        cell["significant"] = bool(p_adj <= alpha)
+    return {
+        "lengths": sorted({k[0] for k in keys}),
+        "depths": sorted({k[1] for k in keys}),
+        "cells": out,
+        "alpha": alpha,
+    }
+
+
+def _histogram(values: list[float], bins: int = 20) -> dict[str, Any]:
+    if not values:
+        return {"edges": [], "counts": []}
+    counts, edges = np.histogram(np.asarray(values, dtype=float), bins=bins)
+    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+
+
+def _drift_distribution(samples: list[Sample], role: str) -> dict[str, Any]:
+    """Per-position KLD values pooled over passages (the report keeps only percentiles)."""
+    from evalsvc.suites.kinds.drift import compare_positions, decode_positions
+
+    klds: list[float] = []
+    per_passage: list[dict[str, Any]] = []
+    for sb, sc in _pairs(samples, role):
+        if sb.error or sc.error or not sb.data or not sc.data:
+            continue
+        try:
+            pb, pc = decode_positions(sb.data), decode_positions(sc.data)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if [p.ref for p in pb] != [p.ref for p in pc]:
+            continue
+        comp = compare_positions(pb, pc)
+        k = [float(v) for v in comp.get("kld", [])]
+        if k:
+            klds.extend(k)
+            per_passage.append({"item": sb.item_id, "mean": float(np.mean(k)),
+                                "max": float(np.max(k)), "positions": len(k)})
+    # Log-spaced bins: KLD spans orders of magnitude between positions.
+    positive = [v for v in klds if v > 0]
+    hist: dict[str, Any] = {"edges": [], "counts": []}
+    if positive:
+        lo, hi = math.log10(min(positive)), math.log10(max(positive))
+        edges = np.logspace(lo, hi if hi > lo else lo + 1, 25)
+        counts, edges = np.histogram(positive, bins=edges)
+        hist = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts],
+                "zeros": len(klds) - len(positive)}
+    return {"histogram": hist, "passages": per_passage, "positions": len(klds)}
+
+
+def _determinism_extra(samples: list[Sample], role: str) -> dict[str, Any]:
+    """First-divergence positions per side and condition, and tie vs confident flips."""
+    out: dict[str, Any] = {}
+    for side, name in (("baseline", "baseline"), (role, "candidate")):
+        firsts: dict[str, list[int]] = defaultdict(list)
+        flips: Counter[str] = Counter()
+        for s in samples:
+            if s.endpoint != side or s.score is None:
+                continue
+            cond = str(s.data.get("condition"))
+            if s.data.get("first_divergence") is not None:
+                firsts[cond].append(int(s.data["first_divergence"]))
+            if s.data.get("flip") in ("tie", "confident"):
+                flips[str(s.data["flip"])] += 1
+        out[name] = {"first_divergence": {k: sorted(v) for k, v in sorted(firsts.items())},
+                     "flips": dict(flips)}
+    return out
+
+
+def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, Any]:
+    """The kind-specific page of one suite for one candidate."""
+    run = _get(store, run_id)
+    snaps = {s["name"]: s for s in store.get_suite_snapshots(run_id)}
+    if suite not in snaps:
+        raise NotFound(f"run {run_id} has no suite {suite!r}")
+    kind = snaps[suite]["kind"]
+    roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
+    if role not in roles:
+        raise NotFound(f"run {run_id} has no candidate {role!r}")
+    report = store.get_report(run_id)
+    entry = _suite_entry(report, suite, role)
+    details = (entry or {}).get("details") or {}
+    view: dict[str, Any] = {
+        "run_id": run_id,
+        "suite": suite,
+        "kind": kind,
+        "role": role,
+        "candidate": run.spec.candidates[roles.index(role)].name
+        or run.spec.candidates[roles.index(role)].model
+        or run.spec.candidates[roles.index(role)].url,
+        "roles": roles,
+        "gate": entry,
+        "details": details,
+    }
+    alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
+    if kind == "needle":
+        rows = store.dashboard.sample_scores(run_id, suite, ("context_length", "depth"))
+        view["heatmap"] = needle_heatmap(rows, role, alpha=alpha)
+    elif kind in ("determinism", "drift"):
+        samples = store.get_samples(run_id, suite=suite)
+        if kind == "drift":
+            view["distribution"] = _drift_distribution(samples, role)
+        else:
+            view["divergence"] = _determinism_extra(samples, role)
+    return view
+
+
+# ---------------------------------------------------------------------------- flips
+
+
+def first_divergence(a: str, b: str) -> dict[str, Any]:
+    """Split two outputs at their first differing token (words, punctuation and runs of
+    whitespace; the endpoints' own token ids are not stored), for highlighting."""
+    ta, tb = _TOKEN.findall(a), _TOKEN.findall(b)
+    i = 0
+    while i < min(len(ta), len(tb)) and ta[i] == tb[i]:
+        i += 1
+
+    def parts(tokens: list[str]) -> dict[str, str]:
+        return {"same": "".join(tokens[:i]), "first": tokens[i] if i < len(tokens) else "",
+                "rest": "".join(tokens[i + 1:])}
+
+    return {"index": i, "baseline": parts(ta), "candidate": parts(tb)}
+
+
+def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine from sync code, also when this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+_SLICE_FIELDS: dict[str, tuple[str, ...]] = {
+    "needle": ("context_length", "depth"),
+    "reasoning": ("family", "level"),
+}
+
+
+def _slice_of(kind: str, data: dict[str, Any]) -> str:
+    if kind == "needle":
+        return f"{data.get('context_length')} tokens @ depth {data.get('depth')}"
+    if kind == "reasoning":
+        return f"{data.get('family')} L{data.get('level')}"
+    return "all"
+
+
+def _prompts(snapshot: dict[str, Any], ids: set[str]) -> dict[str, str]:
+    """Prompts of the items whose plan needs no endpoint (reasoning: seeded generation), as text.
+
+    Needle prompts are thousands of tokens sized on the endpoint's tokenizer: they are described
+    by their slice and expected value instead of being rebuilt.
+    """
+    if snapshot.get("kind") != "reasoning" or not ids:
+        return {}
+    from evalsvc.suites import SuiteSpec, suite_kinds
+
+    try:
+        suite = suite_kinds()["reasoning"](SuiteSpec.model_validate(snapshot["spec"]))
+        items = _run_sync(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - a prompt we cannot rebuild is just not shown
+        return {}
+    out = {}
+    for item in items:
+        if item.id in ids:
+            msgs = item.prompt if isinstance(item.prompt, list) else [
+                {"role": "user", "content": item.prompt}]
+            out[item.id] = "\n\n".join(f"[{m['role']}] {m['content']}" for m in msgs)
+    return out
+
+
+def flips_view(
+    store: Store,
+    run_id: str,
+    *,
+    suite: str | None = None,
+    role: str | None = None,
+    slice_: str | None = None,
+    direction: str | None = None,
+    limit: int = 200,
+) -> dict[str, Any]:
+    """Items whose score flipped between baseline and candidate, with both outputs."""
+    run = _get(store, run_id)
+    snaps = store.get_suite_snapshots(run_id)
+    binary = [s for s in snaps if s["kind"] in BINARY_KINDS]
+    roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
+    role = role if role in roles else (roles[0] if roles else None)
+    chosen = [s for s in binary if suite in (None, "", s["name"])]
+    rows: list[dict[str, Any]] = []
+    slices: set[str] = set()
+    counts = Counter[str]()
+    total = 0
+    for snap in chosen:
+        fields = _SLICE_FIELDS.get(snap["kind"], ())
+        rows_s = store.dashboard.sample_scores(run_id, snap["name"], fields)
+        found = []
+        for rb, rc in _score_pairs(rows_s, role or ""):
+            if rb[3] is None or rc[3] is None or (rb[3] >= 0.5) == (rc[3] >= 0.5):
+                continue
+            way = "regression" if rb[3] >= 0.5 else "improvement"
+            sl = _slice_of(snap["kind"], rb[4])
+            slices.add(sl)
+            counts[way] += 1
+            if direction in ("regression", "improvement") and way != direction:
+                continue
+            if slice_ and sl != slice_:
+                continue
+            found.append((rb, way, sl))
+        shown = found[: max(0, limit - len(rows))]
+        total += len(found)
+        if not shown:
+            continue
+        full = store.dashboard.samples_of_items(run_id, snap["name"], [r[1] for r, *_ in shown])
+        by_key = {(x.endpoint, x.item_id, x.repeat): x for x in full}
+        prompts = _prompts(snap, {r[1] for r, *_ in shown})
+        for rb, way, sl in shown:
+            sb = by_key.get(("baseline", rb[1], rb[2]))
+            sc = by_key.get((role or "", rb[1], rb[2]))
+            if sb is None or sc is None:
+                continue
+            expected = sb.data.get("expected")
+            rows.append({
+                "suite": snap["name"],
+                "kind": snap["kind"],
+                "item_id": sb.item_id,
+                "repeat": sb.repeat,
+                "direction": way,
+                "slice": sl,
+                "expected": expected if isinstance(expected, (str, int, float)) or expected is None
+                else ", ".join(str(e) for e in expected),
+                "prompt": prompts.get(sb.item_id),
+                "baseline_output": sb.output,
+                "candidate_output": sc.output,
+                "diff": first_divergence(sb.output, sc.output),
+            })
+    return {
+        "run_id": run_id,
+        "role": role,
+        "roles": roles,
+        "suites": [s["name"] for s in binary],
+        "suite": suite or "",
+        "slices": sorted(slices),
+        "slice": slice_ or "",
+        "direction": direction or "",
+        "counts": dict(counts),
+        "total": total,
+        "rows": rows,
+    }
+
+
+# ---------------------------------------------------------------------------- trends, compare
+
+
+def trend_pairs(store: Store) -> list[dict[str, Any]]:
+    return [{**p, "last": _iso(p["last"])} for p in store.dashboard.gate_pairs()]
+
+
+def trend(store: Store, *, baseline_url: str, candidate_url: str, suite: str) -> dict[str, Any]:
+    """Δ with its CI and the verdict of every completed run of this (baseline, candidate,
+    suite), oldest first."""
+    points = []
+    want = candidate_url.rstrip("/")
+    for row in store.dashboard.gate_history(baseline_url=baseline_url, suite=suite):
+        p = row["payload"]
+        if str(p.get("candidate_url") or "").rstrip("/") != want:
+            continue
+        ci = p.get("ci") or [None, None]
+        points.append({
+            "run_id": row["run_id"],
+            "time": _iso(row["created_at"]),
+            "delta": p.get("delta"),
+            "ci_low": ci[0],
+            "ci_high": ci[1],
+            "boundary": _boundary(p),
+            "verdict": p.get("verdict"),
+            "n": p.get("n"),
+        })
+    return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
+            "points": points}
+
+
+def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:
+    """Two runs side by side: gates matched by (candidate URL, suite), provenance per role."""
+    pa, pb = run_page(store, a), run_page(store, b)
+    warnings = []
+    if pa["run"]["baseline_url"] != pb["run"]["baseline_url"]:
+        warnings.append("the runs have different baselines")
+    if pa["run"]["candidate_urls"] != pb["run"]["candidate_urls"]:
+        warnings.append("the runs have different candidates")
+
+    def key(g: dict[str, Any], page: dict[str, Any]) -> tuple[str, str]:
+        idx = int(str(g.get("role") or "candidate:0").split(":")[-1])
+        urls = page["run"]["candidate_urls"]
+        return (urls[idx] if idx < len(urls) else str(g.get("role")), str(g.get("suite")))
+
+    ga = {key(g, pa): g for g in pa["gates"]}
+    gb = {key(g, pb): g for g in pb["gates"]}
+    rows = []
+    for k in list(dict.fromkeys([*ga, *gb])):
+        x, y = ga.get(k), gb.get(k)
+        dx = (x or {}).get("delta")
+        dy = (y or {}).get("delta")
+        rows.append({
+            "candidate_url": k[0],
+            "suite": k[1],
+            "a": x,
+            "b": y,
+            "delta_change": dy - dx if isinstance(dx, (int, float)) and isinstance(
+                dy, (int, float)) else None,
+            "verdict_changed": (x or {}).get("verdict") != (y or {}).get("verdict"),
+        })
+    prov = []
+    for ra, rb in zip(pa["provenance"]["rows"], pb["provenance"]["rows"], strict=False):
+        if ra["field"] == rb["field"]:
+            prov.append({"field": ra["field"], "a": ra["values"], "b": rb["values"],
+                         "changed": ra["values"] != rb["values"]})
+    return {"a": pa["run"], "b": pb["run"], "rows": rows, "provenance": prov,
+            "warnings": warnings}
