@@ -10,7 +10,7 @@ CANDIDATES ?=
 SUITE ?= needle-smoke
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint down
+.PHONY: install browser demo test lint down
 
 install: $(VENV)/.installed
 
@@ -23,7 +23,11 @@ $(VENV)/.installed: pyproject.toml
 demo: install
 	EVALSVC=$(EVALSVC) CANDIDATES=$(CANDIDATES) SUITE=$(SUITE) bash scripts/demo.sh
 
-test: install
+# The dashboard's browser tests drive Debian's Chromium (Playwright never downloads a browser).
+browser:
+	sh scripts/install-browser.sh
+
+test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install
