@@ -1,4 +1,12 @@
-"""Reports: the JSON report (the contract outside tools rely on), JUnit XML and Markdown."""
+"""Reports: the JSON report (the contract outside tools rely on), JUnit XML and Markdown.
+
+The report's JSON Schema ships as ``report.schema.json`` (``report_schema()``); docs/report.md
+describes every field.
+"""
+
+import json
+from importlib import resources
+from typing import Any
 
 from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline
@@ -12,6 +20,14 @@ from evalsvc.reports._render import (
     to_markdown,
 )
 
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of the JSON report, shipped in the package."""
+    text = resources.files("evalsvc.reports").joinpath("report.schema.json").read_text("utf-8")
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
 __all__ = [
     "SCHEMA_VERSION",
     "build_report",
@@ -20,6 +36,7 @@ __all__ = [
     "headline",
     "md_text",
     "redact_report",
+    "report_schema",
     "summary_rows",
     "to_junit",
     "to_markdown",

@@ -20,6 +20,7 @@ import pytest
 
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus
 from evalsvc.services import history
+from tests.cli.test_compare import check_schema
 from tests.fixtures.db import REPO_ROOT
 
 from .conftest import Api
@@ -139,6 +140,7 @@ def _remote_compare(api: Api, tmp_path: Path, *extra: str) -> subprocess.Popen[s
 
 def _check_error_reports(tmp_path: Path, run_id: str, reason: str) -> None:
     report = json.loads((tmp_path / "r.json").read_text())
+    check_schema(report)
     assert report["verdict"] == "error" and report["run_id"] == run_id
     assert reason in report["error"] and report["candidates"][0]["url"] == CAND
     junit = ET.fromstring((tmp_path / "j.xml").read_text())

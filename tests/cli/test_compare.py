@@ -50,6 +50,7 @@ def test_unreachable_endpoint_exits_4_naming_it(tmp_path: Path) -> None:
     assert "127.0.0.1:9" in r.stderr and "unreachable" in r.stderr
     # CI reporters still get every file they asked for: an error report.
     report = json.loads(out["json"].read_text())
+    check_schema(report)
     assert report["verdict"] == "error" and "unreachable" in report["error"]
     assert report["candidates"][0]["verdict"] == "error"
     junit = ET.fromstring(out["xml"].read_text())
@@ -68,7 +69,17 @@ def test_missing_capability_is_refused_up_front() -> None:
     assert sum(srv.hits[p] for p in sent) <= 2  # only the probe's requests, no item was sent
 
 
+def check_schema(report: dict[str, Any]) -> None:
+    """The report validates against the JSON Schema shipped in the package (docs/report.md)."""
+    import jsonschema
+
+    from evalsvc.reports import report_schema
+
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+
+
 def _check_report(report: dict[str, Any], n_candidates: int) -> None:
+    check_schema(report)
     assert report["verdict"] in ("pass", "fail", "inconclusive")
     assert report["baseline"]["url"] and report["baseline"]["model"]
     assert report["baseline"]["provenance"]["capabilities"]["tokenize"] is True
