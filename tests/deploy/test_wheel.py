@@ -27,6 +27,10 @@ def test_wheel_carries_the_catalog_and_the_migrations(installed_wheel: Installed
     for path in catalog_dir().rglob("*"):
         if path.is_file() and path.suffix in (".yaml", ".txt", ".jsonl"):
             assert f"evalsvc/suites/catalog/{path.relative_to(catalog_dir())}" in names
+    static = REPO_ROOT / "evalsvc" / "api" / "static"
+    for path in static.rglob("*"):
+        if path.is_file():
+            assert f"evalsvc/api/static/{path.relative_to(static)}" in names
     migrations = REPO_ROOT / "evalsvc" / "db" / "migrations"
     for path in migrations.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".mako"):
