@@ -103,9 +103,10 @@ def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel,
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = installed_wheel.env(EVALSVC_DATABASE_URL=f"sqlite:///{tmp_path / 'api.db'}")
+    log = (tmp_path / "api.log").open("wb")
     proc = subprocess.Popen(
         [str(installed_wheel.evalsvc), "api", "serve", "--port", str(port), "--log-level", "warning"],
-        cwd=installed_wheel.workdir, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=installed_wheel.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -116,7 +117,7 @@ def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel,
                     break
             except httpx.TransportError:
                 pass
-            assert proc.poll() is None and time.monotonic() < deadline, "api serve did not start"
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
             time.sleep(0.3)
         docs = httpx.get(f"{base}/docs")
         assert docs.status_code == 200 and "/static/api-docs/swagger-ui/swagger-ui-bundle.js" in docs.text
@@ -126,6 +127,8 @@ def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel,
     finally:
         proc.terminate()
         proc.wait(30)
+        log.close()
+
 
 @pytest.mark.endpoints
 def test_compare_against_the_local_endpoint(
