@@ -12,7 +12,7 @@ import evalsvc
 from evalsvc.db._migrate import MIGRATIONS_DIR
 from evalsvc.local import home_dir
 from evalsvc.settings import Settings
-from evalsvc.suites import catalog, catalog_dir
+from evalsvc.suites import Suite, catalog, catalog_dir, load_suite
 
 PACKAGE = Path(evalsvc.__file__).parent
 
@@ -27,15 +27,25 @@ def test_catalog_and_migrations_are_inside_the_package() -> None:
     assert len(list((catalog_dir() / "sets").glob("*.yaml"))) >= 3
 
 
-def test_suites_dir_overrides_the_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "sets").mkdir()
-    (tmp_path / "mine.yaml").write_text(
-        (catalog_dir() / "reasoning-smoke.yaml").read_text().replace("reasoning-smoke", "mine")
+def test_suites_dir_adds_and_replaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    packaged = {e.name for e in catalog()}
+    smoke = (catalog_dir() / "reasoning-smoke.yaml").read_text()
+    (tmp_path / "mine.yaml").write_text(smoke.replace("name: reasoning-smoke", "name: mine"))
+    (tmp_path / "reasoning-smoke.yaml").write_text(
+        smoke.replace("description: ", "description: REPLACED ")
     )
     monkeypatch.setenv("EVALSVC_SUITES_DIR", str(tmp_path))
+    entries = {e.name: e for e in catalog()}
+    assert set(entries) == packaged | {"mine"}  # added
+    replaced = entries["reasoning-smoke"]
+    assert isinstance(replaced, Suite) and replaced.spec.description.startswith("REPLACED")
+    # without a data/ directory of its own the kinds keep reading the packaged data
+    assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
+    assert load_suite("needle-smoke").item_count() == 40
+    (tmp_path / "data").mkdir()
     assert catalog_dir() == tmp_path
-    assert [s.name for s in catalog()] == ["mine"]
     monkeypatch.setenv("EVALSVC_SUITES_DIR", "")  # empty counts as unset
+    assert {e.name for e in catalog()} == packaged
     assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
 
 
