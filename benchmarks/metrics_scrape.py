@@ -36,7 +36,7 @@ from evalsvc.domain import EndpointRef, Provenance, RunSpec, RunStatus, Sample  
 BASE, CAND = "http://bf16.bench:8000/v1", "http://fp8.bench:8000/v1"
 
 
-def add_run(store: Store, *, gates: int, samples: int, age: timedelta) -> None:
+def add_run(store: Store, *, gates: int, samples: int) -> str:
     spec = RunSpec(baseline=EndpointRef(url=BASE), candidates=[EndpointRef(url=CAND)], suites=["needle-smoke"])
     run = store.create_run(spec, status=RunStatus.running)
     for role, url in (("baseline", BASE), ("candidate:0", CAND)):
@@ -58,20 +58,25 @@ def add_run(store: Store, *, gates: int, samples: int, age: timedelta) -> None:
         ],
     )
     store.finish_run(run.id, status=RunStatus.completed, verdict="pass")
-    if age:
-        engine = sa.create_engine(store.url)
-        with engine.begin() as conn:
-            then = utcnow() - age
-            conn.execute(sa.update(RunRow).where(RunRow.id == run.id).values(
-                created_at=then, started_at=then, finished_at=then + timedelta(minutes=5)))
-        engine.dispose()
+    return run.id
 
 
 def fill(store: Store, old_runs: int, args: argparse.Namespace) -> None:
     store.upgrade()
-    for i in range(old_runs):
-        add_run(store, gates=args.gates, samples=args.samples, age=timedelta(days=2 + i % 30))
-    add_run(store, gates=args.gates, samples=args.samples, age=timedelta(0))
+    old = [add_run(store, gates=args.gates, samples=args.samples) for _ in range(old_runs)]
+    add_run(store, gates=args.gates, samples=args.samples)
+    # Back-date the history in one statement: two days old, five minutes long.
+    then = utcnow() - timedelta(days=2)
+    engine = sa.create_engine(store.url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                sa.update(RunRow)
+                .where(RunRow.id.in_(old))
+                .values(created_at=then, started_at=then, finished_at=then + timedelta(minutes=5))
+            )
+    finally:
+        engine.dispose()
 
 
 def main() -> None:
@@ -79,7 +84,7 @@ def main() -> None:
     parser.add_argument("--sqlite", action="store_true")
     parser.add_argument("--admin-url")
     parser.add_argument("--small", type=int, default=10, help="old runs in the small history")
-    parser.add_argument("--large", type=int, default=1000, help="old runs in the large history")
+    parser.add_argument("--large", type=int, default=300, help="old runs in the large history")
     parser.add_argument("--gates", type=int, default=5)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=15)
