@@ -93,6 +93,9 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
             "EVALSVC_HOME": str(tmp_path / "home"),
             "EVALSVC_SUITES_DIR": str(catalog),
             "EVALSVC_LEASE_SECONDS": "20",
+            # The egress policy of server mode (API, workers) admits no internal address unless
+            # listed: the local endpoint is on loopback.
+            "EVALSVC_ALLOWED_ENDPOINTS": "127.0.0.1,localhost",
         }
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
