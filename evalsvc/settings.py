@@ -35,8 +35,9 @@ class Settings(BaseSettings):
     """Where evalsvc keeps its state (embedded database, local endpoint environments)."""
     # --- deployment: paths, API server, clients (EVALSVC_SUITES_DIR, EVALSVC_API_AUTH, ...) ---
     suites_dir: Path | None = None
-    """A suite catalog directory used instead of the one shipped in the package (same layout:
-    ``*.yaml`` at its top, ``sets/`` and ``data/`` below)."""
+    """A suite catalog directory added to the one shipped in the package (same layout: ``*.yaml``
+    at its top, ``sets/`` below; a file named like a packaged suite replaces it). With a
+    ``data/`` directory of its own, the kinds read their data files there instead."""
     api_auth: str = "on"
     """``off``/``0``/``false``/``no``/``disabled`` turns the REST API's bearer-token check off."""
     token: SecretStr | None = None

@@ -8,6 +8,8 @@ database unavailable, not at head or refusing writes 503, a body over
 ``evalsvc.limits.MAX_BODY_BYTES`` 413, an invalid request 422 with ``errors`` per field;
 nothing a client sends produces a 500. Every route's OpenAPI entry lists each of these
 (``evalsvc.api._openapi``).
+The interactive documentation (``/docs`` Swagger UI, ``/redoc`` ReDoc) is served from assets
+vendored in the package (``evalsvc/api/static``, see its README), so it works offline.
 """
 
 from __future__ import annotations
@@ -15,11 +17,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
 
 from fastapi import FastAPI, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 
 from evalsvc import limits
 from evalsvc.db import (
@@ -139,9 +149,13 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         ),
         version="1",
         lifespan=lifespan,
+        # Served below from vendored assets instead of FastAPI's CDN defaults.
+        docs_url=None,
+        redoc_url=None,
     )
     _install_error_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=limits.MAX_BODY_BYTES)
+    _install_docs(app)
 
     @app.middleware("http")
     async def count_requests(
@@ -167,3 +181,49 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
 
     install_dashboard(app)
     return app
+
+
+DOCS_STATIC = "/static/api-docs"
+
+
+def _static_dir() -> Path:
+    root = resources.files("evalsvc.api") / "static"
+    if not isinstance(root, Path):  # package data is on the file system in every supported install
+        raise RuntimeError(f"evalsvc's API documentation assets are not on the file system: {root}")
+    return root
+
+
+def _install_docs(app: FastAPI) -> None:
+    """Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from vendored assets (FastAPI's recipe
+    "Self-hosting JavaScript and CSS for docs"): no request leaves the cluster."""
+    app.mount(DOCS_STATIC, StaticFiles(directory=_static_dir()), name="api-docs-static")
+    openapi_url = app.openapi_url or "/openapi.json"
+    oauth2_redirect = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
+
+    async def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - API",
+            oauth2_redirect_url=oauth2_redirect,
+            swagger_js_url=f"{DOCS_STATIC}/swagger-ui/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_STATIC}/swagger-ui/swagger-ui.css",
+            swagger_favicon_url=f"{DOCS_STATIC}/swagger-ui/favicon-32x32.png",
+            # No badge from the public validator: it would send the spec's URL out.
+            swagger_ui_parameters={"validatorUrl": None},
+        )
+
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    async def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=openapi_url,
+            title=f"{app.title} - API",
+            redoc_js_url=f"{DOCS_STATIC}/redoc/redoc.standalone.js",
+            redoc_favicon_url=f"{DOCS_STATIC}/swagger-ui/favicon-32x32.png",
+            with_google_fonts=False,
+        )
+
+    app.add_api_route("/docs", swagger_ui, methods=["GET"], include_in_schema=False)
+    app.add_api_route(oauth2_redirect, swagger_ui_redirect, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/redoc", redoc, methods=["GET"], include_in_schema=False)

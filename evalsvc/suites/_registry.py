@@ -67,12 +67,9 @@ def _load_builtin_and_entry_points() -> None:
             register(cls)
 
 
-def catalog_dir() -> Path:
-    """``EVALSVC_SUITES_DIR``, else the catalog shipped in the package (``evalsvc/suites/catalog``,
-    package data found through ``importlib.resources``)."""
-    override = Settings().suites_dir
-    if override is not None:
-        return override
+def packaged_catalog_dir() -> Path:
+    """The catalog shipped in the package (``evalsvc/suites/catalog``, package data found
+    through ``importlib.resources``)."""
     root = resources.files("evalsvc.suites") / "catalog"
     # A wheel or editable install puts package data on the file system; the kinds read data
     # files by path (and lmeval runs a subprocess in data/), so a zipped install is refused.
@@ -81,13 +78,26 @@ def catalog_dir() -> Path:
     return root
 
 
+def catalog_dir() -> Path:
+    """Where the kinds read their data files (``<dir>/data/...``): ``EVALSVC_SUITES_DIR`` when it
+    has a ``data/`` directory of its own, else the packaged catalog."""
+    override = Settings().suites_dir
+    if override is not None and (override / "data").is_dir():
+        return override
+    return packaged_catalog_dir()
+
+
 def _catalog_files() -> dict[str, Path]:
-    root = catalog_dir()
-    if not root.is_dir():
-        return {}
-    return {p.stem: p for p in sorted(root.glob("*.yaml"))} | {
-        p.stem: p for p in sorted((root / "sets").glob("*.yaml"))
-    }
+    # EVALSVC_SUITES_DIR adds suites and sets to the packaged catalog; a file of the same name
+    # replaces the packaged one.
+    files: dict[str, Path] = {}
+    override = Settings().suites_dir
+    for root in (packaged_catalog_dir(), override):
+        if root is None or not root.is_dir():
+            continue
+        files |= {p.stem: p for p in sorted(root.glob("*.yaml"))}
+        files |= {p.stem: p for p in sorted((root / "sets").glob("*.yaml"))}
+    return files
 
 
 def catalog() -> list[Suite | SuiteSet]:

@@ -148,3 +148,27 @@ def test_metrics_endpoint_exposes_them(db_url: str) -> None:
     assert samples[("evalsvc_database_up", ())] == 1
     assert ("evalsvc_run_duration_seconds_count", ()) in samples
     assert samples[("evalsvc_queue_depth", ())] == 0
+
+
+def test_a_scrape_is_a_fixed_handful_of_queries(store: Store) -> None:
+    """The number of SQL statements per snapshot does not grow with the runs or gates stored."""
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        statements.append(statement)
+
+    engine = store._db.engine
+    sa.event.listen(engine, "before_cursor_execute", count)
+    try:
+        _run(store, verdict="pass", delta=0.0, ci=(-0.01, 0.01))
+        statements.clear()
+        metrics_snapshot(store)
+        few = len(statements)
+        for _ in range(5):
+            _run(store, verdict="fail", delta=-0.2, ci=(-0.3, -0.1))
+        statements.clear()
+        metrics_snapshot(store)
+        many = len(statements)
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", count)
+    assert few == many <= 10, statements

@@ -12,7 +12,7 @@ import evalsvc
 from evalsvc.db._migrate import MIGRATIONS_DIR
 from evalsvc.local import home_dir
 from evalsvc.settings import Settings
-from evalsvc.suites import catalog, catalog_dir
+from evalsvc.suites import Suite, catalog, catalog_dir, load_suite
 
 PACKAGE = Path(evalsvc.__file__).parent
 
@@ -27,15 +27,25 @@ def test_catalog_and_migrations_are_inside_the_package() -> None:
     assert len(list((catalog_dir() / "sets").glob("*.yaml"))) >= 3
 
 
-def test_suites_dir_overrides_the_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    (tmp_path / "sets").mkdir()
-    (tmp_path / "mine.yaml").write_text(
-        (catalog_dir() / "reasoning-smoke.yaml").read_text().replace("reasoning-smoke", "mine")
+def test_suites_dir_adds_and_replaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    packaged = {e.name for e in catalog()}
+    smoke = (catalog_dir() / "reasoning-smoke.yaml").read_text()
+    (tmp_path / "mine.yaml").write_text(smoke.replace("name: reasoning-smoke", "name: mine"))
+    (tmp_path / "reasoning-smoke.yaml").write_text(
+        smoke.replace("description: ", "description: REPLACED ")
     )
     monkeypatch.setenv("EVALSVC_SUITES_DIR", str(tmp_path))
+    entries = {e.name: e for e in catalog()}
+    assert set(entries) == packaged | {"mine"}  # added
+    replaced = entries["reasoning-smoke"]
+    assert isinstance(replaced, Suite) and replaced.spec.description.startswith("REPLACED")
+    # without a data/ directory of its own the kinds keep reading the packaged data
+    assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
+    assert load_suite("needle-smoke").item_count() == 40
+    (tmp_path / "data").mkdir()
     assert catalog_dir() == tmp_path
-    assert [s.name for s in catalog()] == ["mine"]
     monkeypatch.setenv("EVALSVC_SUITES_DIR", "")  # empty counts as unset
+    assert {e.name for e in catalog()} == packaged
     assert catalog_dir() == resources.files("evalsvc.suites") / "catalog"
 
 
@@ -52,7 +62,7 @@ def test_one_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 # os.environ.get("EVALSVC_X"), os.environ["EVALSVC_X"], os.getenv("EVALSVC_X"), or the same
 # through a module constant holding the name.
 _READ = re.compile(r"(os\.environ(\.get)?\s*[\[(]|os\.getenv\s*\()\s*(\"EVALSVC_|ENV_|[A-Z_]*_ENV\b)")
-_NAME = re.compile(r"\"(EVALSVC_[A-Z0-9_]+)\"")
+_CONST = re.compile(r"^[A-Z_]*ENV[A-Z_]*\s*=\s*\"(EVALSVC_[A-Z0-9_]+)\"", re.M)
 
 
 def test_every_variable_is_read_through_settings() -> None:
@@ -64,12 +74,14 @@ def test_every_variable_is_read_through_settings() -> None:
         if _READ.search(line)
     ]
     assert offenders == []
-    # Every EVALSVC_ name the package mentions in code is a Settings field.
+    # Every module constant that names a variable (``ENV_X = "EVALSVC_..."``, ``X_ENV = ...``)
+    # names a Settings field (prefixes such as "EVALSVC_ENDPOINT_KEY_" are not variables).
     fields = {f"EVALSVC_{name.upper()}" for name in Settings.model_fields}
     named = {
         m
         for path in PACKAGE.rglob("*.py")
-        for m in _NAME.findall(path.read_text())
+        for m in _CONST.findall(path.read_text())
+        if not m.endswith("_")
     }
     assert named, "the scan found no variable names at all"
     assert named <= fields, named - fields

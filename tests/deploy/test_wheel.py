@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from evalsvc.db import Store
@@ -17,7 +20,7 @@ from evalsvc.db._migrate import head_revision
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.suites import catalog, catalog_dir
 
-from .conftest import REPO_ROOT, InstalledWheel
+from .conftest import REPO_ROOT, InstalledWheel, write_tiny_suite
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +30,10 @@ def test_wheel_carries_the_catalog_and_the_migrations(installed_wheel: Installed
     for path in catalog_dir().rglob("*"):
         if path.is_file() and path.suffix in (".yaml", ".txt", ".jsonl"):
             assert f"evalsvc/suites/catalog/{path.relative_to(catalog_dir())}" in names
+    static = REPO_ROOT / "evalsvc" / "api" / "static"
+    for path in static.rglob("*"):
+        if path.is_file():
+            assert f"evalsvc/api/static/{path.relative_to(static)}" in names
     migrations = REPO_ROOT / "evalsvc" / "db" / "migrations"
     for path in migrations.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".mako"):
@@ -91,25 +98,43 @@ def test_db_upgrade_on_postgresql(installed_wheel: InstalledWheel) -> None:
         assert r.returncode == 0 and head_revision() in r.stdout, r.stdout + r.stderr
 
 
-TINY_SUITE = """\
-name: wheel-tiny
-kind: reasoning
-description: Four short reasoning items (the wheel test).
-seed: 11
-params:
-  n: 4
-  max_tokens: 48
-gate:
-  margin: 0.5
-"""
+def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel, tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = installed_wheel.env(EVALSVC_DATABASE_URL=f"sqlite:///{tmp_path / 'api.db'}")
+    log = (tmp_path / "api.log").open("wb")
+    proc = subprocess.Popen(
+        [str(installed_wheel.evalsvc), "api", "serve", "--port", str(port), "--log-level", "warning"],
+        cwd=installed_wheel.workdir, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "api.log").read_text()
+            time.sleep(0.3)
+        docs = httpx.get(f"{base}/docs")
+        assert docs.status_code == 200 and "/static/api-docs/swagger-ui/swagger-ui-bundle.js" in docs.text
+        js = httpx.get(f"{base}/static/api-docs/swagger-ui/swagger-ui-bundle.js")
+        assert js.status_code == 200 and len(js.content) > 100_000
+        assert httpx.get(f"{base}/static/api-docs/redoc/redoc.standalone.js").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        log.close()
 
 
 @pytest.mark.endpoints
 def test_compare_against_the_local_endpoint(
     installed_wheel: InstalledWheel, local_endpoints: Any, tmp_path: Path
 ) -> None:
-    suite = tmp_path / "tiny.yaml"
-    suite.write_text(TINY_SUITE)
+    suite = write_tiny_suite(tmp_path)
     url = local_endpoints.baseline
     r = installed_wheel.run(
         "compare", url, url, "--suite", str(suite), "--json", str(tmp_path / "report.json"),
@@ -122,5 +147,5 @@ def test_compare_against_the_local_endpoint(
     assert report["verdict"] == {0: "pass", 3: "inconclusive"}[r.returncode]
     (cand,) = report["candidates"]
     (s,) = cand["suites"]
-    assert s["suite"] == "wheel-tiny" and s["n"] == 4, s
+    assert s["suite"] == "deploy-tiny" and s["n"] == 4, s
     assert s["n_errors"] == 0 and s["n_planned"] == 4, s
