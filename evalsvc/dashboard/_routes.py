@@ -145,10 +145,10 @@ async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
             if "read" not in principal.scopes:
                 message = f"token {principal.name!r} lacks the 'read' scope"
     if message is not None:
-        resp = _page(request, "login.html", None, title="Sign in", next=next_url,
+        page = _page(request, "login.html", None, title="Sign in", next=next_url,
                      message=message, auth_off=not state.auth)
-        resp.status_code = status.HTTP_401_UNAUTHORIZED
-        return resp
+        page.status_code = status.HTTP_401_UNAUTHORIZED
+        return page
     resp = RedirectResponse(next_url, status_code=status.HTTP_303_SEE_OTHER)
     resp.set_cookie(
         COOKIE_NAME,

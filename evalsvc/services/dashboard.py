@@ -132,12 +132,13 @@ def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str
     every run); planned comes from the worker's progress record when it has one."""
     planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
     suites = list(dict.fromkeys([*planned, *stored]))
+    spec_roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
     rows = []
     done_total = planned_total = 0
     for suite in suites:
         per = stored.get(suite, {})
-        roles = sorted(per, key=lambda r: (r != "baseline", r))
-        for role in roles or ["baseline"]:
+        roles = [*spec_roles, *sorted(set(per) - set(spec_roles))]
+        for role in roles:
             n, errors = per.get(role, [0, 0])
             p = planned.get(suite)
             rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
@@ -243,11 +244,13 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
     ci = s.get("ci") or [None, None]
     delta, bound = s.get("delta"), _boundary(s)
     values = [v for v in (*ci, delta, bound, 0.0) if isinstance(v, (int, float))]
-    if delta is None or len(values) < 3 or ci[0] is None or ci[1] is None:
+    if delta is None or len(values) < 3 or (ci[0] is None and ci[1] is None):
         return None
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.1 or 0.01
     lo, hi = lo - pad, hi + pad
+    # A one-sided interval (threshold gates) is open on one end: draw it to the edge.
+    ci = [lo if ci[0] is None else ci[0], hi if ci[1] is None else ci[1]]
 
     def x(v: float) -> float:
         return round(100 * (v - lo) / (hi - lo), 2)
@@ -262,11 +265,10 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _provenance(snapshots: dict[str, tuple[Any, Provenance]], report: dict[str, Any] | None,
-                run: RunInfo) -> dict[str, Any]:
+def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> dict[str, Any]:
     """Baseline and candidates side by side; a field differs when any endpoint's value does."""
     roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
-    columns = []
+    columns: list[dict[str, Any]] = []
     for i, role in enumerate(roles):
         ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
         prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
@@ -353,7 +355,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
                        for i, c in enumerate(run.spec.candidates)],
         "gates": gates,
-        "provenance": _provenance(snapshots, report, run),
+        "provenance": _provenance(snapshots, run),
         "progress": _progress(run, stored),
     }
 
@@ -424,7 +426,7 @@ def needle_heatmap(rows: list[Scored], role: str, alpha: float = 0.05) -> dict[s
             "improvements": better,
             "p": p,
         })
-    adjusted = holm(pvals) if pvals else []
+    adjusted: list[float] = [float(x) for x in holm(pvals)] if pvals else []
     for cell, p_adj in zip(out, adjusted, strict=True):
         cell["p_holm"] = float(p_adj)
         cell["significant"] = bool(p_adj <= alpha)
