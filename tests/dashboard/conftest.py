@@ -30,6 +30,12 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec, RunStatus, Sample
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures of test_service.py)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+    store,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -67,16 +73,16 @@ def _require_browser() -> None:
 def dash_db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     _require_browser()
     url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'dash.db'}"
-    with Store.from_url(url) as store:
-        store.upgrade()
+    with Store.from_url(url) as fresh:
+        fresh.upgrade()
     return url
 
 
 @pytest.fixture(scope="session")
 def dash_store(dash_db_url: str) -> Iterator[Store]:
-    store = Store.from_url(dash_db_url)
-    yield store
-    store.close()
+    opened = Store.from_url(dash_db_url)
+    yield opened
+    opened.close()
 
 
 @dataclass
@@ -215,7 +221,7 @@ def many_runs(dash_store: Store) -> dict[str, Any]:
     return {"ids": ids, "alpha": alpha}
 
 
-def _serve(db_url: str) -> Iterator[str]:
+def _serve(url: str) -> Iterator[str]:
     import uvicorn
 
     from evalsvc.api import create_app
@@ -224,7 +230,7 @@ def _serve(db_url: str) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(db_url, auth=True), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(url, auth=True), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

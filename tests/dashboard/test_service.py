@@ -12,12 +12,6 @@ from statsmodels.stats.multitest import multipletests
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus, Sample
 from evalsvc.services import dashboard as svc
-from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
-    db_url,
-    pg_session_url,
-    sqlite_template,
-    store,
-)
 
 
 def _spec(i: int, *, suites: list[str] | None = None) -> RunSpec:
