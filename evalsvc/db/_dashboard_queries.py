@@ -132,11 +132,13 @@ class DashboardQueries:
         limit: int = 50,
         older_than: tuple[datetime, str] | None = None,
         newer_than: tuple[datetime, str] | None = None,
+        with_total: bool = True,
     ) -> tuple[list[RunInfo], int, bool]:
         """``(runs newest first, total matching, more in the paging direction)``.
 
         ``older_than``/``newer_than`` are keyset cursors ``(created_at, id)`` of the last/first
-        run of the neighbouring page; at most one is given.
+        run of the neighbouring page; at most one is given. ``with_total=False`` skips the
+        count (reported as -1).
         """
         conds = _conditions(filters)
         stmt = sa.select(RunRow).where(*conds)
@@ -153,7 +155,7 @@ class DashboardQueries:
         count = sa.select(sa.func.count()).select_from(RunRow).where(*conds)
         with self._db.session(write=False) as session:
             rows = list(session.scalars(stmt))
-            total = int(session.scalar(count) or 0)
+            total = int(session.scalar(count) or 0) if with_total else -1
             more = len(rows) > limit
             rows = rows[:limit]
             if newer_than is not None:

@@ -290,6 +290,22 @@ def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> d
             "rows": rows}
 
 
+def _previous_of_pair(store: Store, run: RunInfo) -> str | None:
+    """The latest completed run before this one with the same baseline and candidate URLs."""
+    want = [c.url.rstrip("/") for c in run.spec.candidates]
+    older, _, _ = store.dashboard.runs_page(
+        RunFilters(endpoint=run.spec.baseline.url, status=RunStatus.completed.value),
+        limit=50,
+        older_than=(run.created_at, run.id),
+        with_total=False,
+    )
+    for other in older:
+        same_base = other.spec.baseline.url.rstrip("/") == run.spec.baseline.url.rstrip("/")
+        if same_base and [c.url.rstrip("/") for c in other.spec.candidates] == want:
+            return other.id
+    return None
+
+
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
     """Everything the run page shows: status, gates with CI geometry, findings, provenance."""
     from evalsvc.reports import findings, headline
@@ -332,6 +348,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
                     "reason": d.get("reason"),
                 })
     return {
+        "previous": _previous_of_pair(store, run),
         "run": {
             "id": run.id,
             "status": run.status.value,

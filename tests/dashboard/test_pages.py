@@ -184,7 +184,8 @@ def _row_ids(w: Watched) -> list[str]:
 
 
 def test_filters_and_keyset_pagination(
-    page: Watched, dash_server: Server, many_runs: dict[str, Any], synthetic_run: SyntheticRun
+    page: Watched, dash_server: Server, many_runs: dict[str, Any], synthetic_run: SyntheticRun,
+    shot: Any,
 ) -> None:
     base = dash_server.url
     _open(page, f"{base}/?label=team%3Dalpha")
@@ -219,6 +220,8 @@ def test_filters_and_keyset_pagination(
     assert page.page.inner_text("#total") == "60 matching"
     verdicts = page.page.eval_on_selector_all("#runs [data-verdict]", "e => e.map(x => x.innerText)")
     assert set(verdicts) == {"pass"}
+    _open(page, f"{base}/?limit=25")
+    shot(page.page, "runs-list", full=False)
     # Dates: nothing was created tomorrow; suite: the suites a run executed.
     _open(page, f"{base}/?from=2999-01-01")
     assert page.page.inner_text("#total") == "0 matching"
@@ -254,6 +257,18 @@ def test_trend_point_click_opens_its_run(
     page.page.mouse.click(x, y)
     page.page.wait_for_url(f"**/runs/{real_runs.again}")
     _clean(page, "trends")
+
+
+def test_run_page_links_the_previous_run_of_the_pair(
+    page: Watched, dash_server: Server, real_runs: RealRuns
+) -> None:
+    _open(page, f"{dash_server.url}/runs/{real_runs.again}")
+    page.page.click("#compare-previous")
+    page.page.wait_for_load_state("networkidle")
+    assert f"a={real_runs.main}" in page.page.url and f"b={real_runs.again}" in page.page.url
+    # The reasoning gate is in both runs; the other four only in the earlier one.
+    assert page.page.locator("#compare-gates tbody tr").count() == 5
+    _clean(page, "compare previous")
 
 
 def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRuns) -> None:
