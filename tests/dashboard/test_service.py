@@ -137,3 +137,39 @@ def test_ci_bar_places_margin_and_one_sided_intervals() -> None:
                        "details": {"higher_is_better": False}})
     assert one is not None and one["lo"] == 0.0 and one["margin"] == one["zero"]
     assert svc._ci_bar({"delta": None, "ci": [None, None]}) is None
+
+
+def test_pages_follow_the_api_auth(db_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from evalsvc.api import create_app
+
+    with Store.from_url(db_url) as s:
+        token, _ = s.create_api_token(name="viewer", scopes=["read"])
+        revoked, _ = s.create_api_token(name="old", scopes=["admin"])
+        s.revoke_api_token("old")
+    with TestClient(create_app(db_url, auth=False)) as open_client:
+        assert open_client.get("/").status_code == 200  # EVALSVC_API_AUTH=off: open
+    with TestClient(create_app(db_url, auth=True)) as client:
+        r = client.get("/runs/abc?x=1", follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/login?next=%2Fruns%2Fabc%3Fx%3D1"
+        assert client.get("/ui/live?ids=abc").status_code == 401
+        assert client.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+        client.cookies.set("evalsvc_token", revoked)
+        assert client.get("/", follow_redirects=False).status_code == 303
+        client.cookies.clear()
+        # Login: a bad token is refused on the page; a good one sets the cookie and redirects
+        # to a local path only (never to another site).
+        bad = client.post("/login", content="token=nope&next=/", follow_redirects=False,
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert bad.status_code == 401 and "invalid or revoked" in bad.text
+        ok = client.post("/login", content=f"token={token}&next=//evil.example/",
+                         follow_redirects=False,
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert ok.status_code == 303 and ok.headers["location"] == "/"
+        cookie = ok.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert client.get("/").status_code == 200
+        # The REST API does not take the cookie: it keeps requiring the bearer header.
+        assert client.get("/api/v1/runs").status_code == 401
+        assert "script-src 'self'" in client.get("/").headers["content-security-policy"]
