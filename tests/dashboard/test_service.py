@@ -173,3 +173,36 @@ def test_pages_follow_the_api_auth(db_url: str) -> None:
         # The REST API does not take the cookie: it keeps requiring the bearer header.
         assert client.get("/api/v1/runs").status_code == 401
         assert "script-src 'self'" in client.get("/").headers["content-security-policy"]
+
+
+def test_unfinished_and_failed_runs_render(db_url: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from evalsvc.api import create_app
+
+    with Store.from_url(db_url) as s:
+        queued = s.create_run(_spec(0), status=RunStatus.queued)
+        failed = s.create_run(_spec(1), status=RunStatus.running)
+        s.save_suite_snapshot(failed.id, name="needle-4k", kind="needle", version="2", spec={})
+        s.add_samples(failed.id, [
+            Sample(suite="needle-4k", item_id="a", endpoint="baseline", score=1.0,
+                   data={"context_length": 1024, "depth": 0.5}),
+            Sample(suite="needle-4k", item_id="a", endpoint="candidate:0", error="HTTP 500"),
+        ])
+        s.finish_run(failed.id, status=RunStatus.error, verdict="error",
+                     error="error budget exceeded: <b>candidate</b> 100% errors")
+    with TestClient(create_app(db_url, auth=False)) as client:
+        page = client.get(f"/runs/{queued.id}")
+        assert page.status_code == 200 and 'id="progress"' in page.text
+        page = client.get(f"/runs/{failed.id}")
+        assert page.status_code == 200
+        assert "error budget exceeded: &lt;b&gt;candidate&lt;/b&gt;" in page.text
+        assert 'id="progress"' in page.text and "No gates yet" in page.text
+        suite = client.get(f"/runs/{failed.id}/suites/needle-4k")
+        assert suite.status_code == 200 and "No gate for this suite yet" in suite.text
+        for path in (f"/runs/{'0' * 32}", f"/runs/{failed.id}/suites/nope",
+                     f"/runs/{failed.id}/suites/needle-4k?candidate=candidate:7",
+                     f"/runs/{queued.id}/report.json", "/runs/not-hex!"):
+            assert client.get(path).status_code == 404, path
+        assert client.get(f"/runs/{failed.id}/flips").status_code == 200
+        assert client.get(f"/compare?a={queued.id}&b={'0' * 32}").status_code == 200
