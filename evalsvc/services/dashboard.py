@@ -541,7 +541,9 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
     }
     alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
     if kind == "needle":
-        rows = store.dashboard.sample_scores(run_id, suite, ("context_length", "depth"))
+        rows = store.dashboard.sample_scores(
+            run_id, suite, (("context_length", "int"), ("depth", "float"))
+        )
         view["heatmap"] = needle_heatmap(rows, role, alpha=alpha)
     elif kind in ("determinism", "drift"):
         samples = store.get_samples(run_id, suite=suite)
@@ -580,9 +582,9 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-_SLICE_FIELDS: dict[str, tuple[str, ...]] = {
-    "needle": ("context_length", "depth"),
-    "reasoning": ("family", "level"),
+_SLICE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "needle": (("context_length", "int"), ("depth", "float")),
+    "reasoning": (("family", "str"), ("level", "int")),
 }
 
 

@@ -2,7 +2,7 @@
 
 - ``dash_store``: one SQLite store for the session, holding
   * ``real_runs``: real runs of the local endpoints (needle, reasoning, determinism, drift and
-    speed smoke suites at tiny sizes, through ``evalsvc.services.runs.compare``), and a second
+    speed smoke suites at --samples 2, through ``evalsvc.services.runs.compare``), and a second
     reasoning run of the same pair for the trend and the comparison;
   * ``synthetic_run``: a run written through the store whose needle grid has one cell where the
     candidate lost every item (the one significant cell) and whose outputs are hostile HTML;
@@ -123,7 +123,7 @@ def real_runs(local_endpoints: Any, dash_store: Store) -> RealRuns:
     # One run holds the five kinds; --samples applies to each suite's own size parameter
     # (needle items, reasoning items, determinism probes, drift passages, speed requests).
     t0 = time.monotonic()
-    main = one(SMOKE, 3, "kinds")
+    main = one(SMOKE, 2, "kinds")
     t1 = time.monotonic()
     again = one(["reasoning-smoke"], 6, "again")
     t2 = time.monotonic()

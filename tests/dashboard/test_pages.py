@@ -221,7 +221,7 @@ def test_filters_and_keyset_pagination(
     verdicts = page.page.eval_on_selector_all("#runs [data-verdict]", "e => e.map(x => x.innerText)")
     assert set(verdicts) == {"pass"}
     _open(page, f"{base}/?limit=25")
-    shot(page.page, "runs-list", full=False)
+    shot(page.page, "runs-bulk", full=False)
     # Dates: nothing was created tomorrow; suite: the suites a run executed.
     _open(page, f"{base}/?from=2999-01-01")
     assert page.page.inner_text("#total") == "0 matching"
@@ -289,7 +289,7 @@ def test_live_page_advances_while_a_worker_executes(
         baseline=EndpointRef(url=real_runs.baseline),
         candidates=[EndpointRef(url=real_runs.candidate)],
         suites=["reasoning-smoke"],
-        options=RunOptions(samples=10, concurrency=1),
+        options=RunOptions(samples=8, concurrency=1),
         labels={"source": "dashboard-live"},
     )
     run = run_service.submit(spec, store=dash_store)
@@ -327,4 +327,10 @@ def test_live_page_advances_while_a_worker_executes(
     final = dash_store.get_run(run.id)
     assert final is not None and final.status == RunStatus.completed
     assert page.page.inner_text(".meta [data-status]") == "completed"
+    # The runs of the real endpoints, for the docs.
+    from urllib.parse import quote
+
+    _open(page, f"{dash_server.url}/?endpoint={quote(real_runs.baseline, safe='')}")
+    assert run.id in _row_ids(page)
+    shot(page.page, "runs-list", full=False)
     _clean(page, "live")
