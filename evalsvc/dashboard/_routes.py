@@ -262,16 +262,19 @@ def report_download(run_id: str, fmt: str, store: StoreDep, viewer: Viewer) -> R
 @router.get("/trends", response_class=HTMLResponse)
 def trends_page(
     request: Request, store: StoreDep, viewer: Viewer,
-    baseline: str = "", candidate: str = "", suite: str = "",
+    baseline: str = "", candidate: str = "", suite: str = "", scheduled: str = "",
 ) -> HTMLResponse:
     pairs = svc.trend_pairs(store)
     chosen = None
+    only = scheduled not in ("", "0", "false", "off")
     if baseline and candidate and suite:
-        chosen = svc.trend(store, baseline_url=baseline, candidate_url=candidate, suite=suite)
+        chosen = svc.trend(store, baseline_url=baseline, candidate_url=candidate, suite=suite,
+                           scheduled_only=only)
     elif pairs:
         p = pairs[0]
         chosen = svc.trend(store, baseline_url=p["baseline_url"],
-                           candidate_url=p["candidate_url"], suite=p["suite"])
+                           candidate_url=p["candidate_url"], suite=p["suite"],
+                           scheduled_only=only)
     return _page(request, "trends.html", viewer, title="Trends", pairs=pairs, chosen=chosen)
 
 

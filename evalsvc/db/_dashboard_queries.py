@@ -208,9 +208,12 @@ class DashboardQueries:
         self, *, baseline_url: str, suite: str, limit: int = 500
     ) -> list[dict[str, Any]]:
         """Completed gates of ``suite`` in runs with this baseline, oldest first:
-        ``[{"run_id", "created_at", "payload"}]`` (the caller picks the candidate URL)."""
+        ``[{"run_id", "created_at", "schedule_id", "payload"}]`` (the caller picks the
+        candidate URL)."""
         stmt = (
-            sa.select(GateResultRow.run_id, RunRow.created_at, GateResultRow.payload)
+            sa.select(
+                GateResultRow.run_id, RunRow.created_at, RunRow.schedule_id, GateResultRow.payload
+            )
             .join(RunRow, RunRow.id == GateResultRow.run_id)
             .where(
                 RunRow.baseline_url == _queue.normalize_url(baseline_url),
@@ -222,8 +225,8 @@ class DashboardQueries:
         )
         with self._db.session(write=False) as session:
             rows = [
-                {"run_id": r, "created_at": t, "payload": dict(p)}
-                for r, t, p in session.execute(stmt)
+                {"run_id": r, "created_at": t, "schedule_id": sid, "payload": dict(p)}
+                for r, t, sid, p in session.execute(stmt)
             ]
         rows.reverse()
         return rows

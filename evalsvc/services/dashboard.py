@@ -706,14 +706,19 @@ def trend_pairs(store: Store) -> list[dict[str, Any]]:
     return [{**p, "last": _iso(p["last"])} for p in store.dashboard.gate_pairs()]
 
 
-def trend(store: Store, *, baseline_url: str, candidate_url: str, suite: str) -> dict[str, Any]:
+def trend(
+    store: Store, *, baseline_url: str, candidate_url: str, suite: str,
+    scheduled_only: bool = False,
+) -> dict[str, Any]:
     """Δ with its CI and the verdict of every completed run of this (baseline, candidate,
-    suite), oldest first."""
+    suite), oldest first; ``scheduled_only`` keeps the runs that schedules created."""
     points = []
     want = candidate_url.rstrip("/")
     for row in store.dashboard.gate_history(baseline_url=baseline_url, suite=suite):
         p = row["payload"]
         if str(p.get("candidate_url") or "").rstrip("/") != want:
+            continue
+        if scheduled_only and row["schedule_id"] is None:
             continue
         ci = p.get("ci") or [None, None]
         points.append({
@@ -725,9 +730,10 @@ def trend(store: Store, *, baseline_url: str, candidate_url: str, suite: str) ->
             "boundary": _boundary(p),
             "verdict": p.get("verdict"),
             "n": p.get("n"),
+            "scheduled": row["schedule_id"] is not None,
         })
     return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
-            "points": points}
+            "scheduled_only": scheduled_only, "points": points}
 
 
 def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:

@@ -256,6 +256,11 @@ def test_trend_point_click_opens_its_run(
     )
     page.page.mouse.click(x, y)
     page.page.wait_for_url(f"**/runs/{real_runs.again}")
+    # These runs were not made by a schedule.
+    _open(page, f"{dash_server.url}/trends?{q}")
+    page.page.click("#scheduled-only")
+    page.page.wait_for_load_state("networkidle")
+    assert "No scheduled runs" in page.page.inner_text("main")
     _clean(page, "trends")
 
 

@@ -206,3 +206,30 @@ def test_unfinished_and_failed_runs_render(db_url: str) -> None:
             assert client.get(path).status_code == 404, path
         assert client.get(f"/runs/{failed.id}/flips").status_code == 200
         assert client.get(f"/compare?a={queued.id}&b={'0' * 32}").status_code == 200
+
+
+def test_trend_points_of_a_pair_oldest_first_and_scheduled_only(store: Store) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    spec = _spec(1)
+    cand = spec.candidates[0].url
+    store.add_schedule(name="nightly", cron="0 3 * * *", template=spec,
+                       start_at=datetime.now(UTC) - timedelta(days=2))
+    (scheduled,) = store.fire_due_schedules(now=datetime.now(UTC))
+    manual = store.create_run(spec, status=RunStatus.running)
+    other = store.create_run(_spec(0), status=RunStatus.running)  # another candidate
+    for run, delta in ((scheduled, -0.02), (manual, 0.01), (other, 0.5)):
+        url = run.spec.candidates[0].url
+        store.save_gate_results(run.id, [{
+            "candidate": "candidate:0", "suite": "needle-4k", "verdict": "pass",
+            "delta": delta, "ci": [delta - 0.01, delta + 0.01], "margin": 0.05,
+            "candidate_url": url, "n": 40, "details": {"higher_is_better": True}}])
+        store.finish_run(run.id, status=RunStatus.completed, verdict="pass")
+    t = svc.trend(store, baseline_url=spec.baseline.url, candidate_url=cand, suite="needle-4k")
+    assert [p["run_id"] for p in t["points"]] == [scheduled.id, manual.id]
+    assert t["points"][0]["boundary"] == -0.05 and t["points"][0]["scheduled"]
+    only = svc.trend(store, baseline_url=spec.baseline.url, candidate_url=cand,
+                     suite="needle-4k", scheduled_only=True)
+    assert [p["run_id"] for p in only["points"]] == [scheduled.id]
+    pairs = {(p["candidate_url"], p["suite"]): p["runs"] for p in svc.trend_pairs(store)}
+    assert pairs == {(cand, "needle-4k"): 2, (other.spec.candidates[0].url, "needle-4k"): 1}
