@@ -51,6 +51,8 @@ HOSTILE_CANDIDATE = (
     "</script><script>window.__xss = 3</script>"
 )
 
+HOSTILE_NAME = "cand</script><script>window.__xss = 4</script>"
+
 
 def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call ``fn`` on another thread: Playwright's sync API keeps an event loop running on
@@ -159,7 +161,8 @@ def synthetic_run(dash_store: Store) -> SyntheticRun:
 
     spec = RunSpec(
         baseline=EndpointRef(url="http://127.0.0.1:9/v1", name="synthetic-base"),
-        candidates=[EndpointRef(url="http://127.0.0.1:9/v2", name="synthetic-cand")],
+        # A name that would end the page's JSON <script> element if it were not escaped.
+        candidates=[EndpointRef(url="http://127.0.0.1:9/v2", name=HOSTILE_NAME)],
         suites=["needle-synthetic", "reasoning-smoke"],
         labels={"source": "synthetic"},
     )

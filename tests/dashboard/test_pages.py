@@ -22,6 +22,7 @@ from evalsvc.services import runs as run_service
 from .conftest import (
     HOSTILE_BASELINE,
     HOSTILE_CANDIDATE,
+    HOSTILE_NAME,
     RealRuns,
     Server,
     SyntheticRun,
@@ -141,6 +142,10 @@ def test_synthetic_heatmap_marks_exactly_the_significant_cell(
     col = synthetic_run.depths.index(depth)
     assert row.locator("td[data-cell]").nth(col).get_attribute("data-significant") is not None
     assert "-100" in marked.inner_text()
+    # The candidate's name is in the page's JSON data and in its title: both stay text.
+    data = json.loads(page.page.eval_on_selector("#page-data", "e => e.textContent"))
+    assert data["candidate"] == HOSTILE_NAME and HOSTILE_NAME in page.page.inner_text("h1")
+    assert page.page.evaluate("typeof window.__xss") == "undefined" and page.dialogs == []
     shot(page.page, "needle-significant")
     _clean(page, "synthetic needle")
 
