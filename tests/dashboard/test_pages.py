@@ -68,6 +68,7 @@ def test_login_sets_an_httponly_strict_cookie_and_refuses_bad_tokens(
     context.close()
 
 
+@pytest.mark.endpoints
 def test_every_page_of_real_runs_renders_cleanly(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store, shot: Any
 ) -> None:
@@ -111,6 +112,7 @@ def test_every_page_of_real_runs_renders_cleanly(
     _clean(page, "detail pages")
 
 
+@pytest.mark.endpoints
 def test_real_needle_heatmap_has_one_cell_per_length_and_depth(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store
 ) -> None:
@@ -238,6 +240,7 @@ def test_filters_and_keyset_pagination(
     _clean(page, "filters")
 
 
+@pytest.mark.endpoints
 def test_trend_point_click_opens_its_run(
     page: Watched, dash_server: Server, real_runs: RealRuns, shot: Any
 ) -> None:
@@ -269,6 +272,7 @@ def test_trend_point_click_opens_its_run(
     _clean(page, "trends")
 
 
+@pytest.mark.endpoints
 def test_run_page_links_the_previous_run_of_the_pair(
     page: Watched, dash_server: Server, real_runs: RealRuns
 ) -> None:
@@ -281,6 +285,7 @@ def test_run_page_links_the_previous_run_of_the_pair(
     _clean(page, "compare previous")
 
 
+@pytest.mark.endpoints
 def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRuns) -> None:
     base = f"{dash_server.url}/runs/{real_runs.main}/report"
     js = page.page.request.get(base + ".json")
@@ -291,6 +296,7 @@ def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRun
     assert md.status == 200 and md.text().startswith("# evalsvc report")
 
 
+@pytest.mark.endpoints
 def test_live_page_advances_while_a_worker_executes(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store,
     dash_db_url: str, shot: Any, tmp_path: Any,
