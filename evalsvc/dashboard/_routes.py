@@ -230,10 +230,11 @@ def suite_page(
 def flips_page(
     request: Request, run_id: str, store: StoreDep, viewer: Viewer,
     suite: str = "", candidate: str = "", slice: str = "", direction: str = "",
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> HTMLResponse:
     try:
         view = svc.flips_view(store, run_id, suite=suite or None, role=candidate or None,
-                              slice_=slice or None, direction=direction or None)
+                              slice_=slice or None, direction=direction or None, limit=limit)
     except svc.NotFound as exc:
         return _not_found(request, viewer, str(exc))
     return _page(request, "flips.html", viewer, title=f"Flips · run {run_id[:10]}", view=view)

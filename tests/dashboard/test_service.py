@@ -233,3 +233,25 @@ def test_trend_points_of_a_pair_oldest_first_and_scheduled_only(store: Store) ->
     assert [p["run_id"] for p in only["points"]] == [scheduled.id]
     pairs = {(p["candidate_url"], p["suite"]): p["runs"] for p in svc.trend_pairs(store)}
     assert pairs == {(cand, "needle-4k"): 2, (other.spec.candidates[0].url, "needle-4k"): 1}
+
+
+def test_flips_are_limited_and_counted(store: Store) -> None:
+    run = store.create_run(_spec(0), status=RunStatus.running)
+    store.save_suite_snapshot(run.id, name="needle-4k", kind="needle", version="2", spec={})
+    samples = []
+    for k in range(30):
+        data = {"context_length": 1024 * (1 + k % 2), "depth": 0.5, "expected": [str(k)]}
+        b, c = (1.0, 0.0) if k % 3 else (0.0, 1.0)
+        samples += [Sample(suite="needle-4k", item_id=f"i{k}", endpoint="baseline", score=b,
+                           output=f"it is {k}", data=data),
+                    Sample(suite="needle-4k", item_id=f"i{k}", endpoint="candidate:0", score=c,
+                           output=f"it is {k + 1}", data=data)]
+    store.add_samples(run.id, samples)
+    view = svc.flips_view(store, run.id, limit=7)
+    assert view["total"] == 30 and len(view["rows"]) == 7
+    assert view["counts"] == {"regression": 20, "improvement": 10}
+    only = svc.flips_view(store, run.id, direction="improvement", slice_="2048 tokens @ depth 0.5")
+    assert {r["item_id"] for r in only["rows"]} == {f"i{k}" for k in range(30)
+                                                    if k % 3 == 0 and k % 2 == 1}
+    assert all(r["diff"]["baseline"]["first"] != r["diff"]["candidate"]["first"]
+               for r in only["rows"])
