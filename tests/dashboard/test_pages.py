@@ -305,7 +305,7 @@ def test_live_page_advances_while_a_worker_executes(
         baseline=EndpointRef(url=real_runs.baseline),
         candidates=[EndpointRef(url=real_runs.candidate)],
         suites=["reasoning-smoke"],
-        options=RunOptions(samples=6, concurrency=1),
+        options=RunOptions(samples=10, concurrency=1),
         labels={"source": "dashboard-live"},
     )
     run = run_service.submit(spec, store=dash_store)
