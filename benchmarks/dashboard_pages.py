@@ -163,7 +163,7 @@ def main() -> None:
             "flips page (5,000 samples)": f"/runs/{run}/flips",
         }
         with TestClient(create_app(url, auth=False)) as client:
-            print(f"\n| page | median | min | max | HTML |\n|---|---|---|---|---|")
+            print("\n| page | median | min | max | HTML |\n|---|---|---|---|---|")
             for name, path in pages.items():
                 m = measure(client, path, args.repeats)
                 print(f"| {name} | {m['median_ms']:.0f} ms | {m['min_ms']:.0f} ms | "

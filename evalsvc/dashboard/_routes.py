@@ -145,10 +145,10 @@ async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
             if "read" not in principal.scopes:
                 message = f"token {principal.name!r} lacks the 'read' scope"
     if message is not None:
-        resp = _page(request, "login.html", None, title="Sign in", next=next_url,
+        page = _page(request, "login.html", None, title="Sign in", next=next_url,
                      message=message, auth_off=not state.auth)
-        resp.status_code = status.HTTP_401_UNAUTHORIZED
-        return resp
+        page.status_code = status.HTTP_401_UNAUTHORIZED
+        return page
     resp = RedirectResponse(next_url, status_code=status.HTTP_303_SEE_OTHER)
     resp.set_cookie(
         COOKIE_NAME,
@@ -230,10 +230,11 @@ def suite_page(
 def flips_page(
     request: Request, run_id: str, store: StoreDep, viewer: Viewer,
     suite: str = "", candidate: str = "", slice: str = "", direction: str = "",
+    limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> HTMLResponse:
     try:
         view = svc.flips_view(store, run_id, suite=suite or None, role=candidate or None,
-                              slice_=slice or None, direction=direction or None)
+                              slice_=slice or None, direction=direction or None, limit=limit)
     except svc.NotFound as exc:
         return _not_found(request, viewer, str(exc))
     return _page(request, "flips.html", viewer, title=f"Flips · run {run_id[:10]}", view=view)
@@ -262,16 +263,19 @@ def report_download(run_id: str, fmt: str, store: StoreDep, viewer: Viewer) -> R
 @router.get("/trends", response_class=HTMLResponse)
 def trends_page(
     request: Request, store: StoreDep, viewer: Viewer,
-    baseline: str = "", candidate: str = "", suite: str = "",
+    baseline: str = "", candidate: str = "", suite: str = "", scheduled: str = "",
 ) -> HTMLResponse:
     pairs = svc.trend_pairs(store)
     chosen = None
+    only = scheduled not in ("", "0", "false", "off")
     if baseline and candidate and suite:
-        chosen = svc.trend(store, baseline_url=baseline, candidate_url=candidate, suite=suite)
+        chosen = svc.trend(store, baseline_url=baseline, candidate_url=candidate, suite=suite,
+                           scheduled_only=only)
     elif pairs:
         p = pairs[0]
         chosen = svc.trend(store, baseline_url=p["baseline_url"],
-                           candidate_url=p["candidate_url"], suite=p["suite"])
+                           candidate_url=p["candidate_url"], suite=p["suite"],
+                           scheduled_only=only)
     return _page(request, "trends.html", viewer, title="Trends", pairs=pairs, chosen=chosen)
 
 

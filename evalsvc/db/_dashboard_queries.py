@@ -92,19 +92,24 @@ class DashboardQueries:
         self._sample = sample
 
     def sample_scores(
-        self, run_id: str, suite: str, fields: tuple[str, ...] = ()
+        self, run_id: str, suite: str, fields: tuple[tuple[str, str], ...] = ()
     ) -> list[tuple[str, str, int, float | None, dict[str, Any]]]:
         """``(endpoint, item_id, repeat, score, {field: data[field]})`` of a suite's samples:
         only the columns and JSON fields asked for (a 5,000-sample run's heatmap and flips
-        need the scores, not the outputs)."""
-        cols = [SampleRow.data[f] for f in fields]
+        need the scores, not the outputs). ``fields`` are ``(name, "int"|"float"|"str")``:
+        extracted and cast by the database, so no JSON is decoded in Python."""
+        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
+        cols = [getattr(SampleRow.data[name], cast[kind])() for name, kind in fields]
+        names = [name for name, _ in fields]
         stmt = sa.select(
             SampleRow.endpoint, SampleRow.item_id, SampleRow.repeat, SampleRow.score, *cols
         ).where(SampleRow.run_id == run_id, SampleRow.suite == suite).order_by(SampleRow.id)
         with self._db.session(write=False) as session:
+            # Core execution: plain rows, without the ORM's per-row loading machinery.
+            result = session.connection().execute(stmt)
             return [
-                (e, i, int(r), s, dict(zip(fields, rest, strict=True)))
-                for e, i, r, s, *rest in session.execute(stmt)
+                (e, i, int(r), s, dict(zip(names, rest, strict=True)))
+                for e, i, r, s, *rest in result.all()
             ]
 
     def samples_of_items(self, run_id: str, suite: str, item_ids: list[str]) -> list[Sample]:
@@ -132,11 +137,13 @@ class DashboardQueries:
         limit: int = 50,
         older_than: tuple[datetime, str] | None = None,
         newer_than: tuple[datetime, str] | None = None,
+        with_total: bool = True,
     ) -> tuple[list[RunInfo], int, bool]:
         """``(runs newest first, total matching, more in the paging direction)``.
 
         ``older_than``/``newer_than`` are keyset cursors ``(created_at, id)`` of the last/first
-        run of the neighbouring page; at most one is given.
+        run of the neighbouring page; at most one is given. ``with_total=False`` skips the
+        count (reported as -1).
         """
         conds = _conditions(filters)
         stmt = sa.select(RunRow).where(*conds)
@@ -153,7 +160,7 @@ class DashboardQueries:
         count = sa.select(sa.func.count()).select_from(RunRow).where(*conds)
         with self._db.session(write=False) as session:
             rows = list(session.scalars(stmt))
-            total = int(session.scalar(count) or 0)
+            total = int(session.scalar(count) or 0) if with_total else -1
             more = len(rows) > limit
             rows = rows[:limit]
             if newer_than is not None:
@@ -201,9 +208,12 @@ class DashboardQueries:
         self, *, baseline_url: str, suite: str, limit: int = 500
     ) -> list[dict[str, Any]]:
         """Completed gates of ``suite`` in runs with this baseline, oldest first:
-        ``[{"run_id", "created_at", "payload"}]`` (the caller picks the candidate URL)."""
+        ``[{"run_id", "created_at", "schedule_id", "payload"}]`` (the caller picks the
+        candidate URL)."""
         stmt = (
-            sa.select(GateResultRow.run_id, RunRow.created_at, GateResultRow.payload)
+            sa.select(
+                GateResultRow.run_id, RunRow.created_at, RunRow.schedule_id, GateResultRow.payload
+            )
             .join(RunRow, RunRow.id == GateResultRow.run_id)
             .where(
                 RunRow.baseline_url == _queue.normalize_url(baseline_url),
@@ -215,8 +225,8 @@ class DashboardQueries:
         )
         with self._db.session(write=False) as session:
             rows = [
-                {"run_id": r, "created_at": t, "payload": dict(p)}
-                for r, t, p in session.execute(stmt)
+                {"run_id": r, "created_at": t, "schedule_id": sid, "payload": dict(p)}
+                for r, t, sid, p in session.execute(stmt)
             ]
         rows.reverse()
         return rows

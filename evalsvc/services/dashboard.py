@@ -132,12 +132,13 @@ def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str
     every run); planned comes from the worker's progress record when it has one."""
     planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
     suites = list(dict.fromkeys([*planned, *stored]))
+    spec_roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
     rows = []
     done_total = planned_total = 0
     for suite in suites:
         per = stored.get(suite, {})
-        roles = sorted(per, key=lambda r: (r != "baseline", r))
-        for role in roles or ["baseline"]:
+        roles = [*spec_roles, *sorted(set(per) - set(spec_roles))]
+        for role in roles:
             n, errors = per.get(role, [0, 0])
             p = planned.get(suite)
             rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
@@ -243,11 +244,13 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
     ci = s.get("ci") or [None, None]
     delta, bound = s.get("delta"), _boundary(s)
     values = [v for v in (*ci, delta, bound, 0.0) if isinstance(v, (int, float))]
-    if delta is None or len(values) < 3 or ci[0] is None or ci[1] is None:
+    if delta is None or len(values) < 3 or (ci[0] is None and ci[1] is None):
         return None
     lo, hi = min(values), max(values)
     pad = (hi - lo) * 0.1 or 0.01
     lo, hi = lo - pad, hi + pad
+    # A one-sided interval (threshold gates) is open on one end: draw it to the edge.
+    ci = [lo if ci[0] is None else ci[0], hi if ci[1] is None else ci[1]]
 
     def x(v: float) -> float:
         return round(100 * (v - lo) / (hi - lo), 2)
@@ -262,11 +265,10 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def _provenance(snapshots: dict[str, tuple[Any, Provenance]], report: dict[str, Any] | None,
-                run: RunInfo) -> dict[str, Any]:
+def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> dict[str, Any]:
     """Baseline and candidates side by side; a field differs when any endpoint's value does."""
     roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
-    columns = []
+    columns: list[dict[str, Any]] = []
     for i, role in enumerate(roles):
         ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
         prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
@@ -286,6 +288,22 @@ def _provenance(snapshots: dict[str, tuple[Any, Provenance]], report: dict[str, 
                      "differs": len(set(shown)) > 1})
     return {"columns": [{k: c[k] for k in ("role", "label", "url")} for c in columns],
             "rows": rows}
+
+
+def _previous_of_pair(store: Store, run: RunInfo) -> str | None:
+    """The latest completed run before this one with the same baseline and candidate URLs."""
+    want = [c.url.rstrip("/") for c in run.spec.candidates]
+    older, _, _ = store.dashboard.runs_page(
+        RunFilters(endpoint=run.spec.baseline.url, status=RunStatus.completed.value),
+        limit=50,
+        older_than=(run.created_at, run.id),
+        with_total=False,
+    )
+    for other in older:
+        same_base = other.spec.baseline.url.rstrip("/") == run.spec.baseline.url.rstrip("/")
+        if same_base and [c.url.rstrip("/") for c in other.spec.candidates] == want:
+            return other.id
+    return None
 
 
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
@@ -330,6 +348,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
                     "reason": d.get("reason"),
                 })
     return {
+        "previous": _previous_of_pair(store, run),
         "run": {
             "id": run.id,
             "status": run.status.value,
@@ -353,7 +372,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
                        for i, c in enumerate(run.spec.candidates)],
         "gates": gates,
-        "provenance": _provenance(snapshots, report, run),
+        "provenance": _provenance(snapshots, run),
         "progress": _progress(run, stored),
     }
 
@@ -424,7 +443,7 @@ def needle_heatmap(rows: list[Scored], role: str, alpha: float = 0.05) -> dict[s
             "improvements": better,
             "p": p,
         })
-    adjusted = holm(pvals) if pvals else []
+    adjusted: list[float] = [float(x) for x in holm(pvals)] if pvals else []
     for cell, p_adj in zip(out, adjusted, strict=True):
         cell["p_holm"] = float(p_adj)
         cell["significant"] = bool(p_adj <= alpha)
@@ -522,7 +541,9 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
     }
     alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
     if kind == "needle":
-        rows = store.dashboard.sample_scores(run_id, suite, ("context_length", "depth"))
+        rows = store.dashboard.sample_scores(
+            run_id, suite, (("context_length", "int"), ("depth", "float"))
+        )
         view["heatmap"] = needle_heatmap(rows, role, alpha=alpha)
     elif kind in ("determinism", "drift"):
         samples = store.get_samples(run_id, suite=suite)
@@ -561,9 +582,9 @@ def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, coro).result()
 
 
-_SLICE_FIELDS: dict[str, tuple[str, ...]] = {
-    "needle": ("context_length", "depth"),
-    "reasoning": ("family", "level"),
+_SLICE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "needle": (("context_length", "int"), ("depth", "float")),
+    "reasoning": (("family", "str"), ("level", "int")),
 }
 
 
@@ -685,14 +706,19 @@ def trend_pairs(store: Store) -> list[dict[str, Any]]:
     return [{**p, "last": _iso(p["last"])} for p in store.dashboard.gate_pairs()]
 
 
-def trend(store: Store, *, baseline_url: str, candidate_url: str, suite: str) -> dict[str, Any]:
+def trend(
+    store: Store, *, baseline_url: str, candidate_url: str, suite: str,
+    scheduled_only: bool = False,
+) -> dict[str, Any]:
     """Δ with its CI and the verdict of every completed run of this (baseline, candidate,
-    suite), oldest first."""
+    suite), oldest first; ``scheduled_only`` keeps the runs that schedules created."""
     points = []
     want = candidate_url.rstrip("/")
     for row in store.dashboard.gate_history(baseline_url=baseline_url, suite=suite):
         p = row["payload"]
         if str(p.get("candidate_url") or "").rstrip("/") != want:
+            continue
+        if scheduled_only and row["schedule_id"] is None:
             continue
         ci = p.get("ci") or [None, None]
         points.append({
@@ -704,9 +730,10 @@ def trend(store: Store, *, baseline_url: str, candidate_url: str, suite: str) ->
             "boundary": _boundary(p),
             "verdict": p.get("verdict"),
             "n": p.get("n"),
+            "scheduled": row["schedule_id"] is not None,
         })
     return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
-            "points": points}
+            "scheduled_only": scheduled_only, "points": points}
 
 
 def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:

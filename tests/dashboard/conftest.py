@@ -2,7 +2,7 @@
 
 - ``dash_store``: one SQLite store for the session, holding
   * ``real_runs``: real runs of the local endpoints (needle, reasoning, determinism, drift and
-    speed smoke suites at tiny sizes, through ``evalsvc.services.runs.compare``), and a second
+    speed smoke suites at --samples 2, through ``evalsvc.services.runs.compare``), and a second
     reasoning run of the same pair for the trend and the comparison;
   * ``synthetic_run``: a run written through the store whose needle grid has one cell where the
     candidate lost every item (the one significant cell) and whose outputs are hostile HTML;
@@ -30,6 +30,12 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec, RunStatus, Sample
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures of test_service.py)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+    store,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -44,6 +50,8 @@ HOSTILE_CANDIDATE = (
     "<img src=x onerror=\"window.__xss = 2; alert('xss-c')\"> The answer is 41."
     "</script><script>window.__xss = 3</script>"
 )
+
+HOSTILE_NAME = "cand</script><script>window.__xss = 4</script>"
 
 
 def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -67,16 +75,16 @@ def _require_browser() -> None:
 def dash_db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
     _require_browser()
     url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'dash.db'}"
-    with Store.from_url(url) as store:
-        store.upgrade()
+    with Store.from_url(url) as fresh:
+        fresh.upgrade()
     return url
 
 
 @pytest.fixture(scope="session")
 def dash_store(dash_db_url: str) -> Iterator[Store]:
-    store = Store.from_url(dash_db_url)
-    yield store
-    store.close()
+    opened = Store.from_url(dash_db_url)
+    yield opened
+    opened.close()
 
 
 @dataclass
@@ -117,7 +125,7 @@ def real_runs(local_endpoints: Any, dash_store: Store) -> RealRuns:
     # One run holds the five kinds; --samples applies to each suite's own size parameter
     # (needle items, reasoning items, determinism probes, drift passages, speed requests).
     t0 = time.monotonic()
-    main = one(SMOKE, 3, "kinds")
+    main = one(SMOKE, 2, "kinds")
     t1 = time.monotonic()
     again = one(["reasoning-smoke"], 6, "again")
     t2 = time.monotonic()
@@ -153,7 +161,8 @@ def synthetic_run(dash_store: Store) -> SyntheticRun:
 
     spec = RunSpec(
         baseline=EndpointRef(url="http://127.0.0.1:9/v1", name="synthetic-base"),
-        candidates=[EndpointRef(url="http://127.0.0.1:9/v2", name="synthetic-cand")],
+        # A name that would end the page's JSON <script> element if it were not escaped.
+        candidates=[EndpointRef(url="http://127.0.0.1:9/v2", name=HOSTILE_NAME)],
         suites=["needle-synthetic", "reasoning-smoke"],
         labels={"source": "synthetic"},
     )
@@ -215,7 +224,7 @@ def many_runs(dash_store: Store) -> dict[str, Any]:
     return {"ids": ids, "alpha": alpha}
 
 
-def _serve(db_url: str) -> Iterator[str]:
+def _serve(url: str) -> Iterator[str]:
     import uvicorn
 
     from evalsvc.api import create_app
@@ -224,7 +233,7 @@ def _serve(db_url: str) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(db_url, auth=True), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(url, auth=True), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

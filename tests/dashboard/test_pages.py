@@ -22,6 +22,7 @@ from evalsvc.services import runs as run_service
 from .conftest import (
     HOSTILE_BASELINE,
     HOSTILE_CANDIDATE,
+    HOSTILE_NAME,
     RealRuns,
     Server,
     SyntheticRun,
@@ -67,6 +68,7 @@ def test_login_sets_an_httponly_strict_cookie_and_refuses_bad_tokens(
     context.close()
 
 
+@pytest.mark.endpoints
 def test_every_page_of_real_runs_renders_cleanly(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store, shot: Any
 ) -> None:
@@ -110,6 +112,7 @@ def test_every_page_of_real_runs_renders_cleanly(
     _clean(page, "detail pages")
 
 
+@pytest.mark.endpoints
 def test_real_needle_heatmap_has_one_cell_per_length_and_depth(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store
 ) -> None:
@@ -141,6 +144,10 @@ def test_synthetic_heatmap_marks_exactly_the_significant_cell(
     col = synthetic_run.depths.index(depth)
     assert row.locator("td[data-cell]").nth(col).get_attribute("data-significant") is not None
     assert "-100" in marked.inner_text()
+    # The candidate's name is in the page's JSON data and in its title: both stay text.
+    data = json.loads(page.page.eval_on_selector("#page-data", "e => e.textContent"))
+    assert data["candidate"] == HOSTILE_NAME and HOSTILE_NAME in page.page.inner_text("h1")
+    assert page.page.evaluate("typeof window.__xss") == "undefined" and page.dialogs == []
     shot(page.page, "needle-significant")
     _clean(page, "synthetic needle")
 
@@ -184,7 +191,8 @@ def _row_ids(w: Watched) -> list[str]:
 
 
 def test_filters_and_keyset_pagination(
-    page: Watched, dash_server: Server, many_runs: dict[str, Any], synthetic_run: SyntheticRun
+    page: Watched, dash_server: Server, many_runs: dict[str, Any], synthetic_run: SyntheticRun,
+    shot: Any,
 ) -> None:
     base = dash_server.url
     _open(page, f"{base}/?label=team%3Dalpha")
@@ -219,6 +227,8 @@ def test_filters_and_keyset_pagination(
     assert page.page.inner_text("#total") == "60 matching"
     verdicts = page.page.eval_on_selector_all("#runs [data-verdict]", "e => e.map(x => x.innerText)")
     assert set(verdicts) == {"pass"}
+    _open(page, f"{base}/?limit=25")
+    shot(page.page, "runs-bulk", full=False)
     # Dates: nothing was created tomorrow; suite: the suites a run executed.
     _open(page, f"{base}/?from=2999-01-01")
     assert page.page.inner_text("#total") == "0 matching"
@@ -230,6 +240,7 @@ def test_filters_and_keyset_pagination(
     _clean(page, "filters")
 
 
+@pytest.mark.endpoints
 def test_trend_point_click_opens_its_run(
     page: Watched, dash_server: Server, real_runs: RealRuns, shot: Any
 ) -> None:
@@ -253,9 +264,28 @@ def test_trend_point_click_opens_its_run(
     )
     page.page.mouse.click(x, y)
     page.page.wait_for_url(f"**/runs/{real_runs.again}")
+    # These runs were not made by a schedule.
+    _open(page, f"{dash_server.url}/trends?{q}")
+    page.page.click("#scheduled-only")
+    page.page.wait_for_load_state("networkidle")
+    assert "No scheduled runs" in page.page.inner_text("main")
     _clean(page, "trends")
 
 
+@pytest.mark.endpoints
+def test_run_page_links_the_previous_run_of_the_pair(
+    page: Watched, dash_server: Server, real_runs: RealRuns
+) -> None:
+    _open(page, f"{dash_server.url}/runs/{real_runs.again}")
+    page.page.click("#compare-previous")
+    page.page.wait_for_load_state("networkidle")
+    assert f"a={real_runs.main}" in page.page.url and f"b={real_runs.again}" in page.page.url
+    # The reasoning gate is in both runs; the other four only in the earlier one.
+    assert page.page.locator("#compare-gates tbody tr").count() == 5
+    _clean(page, "compare previous")
+
+
+@pytest.mark.endpoints
 def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRuns) -> None:
     base = f"{dash_server.url}/runs/{real_runs.main}/report"
     js = page.page.request.get(base + ".json")
@@ -266,6 +296,7 @@ def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRun
     assert md.status == 200 and md.text().startswith("# evalsvc report")
 
 
+@pytest.mark.endpoints
 def test_live_page_advances_while_a_worker_executes(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store,
     dash_db_url: str, shot: Any, tmp_path: Any,
@@ -312,4 +343,10 @@ def test_live_page_advances_while_a_worker_executes(
     final = dash_store.get_run(run.id)
     assert final is not None and final.status == RunStatus.completed
     assert page.page.inner_text(".meta [data-status]") == "completed"
+    # The runs of the real endpoints, for the docs.
+    from urllib.parse import quote
+
+    _open(page, f"{dash_server.url}/?endpoint={quote(real_runs.baseline, safe='')}")
+    assert run.id in _row_ids(page)
+    shot(page.page, "runs-list", full=False)
     _clean(page, "live")

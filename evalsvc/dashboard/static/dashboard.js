@@ -32,8 +32,8 @@
     return chart(name, {
       title: { text: title, textStyle: { fontSize: 13 } },
       tooltip: { trigger: "axis" },
-      legend: { top: 0, right: 0 },
-      grid: { left: 50, right: 10, top: 40, bottom: 60 },
+      legend: { top: 22, right: 0 },
+      grid: { left: 50, right: 10, top: 60, bottom: 60 },
       xAxis: { type: "category", data: labels, axisLabel: { rotate: labels.length > 6 ? 30 : 0 } },
       yAxis: { type: "value", name: yName },
       series: [
@@ -53,8 +53,8 @@
     return chart(name, {
       title: { text: title, textStyle: { fontSize: 13 } },
       tooltip: { trigger: "axis" },
-      legend: { top: 0, right: 0 },
-      grid: { left: 55, right: 10, top: 40, bottom: 40 },
+      legend: { top: 22, right: 0 },
+      grid: { left: 55, right: 10, top: 60, bottom: 40 },
       xAxis: { type: "category", name: "concurrency", nameLocation: "middle", nameGap: 25, data: xs },
       yAxis: { type: "value", name: yName },
       series: ["baseline", "candidate"].map(function (side) {
@@ -74,8 +74,8 @@
         d.by_task.map(function (r) { return pct(r.candidate); }), "%");
       chart("reasoning-flips", {
         title: { text: "Flips by family and level", textStyle: { fontSize: 13 } },
-        tooltip: { trigger: "axis" }, legend: { top: 0, right: 0 },
-        grid: { left: 50, right: 10, top: 40, bottom: 60 },
+        tooltip: { trigger: "axis" }, legend: { top: 22, right: 0 },
+        grid: { left: 50, right: 10, top: 60, bottom: 60 },
         xAxis: { type: "category", data: labels, axisLabel: { rotate: labels.length > 6 ? 30 : 0 } },
         yAxis: { type: "value", minInterval: 1 },
         series: [
@@ -106,10 +106,10 @@
       });
       chart("determinism-divergence", {
         title: { text: "First divergent token position (outputs that differ)", textStyle: { fontSize: 13 } },
-        tooltip: { trigger: "item" }, legend: { top: 0, right: 0 },
-        grid: { left: 50, right: 10, top: 40, bottom: 40 },
-        xAxis: { type: "value", min: -0.5, max: Math.max(conds.length - 0.5, 0.5), interval: 1,
-                 axisLabel: { formatter: function (v) { return conds[Math.round(v)] || ""; } } },
+        tooltip: { trigger: "item" }, legend: { top: 22, right: 0 },
+        grid: { left: 50, right: 10, top: 60, bottom: 40 },
+        xAxis: { type: "value", min: -1, max: Math.max(conds.length, 1), interval: 1,
+                 axisLabel: { formatter: function (v) { return conds[v] || ""; } } },
         yAxis: { type: "value", name: "token", minInterval: 1 },
         series: series
       });
@@ -157,9 +157,9 @@
       xAxis: { type: "category", data: xs, boundaryGap: false },
       yAxis: { type: "value", name: "Δ", scale: true },
       series: [
-        { name: "ci-low", type: "line", data: lows, stack: "ci", symbol: "none",
+        { name: "ci-low", type: "line", data: lows, stack: "ci", stackStrategy: "all", symbol: "none",
           lineStyle: { opacity: 0 }, silent: true, tooltip: { show: false } },
-        { name: "CI", type: "line", data: widths, stack: "ci", symbol: "none",
+        { name: "CI", type: "line", data: widths, stack: "ci", stackStrategy: "all", symbol: "none",
           lineStyle: { opacity: 0 }, areaStyle: { color: "rgba(9,105,218,0.18)" }, silent: true,
           tooltip: { show: false } },
         { name: "Δ", type: "line", symbolSize: 11,
