@@ -262,7 +262,10 @@ def dash_server(dash_store: Store, dash_db_url: str) -> Iterator[Server]:
         yield Server(url, token)
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an asyncio loop running in the main
+# thread while it is started, and every later test that calls asyncio.run() would then fail
+# ("cannot be called from a running event loop"). It stops after the last dashboard test.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Any]:
     _require_browser()
     from playwright.sync_api import sync_playwright
@@ -310,7 +313,7 @@ def watch(page: Any) -> Watched:
     return w
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def signed_in_state(browser: Any, dash_server: Server) -> dict[str, Any]:
     """Storage state (the HttpOnly cookie) of a browser that signed in through /login."""
     context = browser.new_context()
