@@ -19,6 +19,8 @@ from .conftest import Api
 
 BASE = "http://127.0.0.1:9001/v1"
 CAND = "http://127.0.0.1:9002/v1"
+# Server mode reads API keys only from variables under this prefix (docs/security.md).
+_KEY_PREFIX = "EVALSVC_ENDPOINT_KEY_"
 
 
 def run_body(**overrides: Any) -> dict[str, Any]:
@@ -188,7 +190,9 @@ def test_values_at_the_bounds_fit_the_database(api: Api) -> None:
         resp = client.post(
             "/endpoints",
             json=endpoint_body(
-                url=long_url, model="m" * limits.MAX_MODEL, api_key_env="K" * limits.MAX_ENV_NAME
+                url=long_url,
+                model="m" * limits.MAX_MODEL,
+                api_key_env=_KEY_PREFIX + "K" * (limits.MAX_ENV_NAME - len(_KEY_PREFIX)),
             ),
         )
         assert resp.status_code == 201, resp.text

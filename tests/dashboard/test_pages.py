@@ -299,8 +299,11 @@ def test_report_downloads(page: Watched, dash_server: Server, real_runs: RealRun
 @pytest.mark.endpoints
 def test_live_page_advances_while_a_worker_executes(
     page: Watched, dash_server: Server, real_runs: RealRuns, dash_store: Store,
-    dash_db_url: str, shot: Any, tmp_path: Any,
+    dash_db_url: str, shot: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # Submitted runs are checked against the server-mode egress policy (docs/security.md): the
+    # local endpoints are on loopback, which an operator allows explicitly.
+    monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")
     spec = RunSpec(
         baseline=EndpointRef(url=real_runs.baseline),
         candidates=[EndpointRef(url=real_runs.candidate)],

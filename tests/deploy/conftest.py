@@ -117,7 +117,7 @@ params:
   n: 4
   max_tokens: 48
 gate:
-  margin: 0.5
+  margin: 0.25
 """
 
 
