@@ -379,7 +379,7 @@ async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
     declared = resp.headers.get("content-length", "")
     if cap and declared.isdigit() and int(declared) > cap:
         raise EndpointError(
-            f"response body of {int(declared)} bytes exceeds the cap of {cap} "
+            f"response body of {int(declared)} bytes exceeds the cap of {cap} bytes "
             "(EVALSVC_MAX_RESPONSE_BYTES); not read"
         )
     parts: list[bytes] = []
