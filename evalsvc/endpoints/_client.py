@@ -147,7 +147,9 @@ class EndpointClient:
             self.refusal = f"refused before connecting: {exc}"
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         limits = httpx.Limits(max_connections=max(1, concurrency) + 4)
-        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=not self.egress.server)
+        # The transport's trust_env only reads SSL_CERT_FILE/SSL_CERT_DIR (private CAs stay
+        # usable); the client's would also route requests through HTTP(S)_PROXY, past the check.
+        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=True)
         if self.egress.server:
             # httpx has no public hook below the request; httpcore's pool connects through its
             # network backend, the one place where the address that is dialled can be checked.
