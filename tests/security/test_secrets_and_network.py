@@ -198,9 +198,14 @@ def test_userinfo_is_refused_and_old_data_is_redacted_everywhere(
         # Data from before the rule: a run, its snapshot, a sample and a report holding it.
         run_id = _stored_run(api, EndpointRef(url=leaky))
         api.store.upsert_endpoint(name="old", url=leaky)
+        run = api.store.get_run(run_id)
+        assert run is not None
+        api.store.add_schedule(name="old", cron="0 3 * * *", template=run.spec)
         with api.client("read") as reader:
             shown = [reader.get("/runs").text, reader.get(f"/runs/{run_id}").text,
-                     reader.get("/endpoints").text]
+                     reader.get("/endpoints").text, reader.get("/schedules").text,
+                     reader.get("/schedules/old").text]
+        assert all(r"***@127.0.0.1" in text for text in shown)
         assert _work(api) == 1
         error = _finished(api, run_id).error
         assert "carries credentials" in error
