@@ -195,7 +195,7 @@ def compare(
             help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
+    timeout: Annotated[float, typer.Option(help="Total deadline of one request, streams included (s).")] = 300.0,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
     from evalsvc.runner import CapabilityError, InfrastructureError
