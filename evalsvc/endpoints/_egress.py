@@ -177,12 +177,9 @@ class EgressPolicy:
             return ip
         if host in METADATA_NAMES:
             raise EgressRefused(f"{host} is a cloud metadata service: always refused")
-        if not self._name_allowed(host) and any(
-            host == n or host.endswith("." + n) for n in _LOOPBACK_NAMES
-        ):
-            raise EgressRefused(
-                f"{host} is loopback, which {self._allowlist_says()}"
-            )
+        if any(host == n or host.endswith("." + n) for n in _LOOPBACK_NAMES):
+            # RFC 6761: judged as the loopback address it is, before any DNS answer is seen
+            self.check_address(ipaddress.IPv4Address("127.0.0.1"), host=host)
         return None
 
     def check_address(self, ip: IPAddress, *, host: str | None = None) -> None:

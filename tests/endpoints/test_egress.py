@@ -65,6 +65,7 @@ def test_private_and_loopback_only_when_allowed() -> None:
     empty.check_url("http://8.8.8.8/v1")  # public: fine while no allowlist is set
     allow = EgressPolicy.parse("127.0.0.0/8, gpu-a, *.serving.internal, 10.0.0.5")
     allow.check_url("http://127.0.0.1:8000/v1")
+    allow.check_url("http://localhost:8000/v1")  # localhost is 127.0.0.1, which is allowed
     allow.check_url("http://10.0.0.5:8000/v1")
     allow.check_address(ipaddress.ip_address("10.9.9.9"), host="a.serving.internal")
     with pytest.raises(EgressRefused, match="private"):
