@@ -170,16 +170,18 @@ class LmevalSuite(Suite):
         if not todo:
             return
         records: dict[int, dict[str, Any]] = {}
-        error: str | None = None
-        workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
-        try:
-            python = await asyncio.to_thread(lmeval_python)
-            records = await self._run_lmeval(python, client, workdir, len(items))
-        except LmevalError as exc:
-            error = str(exc)
-        finally:
-            if error is None:
-                shutil.rmtree(workdir, ignore_errors=True)
+        # egress: the subprocess must not call what the client refuses (URL, key, policy)
+        error: str | None = client.refusal
+        if error is None:
+            workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
+            try:
+                python = await asyncio.to_thread(lmeval_python)
+                records = await self._run_lmeval(python, client, workdir, len(items))
+            except LmevalError as exc:
+                error = str(exc)
+            finally:
+                if error is None:
+                    shutil.rmtree(workdir, ignore_errors=True)
         for item in todo:
             doc_id = int(item.metadata["doc_id"])
             rec = records.get(doc_id)
@@ -214,8 +216,6 @@ class LmevalSuite(Suite):
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        if client.refusal:  # egress: never let the subprocess call what the client refuses
-            raise LmevalError(client.refusal)
         if client.api_key:  # resolved under the run's egress policy (prefix rule in server mode)
             env["OPENAI_API_KEY"] = client.api_key
         log_path = workdir / "lm_eval.log"
