@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from tenacity import (
@@ -40,7 +41,7 @@ from tenacity import (
 )
 
 from evalsvc.domain import EndpointRef
-from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend
+from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend, resolve_checked
 from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
 from evalsvc.settings import Settings
 
@@ -237,6 +238,24 @@ class EndpointClient:
         """GET a text resource (e.g. ``/metrics``) with retries. Raises ``EndpointError``."""
         status, data = await self._send("GET", url, None)
         return status, data.decode(errors="replace")
+
+    async def pinned_base_url(self) -> str:
+        """The base URL for a process that connects on its own (lm-eval). In server mode an
+        ``http`` URL's host is resolved and checked now and replaced by the checked address, so
+        that process cannot be steered elsewhere by a later DNS answer; ``https`` keeps its
+        name (certificates are issued to names). Raises ``EndpointError`` when refused."""
+        if self.refusal:
+            raise EndpointError(self.refusal)
+        parts = urlsplit(self.base_url)
+        if not self.egress.server or parts.scheme != "http" or not parts.hostname:
+            return self.base_url
+        try:
+            port = parts.port or 80
+            address = (await resolve_checked(self.egress, parts.hostname, port, 10.0))[0]
+        except (EgressRefused, OSError, TimeoutError) as exc:
+            raise EndpointError(f"refused by the egress policy: {exc}") from exc
+        host = f"[{address}]" if address.version == 6 else str(address)
+        return urlunsplit(parts._replace(netloc=f"{host}:{port}"))
 
     # ---- OpenAI routes ---------------------------------------------------------------------
 

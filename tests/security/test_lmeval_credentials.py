@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from evalsvc.domain import EndpointRef, Item, Sample
-from evalsvc.endpoints import EgressPolicy, EndpointClient
+from evalsvc.endpoints import EgressPolicy, EndpointClient, EndpointError
 from evalsvc.suites import resolve
 from tests.fixtures.faults import listener
 
@@ -39,3 +39,18 @@ async def test_an_allowed_key_is_resolved_for_lm_eval(monkeypatch: pytest.Monkey
     ref = EndpointRef(url="http://127.0.0.1:9/v1", api_key_env="EVALSVC_ENDPOINT_KEY_LM")
     async with EndpointClient(ref, egress=EgressPolicy.parse("127.0.0.0/8")) as client:
         assert client.refusal is None and client.api_key == "lm-key-9"
+
+
+async def test_lm_eval_gets_the_checked_address_not_the_name() -> None:
+    """lm-eval resolves on its own; in server mode it is handed the address the policy checked
+    (http), so a DNS answer that changes after the check cannot steer it."""
+    url = "http://localhost:8100/v1"
+    allowed = EgressPolicy.parse("127.0.0.0/8,::1")  # localhost may resolve to either
+    async with EndpointClient(EndpointRef(url=url), egress=allowed) as client:
+        assert await client.pinned_base_url() in {
+            "http://127.0.0.1:8100/v1", "http://[::1]:8100/v1"}
+    async with EndpointClient(EndpointRef(url=url)) as local:  # local mode: left alone
+        assert await local.pinned_base_url() == url
+    async with EndpointClient(EndpointRef(url=url), egress=EgressPolicy.parse("")) as strict:
+        with pytest.raises(EndpointError, match="loopback"):
+            await strict.pinned_base_url()

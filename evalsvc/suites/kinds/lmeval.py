@@ -40,7 +40,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
+from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._registry import catalog_dir, register
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
@@ -116,13 +116,15 @@ class LmevalSuite(Suite):
                 self._tokenizer = str(home_dir() / "models" / "bf16")
         return [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(n)]
 
-    def command(self, python: str, client: EndpointClient, output: Path, n: int) -> list[str]:
-        """The lm-eval command line for one endpoint."""
+    def command(
+        self, python: str, client: EndpointClient, output: Path, n: int, base_url: str | None = None
+    ) -> list[str]:
+        """The lm-eval command line for one endpoint (``base_url``: the client's, pinned)."""
         p = self.params
         route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
         args: dict[str, Any] = {
             "model": client.model or "default",
-            "base_url": f"{client.base_url}/{route}",
+            "base_url": f"{base_url or client.base_url}/{route}",
             "tokenizer_backend": "huggingface",
             "tokenizer": self._tokenizer or "",
             "num_concurrent": p.num_concurrent,
@@ -207,7 +209,11 @@ class LmevalSuite(Suite):
         self, python: str, client: EndpointClient, workdir: Path, n: int
     ) -> dict[int, dict[str, Any]]:
         output = workdir / "out"
-        cmd = self.command(python, client, output, n)
+        try:  # egress: lm-eval connects itself, so it gets the address the policy checked
+            pinned = await client.pinned_base_url()
+        except EndpointError as exc:
+            raise LmevalError(str(exc)) from exc
+        cmd = self.command(python, client, output, n, base_url=pinned)
         env = {
             # egress: the subprocess gets no evalsvc setting (the database URL among them)
             **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
