@@ -450,7 +450,10 @@ def endpoints_list(
     ] = None,
 ) -> None:
     """List registered endpoints."""
-    refs = _open_store(db).list_endpoints()
+    from evalsvc.endpoints import redact_url
+
+    # egress: registrations older than the userinfo rule never show their credentials
+    refs = [r.model_copy(update={"url": redact_url(r.url)}) for r in _open_store(db).list_endpoints()]
     if as_json:
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in refs], indent=2) + "\n")
         return

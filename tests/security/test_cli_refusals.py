@@ -70,3 +70,15 @@ def test_endpoints_add_warns_about_keys_workers_will_not_send(tmp_path: Path) ->
     assert r.returncode == 0, r.stderr
     assert "warning: api_key_env 'PROD_KEY' is refused" in r.stderr
     assert "Only in-process `evalsvc compare` will send it" in r.stderr
+
+
+def test_endpoints_list_redacts_old_userinfo(tmp_path: Path) -> None:
+    from evalsvc.db import Store
+
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    with Store.from_url(url) as store:
+        store.upgrade()
+        store.upsert_endpoint(name="old", url="http://admin:pw-9x7@10.0.0.1:8000/v1")
+    r = _run("evalsvc.cli.main", "endpoints", "list", "--json", env={"EVALSVC_DATABASE_URL": url})
+    assert r.returncode == 0, r.stderr
+    assert "pw-9x7" not in r.stdout and "http://***@10.0.0.1:8000/v1" in r.stdout
