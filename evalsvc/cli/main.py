@@ -235,7 +235,9 @@ def compare(
             help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
         ),
     ] = None,
-    timeout: Annotated[float, typer.Option(help="Per-request timeout in seconds.")] = 300.0,
+    timeout: Annotated[
+        float, typer.Option(help="Total deadline of one request, streams included (s).")
+    ] = 300.0,
     wait_timeout: Annotated[
         float | None,
         typer.Option(
@@ -592,7 +594,10 @@ def endpoints_list(
     ] = None,
 ) -> None:
     """List registered endpoints."""
-    refs = _open_store(db).list_endpoints()
+    from evalsvc.endpoints import redact_url
+
+    # egress: registrations older than the userinfo rule never show their credentials
+    refs = [r.model_copy(update={"url": redact_url(r.url)}) for r in _open_store(db).list_endpoints()]
     if as_json:
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in refs], indent=2) + "\n")
         return

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from tenacity import (
@@ -40,7 +41,7 @@ from tenacity import (
 )
 
 from evalsvc.domain import EndpointRef
-from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend
+from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend, resolve_checked
 from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
 from evalsvc.settings import Settings
 
@@ -147,7 +148,9 @@ class EndpointClient:
             self.refusal = f"refused before connecting: {exc}"
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         limits = httpx.Limits(max_connections=max(1, concurrency) + 4)
-        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=not self.egress.server)
+        # The transport's trust_env only reads SSL_CERT_FILE/SSL_CERT_DIR (private CAs stay
+        # usable); the client's would also route requests through HTTP(S)_PROXY, past the check.
+        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=True)
         if self.egress.server:
             # httpx has no public hook below the request; httpcore's pool connects through its
             # network backend, the one place where the address that is dialled can be checked.
@@ -235,6 +238,24 @@ class EndpointClient:
         """GET a text resource (e.g. ``/metrics``) with retries. Raises ``EndpointError``."""
         status, data = await self._send("GET", url, None)
         return status, data.decode(errors="replace")
+
+    async def pinned_base_url(self) -> str:
+        """The base URL for a process that connects on its own (lm-eval). In server mode an
+        ``http`` URL's host is resolved and checked now and replaced by the checked address, so
+        that process cannot be steered elsewhere by a later DNS answer; ``https`` keeps its
+        name (certificates are issued to names). Raises ``EndpointError`` when refused."""
+        if self.refusal:
+            raise EndpointError(self.refusal)
+        parts = urlsplit(self.base_url)
+        if not self.egress.server or parts.scheme != "http" or not parts.hostname:
+            return self.base_url
+        try:
+            port = parts.port or 80
+            address = (await resolve_checked(self.egress, parts.hostname, port, 10.0))[0]
+        except (EgressRefused, OSError, TimeoutError) as exc:
+            raise EndpointError(f"refused by the egress policy: {exc}") from exc
+        host = f"[{address}]" if address.version == 6 else str(address)
+        return urlunsplit(parts._replace(netloc=f"{host}:{port}"))
 
     # ---- OpenAI routes ---------------------------------------------------------------------
 
@@ -379,7 +400,7 @@ async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
     declared = resp.headers.get("content-length", "")
     if cap and declared.isdigit() and int(declared) > cap:
         raise EndpointError(
-            f"response body of {int(declared)} bytes exceeds the cap of {cap} "
+            f"response body of {int(declared)} bytes exceeds the cap of {cap} bytes "
             "(EVALSVC_MAX_RESPONSE_BYTES); not read"
         )
     parts: list[bytes] = []

@@ -177,12 +177,9 @@ class EgressPolicy:
             return ip
         if host in METADATA_NAMES:
             raise EgressRefused(f"{host} is a cloud metadata service: always refused")
-        if not self._name_allowed(host) and any(
-            host == n or host.endswith("." + n) for n in _LOOPBACK_NAMES
-        ):
-            raise EgressRefused(
-                f"{host} is loopback, which {self._allowlist_says()}"
-            )
+        if any(host == n or host.endswith("." + n) for n in _LOOPBACK_NAMES):
+            # RFC 6761: judged as the loopback address it is, before any DNS answer is seen
+            self.check_address(ipaddress.IPv4Address("127.0.0.1"), host=host)
         return None
 
     def check_address(self, ip: IPAddress, *, host: str | None = None) -> None:
@@ -233,6 +230,25 @@ class EgressPolicy:
         return os.environ.get(name) or None
 
 
+async def resolve_checked(
+    policy: EgressPolicy, host: str, port: int, timeout: float | None = None
+) -> list[IPAddress]:
+    """Every address ``host`` resolves to, each checked by ``policy`` (``EgressRefused``)."""
+    ip = policy.check_host(host)
+    if ip is not None:
+        return [ip]
+    with anyio.fail_after(timeout):
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(
+        dict.fromkeys(ipaddress.ip_address(str(i[4][0]).split("%", 1)[0]) for i in infos)
+    )
+    if not addresses:
+        raise EgressRefused(f"{host} resolved to no address")
+    for address in addresses:  # every answer must pass: one bad answer refuses the host
+        policy.check_address(address, host=host)
+    return addresses
+
+
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """An httpcore network backend that resolves, checks and then connects to the checked IP.
 
@@ -252,19 +268,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        ip = self.policy.check_host(host)
-        if ip is not None:
-            addresses = [ip]
-        else:
-            with anyio.fail_after(timeout):
-                infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            addresses = list(
-                dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos)
-            )
-            if not addresses:
-                raise httpcore.ConnectError(f"{host} resolved to no address")
-            for address in addresses:  # every answer must pass: one bad answer refuses the host
-                self.policy.check_address(address, host=host)
+        addresses = await resolve_checked(self.policy, host, port, timeout)
         last: Exception | None = None
         for address in addresses:
             try:

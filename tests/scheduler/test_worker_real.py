@@ -56,7 +56,8 @@ def _wait(predicate: Any, timeout: float, what: str) -> None:
 def test_sigkill_mid_run_then_resume_on_another_worker(
     local_endpoints: Any, real_db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Server mode (submit, workers) refuses loopback unless the operator allows it.
+    # Server mode (submit, workers) reaches the local endpoints only if loopback is allowed, as
+    # an operator would allow it (docs/security.md); the workers inherit the environment.
     monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")
     candidate = next(iter(local_endpoints.candidates.values()))
     spec = RunSpec(baseline=EndpointRef(url=local_endpoints.baseline),

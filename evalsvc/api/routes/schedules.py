@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
 from evalsvc.db import Conflict
+from evalsvc.reports import redact_report
 from evalsvc.services import runs as run_service
 
 from .runs import run_spec
@@ -24,7 +25,12 @@ _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
 
 @router.get("", response_model=list[ScheduleRead])
 def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
-    return [ScheduleRead.model_validate(s) for s in store.list_schedules()]
+    return [_read(s) for s in store.list_schedules()]
+
+
+def _read(schedule: dict[str, Any]) -> ScheduleRead:
+    # egress: templates stored before the userinfo rule may hold credentials in URLs
+    return ScheduleRead.model_validate(redact_report(schedule))
 
 
 @router.post(
@@ -58,7 +64,7 @@ def get_schedule(name_or_id: PathKey, store: StoreDep, _: ReadScope) -> Schedule
     found = store.get_schedule(name_or_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name_or_id!r}")
-    return ScheduleRead.model_validate(found)
+    return _read(found)
 
 
 @router.delete("/{name_or_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)

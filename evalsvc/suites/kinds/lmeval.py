@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
+from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._registry import catalog_dir, register
@@ -138,13 +138,15 @@ class LmevalSuite(Suite):
                 self._tokenizer = str(home_dir() / "models" / "bf16")
         return [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(n)]
 
-    def command(self, python: str, client: EndpointClient, output: Path, n: int) -> list[str]:
-        """The lm-eval command line for one endpoint."""
+    def command(
+        self, python: str, client: EndpointClient, output: Path, n: int, base_url: str | None = None
+    ) -> list[str]:
+        """The lm-eval command line for one endpoint (``base_url``: the client's, pinned)."""
         p = self.params
         route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
         args: dict[str, Any] = {
             "model": client.model or "default",
-            "base_url": f"{client.base_url}/{route}",
+            "base_url": f"{base_url or client.base_url}/{route}",
             "tokenizer_backend": "huggingface",
             "tokenizer": self._tokenizer or "",
             "num_concurrent": p.num_concurrent,
@@ -192,16 +194,18 @@ class LmevalSuite(Suite):
         if not todo:
             return
         records: dict[int, dict[str, Any]] = {}
-        error: str | None = None
-        workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
-        try:
-            python = await asyncio.to_thread(lmeval_python)
-            records = await self._run_lmeval(python, client, workdir, len(items))
-        except LmevalError as exc:
-            error = str(exc)
-        finally:
-            if error is None:
-                shutil.rmtree(workdir, ignore_errors=True)
+        # egress: the subprocess must not call what the client refuses (URL, key, policy)
+        error: str | None = client.refusal
+        if error is None:
+            workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
+            try:
+                python = await asyncio.to_thread(lmeval_python)
+                records = await self._run_lmeval(python, client, workdir, len(items))
+            except LmevalError as exc:
+                error = str(exc)
+            finally:
+                if error is None:
+                    shutil.rmtree(workdir, ignore_errors=True)
         for item in todo:
             doc_id = int(item.metadata["doc_id"])
             rec = records.get(doc_id)
@@ -227,7 +231,11 @@ class LmevalSuite(Suite):
         self, python: str, client: EndpointClient, workdir: Path, n: int
     ) -> dict[int, dict[str, Any]]:
         output = workdir / "out"
-        cmd = self.command(python, client, output, n)
+        try:  # egress: lm-eval connects itself, so it gets the address the policy checked
+            pinned = await client.pinned_base_url()
+        except EndpointError as exc:
+            raise LmevalError(str(exc)) from exc
+        cmd = self.command(python, client, output, n, base_url=pinned)
         env = {
             # egress: the subprocess gets no evalsvc setting (the database URL among them)
             **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
@@ -236,8 +244,6 @@ class LmevalSuite(Suite):
             "TRANSFORMERS_OFFLINE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        if client.refusal:  # egress: never let the subprocess call what the client refuses
-            raise LmevalError(client.refusal)
         if client.api_key:  # resolved under the run's egress policy (prefix rule in server mode)
             env["OPENAI_API_KEY"] = client.api_key
         log_path = workdir / "lm_eval.log"
