@@ -205,6 +205,10 @@ class Store:
                 f"{head}: run `evalsvc db upgrade`"
             )
 
+    def check_known_revision(self) -> None:
+        """Raise DatabaseNotAtHead when the database is at a revision this code does not know."""
+        self._refuse_unknown_revision(self.current_revision(), self.head_revision())
+
     def _refuse_unknown_revision(self, current: str | None, head: str) -> None:
         if current is not None and current != head and not _migrate.is_known(current):
             raise DatabaseNotAtHead(
