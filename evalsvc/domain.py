@@ -158,7 +158,9 @@ class RunSpec(BaseModel):
     suites: list[SuiteNameText] = Field(min_length=1, max_length=limits.MAX_SUITES)
     """Catalog names or YAML paths."""
     options: RunOptions = Field(default_factory=RunOptions)
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=limits.MAX_LABELS, json_schema_extra=limits.labels_schema
+    )
     priority: int = Field(default=0, ge=limits.INT4_MIN, le=limits.INT4_MAX)
     """Higher runs are claimed first (a PostgreSQL ``integer``)."""
 
