@@ -22,7 +22,15 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from evalsvc.domain import EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.domain import (
+    EndpointRef,
+    Provenance,
+    RunInfo,
+    RunSpec,
+    RunStatus,
+    Sample,
+    stored_spec,
+)
 from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
@@ -70,7 +78,7 @@ def _run_info(row: RunRow) -> RunInfo:
     return RunInfo(
         id=row.id,
         status=RunStatus(row.status),
-        spec=RunSpec.model_validate(row.spec),
+        spec=stored_spec(row.spec),  # a run stored before a bound is still readable
         verdict=row.verdict,
         error=row.error,
         created_at=row.created_at,

@@ -54,7 +54,8 @@ def run_spec(body: RunCreate, store: Store) -> RunSpec:
 
 
 def _read(run: RunInfo) -> RunRead:
-    return RunRead.model_validate(run.model_dump(exclude={"lease_owner", "lease_expires_at"}))
+    fields = run.model_dump(exclude={"lease_owner", "lease_expires_at", "spec"})
+    return RunRead.model_validate({**fields, "spec": run.spec})  # spec: as stored (stored_spec)
 
 
 def _get(store: Store, run_id: str) -> RunInfo:

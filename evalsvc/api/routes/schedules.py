@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
 from evalsvc.db import Conflict
+from evalsvc.domain import stored_spec
 from evalsvc.services import runs as run_service
 
 from .runs import run_spec
@@ -22,9 +23,14 @@ router = APIRouter(prefix="/schedules", tags=["schedules"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
 
 
+def _read(schedule: dict[str, Any]) -> ScheduleRead:
+    # A template stored before a bound it breaks is still shown (it fails when it fires).
+    return ScheduleRead.model_validate({**schedule, "template": stored_spec(schedule["template"])})
+
+
 @router.get("", response_model=list[ScheduleRead])
 def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
-    return [ScheduleRead.model_validate(s) for s in store.list_schedules()]
+    return [_read(s) for s in store.list_schedules()]
 
 
 @router.post(
@@ -49,7 +55,7 @@ def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> Sch
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid cron {body.cron!r}: {err}"
         ) from err
-    return ScheduleRead.model_validate(created)
+    return _read(created)
 
 
 @router.get("/{name_or_id}", response_model=ScheduleRead, responses=_NOT_FOUND)
@@ -57,7 +63,7 @@ def get_schedule(name_or_id: PathKey, store: StoreDep, _: ReadScope) -> Schedule
     found = store.get_schedule(name_or_id)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name_or_id!r}")
-    return ScheduleRead.model_validate(found)
+    return _read(found)
 
 
 @router.delete("/{name_or_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
