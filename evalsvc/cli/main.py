@@ -327,7 +327,7 @@ def _compare_remote(
                 )
                 return (
                     EXIT_CODES["usage"]
-                    if resp.status_code in (400, 404, 422)
+                    if resp.status_code in (400, 404, 413, 422)
                     else EXIT_CODES["error"]
                 )
             run_id = resp.json()["id"]

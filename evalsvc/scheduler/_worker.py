@@ -11,6 +11,10 @@ Contract with the executor (``evalsvc.services.runs.execute_stored_run`` by defa
 The worker settles what the executor left: an exception marks the run ``error``; returning
 without finishing (and without a cancel) is also an ``error``, never a silent pass.
 
+On shutdown the worker waits ``shutdown_grace_seconds`` for executions to return; one that
+ignores its cancel that long (a suite still planning) has its run released to the queue, and
+the worker stops anyway. A failure to fire schedules is logged and never stops the loop.
+
 One heartbeat thread per worker extends the leases of its executing runs every
 ``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was cancelled),
 or the database has been unreachable for longer than a lease, that run's ``cancel`` event is set.
