@@ -186,7 +186,14 @@ def _read_text(path: Path) -> str:
         ) from exc
 
 
-def _load_file(path: Path) -> Suite | SuiteSet:
+def read_yaml(path: Path) -> Any:
+    """A YAML file under the suite files' rules (size cap, UTF-8, no NUL, no aliases), parsed
+    safely; ``SuiteError`` names the file and line. Also for run specs (``schedules add
+    --spec``)."""
+    return _parse(path)[1]
+
+
+def _parse(path: Path) -> tuple[Any, Any]:
     text = _read_text(path)
     if "\x00" in text:
         raise SuiteError(f"{path}: contains NUL characters")
@@ -197,6 +204,11 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise SuiteError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return node, data
+
+
+def _load_file(path: Path) -> Suite | SuiteSet:
+    node, data = _parse(path)
     if not isinstance(data, dict):
         raise SuiteError(f"{path}:1: a suite file must be a mapping")
     if "suites" in data and "kind" not in data:

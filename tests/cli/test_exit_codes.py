@@ -319,3 +319,14 @@ def test_api_serve_on_a_busy_port_exits_4_in_one_line(sqlite_url: str) -> None:
             env={"EVALSVC_API_AUTH": "on"},
         )
     assert_one_line_error(result, 4, f"cannot listen on 127.0.0.1:{port}", "in use")
+
+
+def test_schedule_spec_file_follows_the_yaml_rules(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(billion_laughs().replace("description:", "labels:"))
+    url = _fresh_sqlite(tmp_path)
+    result = evalsvc(
+        "schedules", "add", "nightly", "--cron", "0 3 * * *", "--spec", str(spec),
+        "--database-url", url,
+    )  # fmt: skip
+    assert_one_line_error(result, 2, "aliases")
