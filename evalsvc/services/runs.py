@@ -21,16 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
-from evalsvc.domain import (
-    EXIT_CODES,
-    EndpointRef,
-    Provenance,
-    RunInfo,
-    RunOptions,
-    RunSpec,
-    RunStatus,
-    Sample,
-)
+from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
 from evalsvc.reports import build_report
 from evalsvc.runner import (
     CancelledRun,
@@ -79,11 +70,12 @@ def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
             suites = [s.with_overrides(samples=opts.samples, seed=opts.seed) for s in suites]
         except ValueError as exc:
             raise UsageError(f"--samples/--seed rejected: {exc}") from exc
-    _check_gate_options(suites, opts)
+    _check_gate_options(suites, spec)
     return suites
 
 
-def _check_gate_options(suites: list[Suite], opts: RunOptions) -> None:
+def _check_gate_options(suites: list[Suite], spec: RunSpec) -> None:
+    opts = spec.options
     if opts.margin is None and opts.alpha is None:
         return
     from evalsvc.gates import evaluate_gate
