@@ -101,10 +101,14 @@ def resolve(names: Iterable[str], *, allow_paths: bool = False) -> list[Suite]:
     without duplicates."""
     out: list[Suite] = []
     seen: set[str] = set()
+    loaded_names: set[str] = set()  # each name or set is read once, however often it is given
 
     def add(name: str, depth: int) -> None:
         if depth > 5:
             raise SuiteError(f"suite set nesting too deep at {name!r}")
+        if name in loaded_names:
+            return
+        loaded_names.add(name)
         loaded = _load_name(name, allow_paths=allow_paths)
         if isinstance(loaded, SuiteSet):
             for sub in loaded.suites:
