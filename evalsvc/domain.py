@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evalsvc import limits
 from evalsvc.limits import (
@@ -158,9 +158,30 @@ class RunSpec(BaseModel):
     suites: list[SuiteNameText] = Field(min_length=1, max_length=limits.MAX_SUITES)
     """Catalog names or YAML paths."""
     options: RunOptions = Field(default_factory=RunOptions)
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=limits.MAX_LABELS, json_schema_extra=limits.labels_schema
+    )
     priority: int = Field(default=0, ge=limits.INT4_MIN, le=limits.INT4_MAX)
     """Higher runs are claimed first (a PostgreSQL ``integer``)."""
+
+
+def stored_spec(data: dict[str, Any]) -> RunSpec:
+    """A stored run spec: validated, or, when it predates a bound it breaks (an older evalsvc
+    stored ``samples: 50000``), built as stored so that listing and reading it still work.
+    Executing such a run fails with the bound's message; nothing else does."""
+    try:
+        return RunSpec.model_validate(data)
+    except ValidationError:
+        ref = EndpointRef.model_construct
+        return RunSpec.model_construct(
+            **{
+                **data,
+                "baseline": ref(**dict(data.get("baseline") or {})),
+                "candidates": [ref(**dict(c)) for c in data.get("candidates") or []],
+                "options": RunOptions.model_construct(**dict(data.get("options") or {})),
+                "labels": dict(data.get("labels") or {}),
+            }
+        )
 
 
 class RunInfo(BaseModel):

@@ -70,8 +70,9 @@ MAX_REQUEST_TIMEOUT_S = 3600.0
 
 #: Dates a client may give (``start_at``): cron arithmetic and the UTC conversion of an offset
 #: overflow ``datetime`` at year 9999, and no schedule needs to start before 2000.
-MIN_DATE = datetime(2000, 1, 1, tzinfo=UTC)
-MAX_DATE = datetime(2100, 1, 1, tzinfo=UTC)
+MIN_YEAR, MAX_YEAR = 2000, 2099
+#: The same rule for the JSON schema (a ``date-time`` string starting with its year).
+DATE_PATTERN = r"^20[0-9][0-9]-"
 
 #: Bytes of a request body the API reads (a run spec is a few kB).
 MAX_BODY_BYTES = 1_048_576
@@ -87,15 +88,13 @@ def no_nul(value: str) -> str:
 
 
 def check_date(value: datetime | None) -> datetime | None:
-    """A timezone-aware date between ``MIN_DATE`` and ``MAX_DATE`` (naive means UTC)."""
+    """A date whose year, as written, is ``MIN_YEAR`` to ``MAX_YEAR`` (naive means UTC); then
+    its conversion to UTC and the cron arithmetic after it cannot overflow."""
     if value is None:
         return None
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    if not MIN_DATE <= aware < MAX_DATE:
-        raise ValueError(
-            f"must be between {MIN_DATE:%Y-%m-%d} and {MAX_DATE:%Y-%m-%d} (UTC), got {value}"
-        )
-    return aware
+    if not MIN_YEAR <= value.year <= MAX_YEAR:
+        raise ValueError(f"the year must be {MIN_YEAR} to {MAX_YEAR}, got {value.isoformat()}")
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 #: A NUL-free string pattern, shown in the JSON schema (contract tests then generate only
@@ -122,3 +121,16 @@ LabelKey = Annotated[
     _NUL,
 ]
 LabelValue = Annotated[str, _text(MAX_LABEL_VALUE), _NUL]
+
+
+def labels_schema(schema: dict[str, Any]) -> None:
+    """The JSON schema of a labels mapping with the key rule in ``propertyNames`` (pydantic
+    would put the key's NUL pattern in ``patternProperties``, which leaves other keys free)."""
+    values = next(iter(schema.pop("patternProperties", {}).values()), None)
+    if values is not None:
+        schema["additionalProperties"] = values
+    schema["propertyNames"] = {
+        "minLength": 1,
+        "maxLength": MAX_LABEL_KEY,
+        "pattern": NO_NUL_PATTERN,
+    }

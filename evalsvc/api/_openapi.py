@@ -6,7 +6,8 @@ status the API can return besides the route's own: 401 and 403 (routes that take
 404 (routes with path parameters), 400 (an unreadable body), 413 (a body over the limit), 422
 (an invalid request: ``Problem`` with ``errors``, not FastAPI's default shape), 503 (the
 database unavailable, not at head or refusing writes). Every one of them has the ``Problem``
-shape. ``BodyLimit`` answers 413 before a body over ``max_bytes`` is read into memory.
+shape. ``RunCreate.suites`` enumerates the catalog. ``BodyLimit`` answers 413 before a body
+over ``max_bytes`` is read into memory.
 """
 
 from __future__ import annotations
@@ -100,6 +101,20 @@ def _problem_response(code: str, existing: dict[str, Any] | None) -> dict[str, A
     return response
 
 
+def _catalog_enum(components: dict[str, Any]) -> None:
+    """``RunCreate.suites`` lists the catalog's names (read when the document is built)."""
+    from evalsvc.services.catalog import suite_rows
+    from evalsvc.suites import SuiteError
+
+    try:
+        names = sorted(str(row["name"]) for row in suite_rows())
+    except SuiteError:  # a broken catalog: the routes say so; the document stays usable
+        return
+    items = components.get("RunCreate", {}).get("properties", {}).get("suites", {}).get("items")
+    if isinstance(items, dict) and names:
+        items["enum"] = names
+
+
 def document_errors(app: FastAPI) -> None:
     """Replace ``app.openapi`` with one that documents every error status (see module doc)."""
 
@@ -120,6 +135,7 @@ def document_errors(app: FastAPI) -> None:
         # FastAPI's default 422 shape is never sent (see _app's handler).
         components.pop("HTTPValidationError", None)
         components.pop("ValidationError", None)
+        _catalog_enum(components)
         for path, item in schema.get("paths", {}).items():
             for operation in item.values():
                 responses = operation.setdefault("responses", {})

@@ -32,7 +32,7 @@ from evalsvc.limits import (
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 #: What the schema says of a URL; ``_check_url`` is the rule itself (it also strips spaces and
 #: trailing slashes).
-URL_PATTERN = r"^\s*[Hh][Tt][Tt][Pp][Ss]?://[^\x00]+$"
+URL_PATTERN = r"^[ \t\n\r\f\x0b]*[Hh][Tt][Tt][Pp][Ss]?://[^ \t\n\r\f\x0b/\x00][^\x00]*$"
 Name = Annotated[str, Field(pattern=_NAME_PATTERN)]
 Url = Annotated[UrlText, Field(json_schema_extra={"pattern": URL_PATTERN})]
 
@@ -41,9 +41,21 @@ Url = Annotated[UrlText, Field(json_schema_extra={"pattern": URL_PATTERN})]
 PathKey = Annotated[str, Path(max_length=limits.MAX_NAME, pattern=r"^[^\x00/]+$")]
 
 
+_ASCII_SPACE = " \t\n\r\f\v"
+
+
 def _check_url(value: str) -> str:
+    value = value.strip(_ASCII_SPACE)
+    scheme, sep, rest = value.partition("://")
+    if (
+        not sep
+        or scheme.lower() not in ("http", "https")
+        or not rest
+        or rest[0] in "/" + _ASCII_SPACE
+    ):
+        raise ValueError("url must be an http(s) base URL, e.g. http://127.0.0.1:8000/v1")
     # egress: one URL rule for every view (scheme, host, no userinfo): evalsvc.endpoints._urls
-    return check_endpoint_url(value)
+    return check_endpoint_url(value.rstrip("/"))
 
 
 class FieldError(BaseModel):
@@ -193,7 +205,9 @@ class RunCreate(BaseModel):
                 )
         return names
 
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=limits.MAX_LABELS)
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, max_length=limits.MAX_LABELS, json_schema_extra=limits.labels_schema
+    )
     """Free-form key/value labels stored with the run (at most 32; keys 64, values 256 characters)."""
     priority: int = Field(default=0, ge=limits.INT4_MIN, le=limits.INT4_MAX)
     """Higher runs are claimed first (a 32-bit integer)."""
@@ -265,9 +279,13 @@ class ScheduleCreate(BaseModel):
     """Cron expression, evaluated in UTC (e.g. ``0 3 * * *``)."""
     template: RunCreate
     """The run to queue; endpoint names are resolved now, when the schedule is created."""
-    start_at: Annotated[datetime | None, AfterValidator(limits.check_date)] = None
-    """First fire time is the first cron time after this (default: now); between 2000-01-01
-    and 2100-01-01 UTC (naive times are UTC)."""
+    start_at: Annotated[
+        datetime | None,
+        AfterValidator(limits.check_date),
+        Field(json_schema_extra={"pattern": limits.DATE_PATTERN}),
+    ] = None
+    """First fire time is the first cron time after this (default: now); a year from 2000 to
+    2099 as written (naive times are UTC)."""
 
 
 class ScheduleRead(BaseModel):

@@ -3,19 +3,21 @@
 The server starts even when the database is unreachable or not at head (``/healthz`` answers
 503 until it is fixed), so it can come up before its database; this command warns about it.
 It refuses to start (exit 2, one line) with authentication off on an interface other than
-loopback, or with an ``EVALSVC_ALLOWED_ENDPOINTS`` it cannot parse (docs/security.md).
+loopback, or with an ``EVALSVC_ALLOWED_ENDPOINTS`` it cannot parse (docs/security.md). A port that is taken or an
+address that cannot be bound exits 4 with one line; a malformed database URL exits 2.
 FastAPI and uvicorn are imported only when the command runs, to keep CLI start-up light.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Annotated
 
 import typer
 
 from evalsvc.db import Store, StoreError
 
-from ._dbcommon import DatabaseUrlOption
+from ._dbcommon import EXIT_INFRA, DatabaseUrlOption, fail, fail_store
 
 app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
@@ -57,7 +59,11 @@ def serve(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    with Store.from_url(database_url) as store:
+    try:
+        store = Store.from_url(database_url)
+    except StoreError as err:  # a malformed URL or a missing driver
+        fail_store(err)
+    with store:
         try:
             store.ensure_ready(upgrade_fresh_sqlite=True)
         except StoreError as err:
@@ -66,9 +72,38 @@ def serve(
     if not auth_enabled_from_env():
         typer.echo("warning: authentication is OFF (EVALSVC_API_AUTH=off), loopback only", err=True)
     typer.echo(
-        f"evalsvc API on http://{host}:{port}/api/v1 (docs /docs), database {shown}", err=True
+        f"evalsvc API on http://{host}:{port}/api/v1 (docs /docs; dashboard at /), "
+        f"database {shown}",
+        err=True,
     )
-    uvicorn.run(create_app(database_url), host=host, port=port, log_level=log_level)
+    sock = _bind(host, port)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(database_url), host=host, port=port, log_level=log_level)
+    )
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket here, so a busy port or a bad address is one line and exit 4
+    (infrastructure), not uvicorn's startup-failure exit 3 (which means *inconclusive*)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+            sock.listen(2048)
+        except OSError:
+            sock.close()
+            raise
+    except OSError as err:
+        fail(f"cannot listen on {host}:{port}: {err.strerror or err}", EXIT_INFRA)
+    sock.set_inheritable(True)
+    return sock
 
 
 if __name__ == "__main__":

@@ -50,10 +50,12 @@ def downgrade(
 
 @app.command()
 def current(database_url: DatabaseUrlOption = None) -> None:
-    """Show the database's revision and the head; exit 1 when they differ."""
+    """Show the database's revision and the head; exit 1 when it is behind, 2 when it is
+    newer than this evalsvc."""
     store = open_store(database_url, check_head=False)
     try:
         revision, head = store.current_revision(), store.head_revision()
+        store.check_known_revision()  # a database migrated by a newer evalsvc: exit 2
     except StoreError as err:
         fail_store(err)
     finally:

@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -90,6 +90,18 @@ def _open_store(db: str | None) -> Any:
     except StoreError as exc:
         raise _die(str(exc), store_exit_code(exc)) from exc
     return store
+
+
+@contextlib.contextmanager
+def _store_errors() -> Iterator[None]:
+    """A store error inside the block exits with its one line and code (2 or 4, never 1)."""
+    from evalsvc.cli._dbcommon import store_exit_code
+    from evalsvc.db import StoreError
+
+    try:
+        yield
+    except StoreError as exc:
+        raise _die(str(exc), store_exit_code(exc)) from exc
 
 
 class _RichProgress:
@@ -248,20 +260,27 @@ def compare(
     ] = None,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
+    from pydantic import ValidationError
+
+    from evalsvc.cli._dbcommon import store_exit_code
+    from evalsvc.db import StoreError
     from evalsvc.runner import CapabilityError, InfrastructureError
     from evalsvc.services import runs
 
     if len(endpoints) < 2:
         raise _die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
-    options = RunOptions(
-        samples=samples,
-        seed=seed,
-        concurrency=concurrency,
-        margin=margin,
-        alpha=alpha,
-        sequential=sequential,
-        request_timeout_s=timeout,
-    )
+    try:
+        options = RunOptions(
+            samples=samples,
+            seed=seed,
+            concurrency=concurrency,
+            margin=margin,
+            alpha=alpha,
+            sequential=sequential,
+            request_timeout_s=timeout,
+        )
+    except ValidationError as exc:
+        raise _die(_one_line(exc), EXIT_CODES["usage"]) from exc
     if server:
         raise typer.Exit(
             _compare_remote(
@@ -275,9 +294,13 @@ def compare(
     try:
         refs = [runs.resolve_endpoint(e, store) for e in endpoints]
         spec = RunSpec(baseline=refs[0], candidates=refs[1:], suites=suite, options=options)
-        runs.load_suites(spec)  # usage errors before any request
+        runs.load_suites(spec)  # usage errors (suites, --margin/--alpha) before any request
     except runs.UsageError as exc:
         raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    except ValidationError as exc:
+        raise _die(_one_line(exc), EXIT_CODES["usage"]) from exc
+    except StoreError as exc:
+        raise _die(str(exc), store_exit_code(exc)) from exc
     labels = {"baseline": f"baseline {refs[0].name or refs[0].url}"}
     labels.update(
         {f"candidate:{i}": f"candidate {r.name or r.url}" for i, r in enumerate(refs[1:])}
@@ -315,6 +338,8 @@ def compare(
         # click would print "Aborted!" and exit 1, which a pipeline reads as a failed gate.
         stopped = RuntimeError(f"interrupted ({exc or 'Ctrl-C'}); the run was recorded as error")
         raise ended_without_verdict(stopped, EXIT_CODES["error"]) from exc
+    except StoreError as exc:  # read-only or full database mid-run: stop now, say so
+        raise ended_without_verdict(exc, store_exit_code(exc)) from exc
     err.print(_verdict_table(report))
     _print_headlines(report)
     for w in report.get("warnings", []):
@@ -325,6 +350,12 @@ def compare(
     err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {report['run_id']})")
     _write_outputs(report, json_out, junit, markdown)
     raise typer.Exit(runs.exit_code(verdict))
+
+
+def _one_line(exc: Any) -> str:
+    """A pydantic ValidationError as one line: ``field: message; ...``."""
+    parts = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]]
+    return "invalid options: " + "; ".join(parts)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -410,7 +441,7 @@ def _compare_remote(
                 detail = resp.json().get("detail", resp.text)
             except ValueError:
                 detail = resp.text
-            code = EXIT_CODES["usage"] if resp.status_code in (400, 404, 409, 422) else 4
+            code = EXIT_CODES["usage"] if resp.status_code in (400, 404, 409, 413, 422) else 4
             if resp.status_code in (401, 403):
                 code = EXIT_CODES["usage"]  # a missing or weak token is configuration
             return no_verdict(
@@ -582,7 +613,10 @@ def endpoints_add(
             markup=False,
         )
     store = _open_store(db)
-    ref = store.upsert_endpoint(name=name, url=url, model=model, api_key_env=api_key_env)
+    with _store_errors():
+        ref = store.upsert_endpoint(
+            name=name, url=url.rstrip("/"), model=model, api_key_env=api_key_env
+        )
     err.print(f"registered {ref.name} → {ref.url}")
 
 
@@ -596,8 +630,10 @@ def endpoints_list(
     """List registered endpoints."""
     from evalsvc.endpoints import redact_url
 
+    with _store_errors():
+        refs = _open_store(db).list_endpoints()
     # egress: registrations older than the userinfo rule never show their credentials
-    refs = [r.model_copy(update={"url": redact_url(r.url)}) for r in _open_store(db).list_endpoints()]
+    refs = [r.model_copy(update={"url": redact_url(r.url)}) for r in refs]
     if as_json:
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in refs], indent=2) + "\n")
         return
@@ -617,7 +653,9 @@ def endpoints_remove(
     ] = None,
 ) -> None:
     """Remove a registered endpoint."""
-    if not _open_store(db).delete_endpoint(name):
+    with _store_errors():
+        removed = _open_store(db).delete_endpoint(name)
+    if not removed:
         raise _die(f"no endpoint named {name!r}", EXIT_CODES["usage"])
 
 

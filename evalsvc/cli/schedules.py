@@ -14,8 +14,6 @@ from types import FrameType
 from typing import Annotated, Any
 
 import typer
-import yaml
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
@@ -62,7 +60,9 @@ def _template(
         if spec_path is not None:
             if baseline or candidates or suites:
                 fail("give either --spec or --baseline/--candidate/--suite, not both", EXIT_CONFIG)
-            data: Any = yaml.safe_load(spec_path.read_text())
+            from evalsvc.suites import read_yaml
+
+            data: Any = read_yaml(spec_path)  # size cap, UTF-8, no aliases
             return RunSpec.model_validate(data)
         if not baseline or not candidates or not suites:
             fail(
@@ -84,7 +84,7 @@ def _template(
             labels=label_map,
             priority=priority,
         )
-    except (OSError, yaml.YAMLError, ValidationError) as err:
+    except (OSError, ValueError) as err:  # SuiteError and ValidationError are ValueErrors
         fail(f"invalid run template: {err}", EXIT_CONFIG)
 
 

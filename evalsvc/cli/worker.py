@@ -1,8 +1,10 @@
 """``evalsvc worker``: execute queued runs (and optionally fire cron schedules).
 
 SIGTERM/SIGINT: stop claiming, let the executing runs finish their in-flight requests, release
-their leases (back to the queue), exit 0. A second signal exits at once (the reaper re-queues
-the runs when their leases expire).
+their leases (back to the queue), exit 0. A run that does not stop within ``--shutdown-grace``
+seconds (a suite still planning does not look at the cancel) is released as it is and the
+worker exits 0 anyway. A second signal exits at once (the reaper re-queues the runs when their
+leases expire).
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ def worker(
     schedule_interval: Annotated[
         float, typer.Option(help="Seconds between schedule checks (with --schedules).")
     ] = 30.0,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            min=0.0, help="Seconds executing runs get to stop after SIGTERM before release."
+        ),
+    ] = 30.0,
     database_url: DatabaseUrlOption = None,
     executor: Annotated[
         str | None,
@@ -87,6 +95,7 @@ def worker(
         poll_seconds=poll,
         max_attempts=settings.max_attempts,
         scheduler=scheduler,
+        shutdown_grace_seconds=shutdown_grace,
     )
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

@@ -1,7 +1,11 @@
 """Engines and the one managed-session helper.
 
 Contract: ``Database.session()`` commits on success, rolls back on any exception, and turns
-SQLAlchemy/driver errors into ``evalsvc.db`` domain errors. SQLite gets WAL (readers never block
+SQLAlchemy/driver errors into ``evalsvc.db`` domain errors: integrity → ``Conflict``; a
+read-only database or a full disk → ``DatabaseWriteRefused`` (never retried); a value the
+database cannot store (too long, out of range, NUL) → ``InvalidData``; unreachable or busy →
+``DatabaseUnavailable``. A malformed URL or a missing driver is ``DatabaseConfigError`` when
+the engine is built. SQLite gets WAL (readers never block
 the writer), foreign keys, a busy timeout, and ``BEGIN IMMEDIATE`` for write sessions so that the
 writer lock is taken up front: a deferred transaction that reads and then writes can fail with
 "database is locked" without waiting, which would break the claim's compare-and-set.

@@ -22,7 +22,15 @@ from pydantic import ValidationError
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from evalsvc.domain import EndpointRef, Provenance, RunInfo, RunSpec, RunStatus, Sample
+from evalsvc.domain import (
+    EndpointRef,
+    Provenance,
+    RunInfo,
+    RunSpec,
+    RunStatus,
+    Sample,
+    stored_spec,
+)
 from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
@@ -71,7 +79,7 @@ def _run_info(row: RunRow) -> RunInfo:
     return RunInfo(
         id=row.id,
         status=RunStatus(row.status),
-        spec=RunSpec.model_validate(row.spec),
+        spec=stored_spec(row.spec),  # a run stored before a bound is still readable
         verdict=row.verdict,
         error=row.error,
         created_at=row.created_at,
@@ -210,6 +218,10 @@ class Store:
                 f"database {self.display_url} at {current or 'no revision (empty)'}, head is "
                 f"{head}: run `evalsvc db upgrade`"
             )
+
+    def check_known_revision(self) -> None:
+        """Raise DatabaseNotAtHead when the database is at a revision this code does not know."""
+        self._refuse_unknown_revision(self.current_revision(), self.head_revision())
 
     def _refuse_unknown_revision(self, current: str | None, head: str) -> None:
         if current is not None and current != head and not _migrate.is_known(current):

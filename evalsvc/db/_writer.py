@@ -5,7 +5,8 @@ committed; a lost database delays writes but never drops samples. ``add`` never 
 outage (one attempt, then keep buffering); ``flush`` retries with exponential backoff up to
 ``retry_seconds`` and raises ``DatabaseUnavailable`` with the samples still buffered.
 Only ``DatabaseUnavailable`` is retried: other errors are bugs or bad data, and retrying them
-would only hide them.
+would only hide them; ``DatabaseWriteRefused`` (read-only, disk full) is raised at once, with
+the number of samples still buffered.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tenacity import (
 
 from evalsvc.domain import Sample
 
-from ._errors import DatabaseUnavailable
+from ._errors import DatabaseUnavailable, DatabaseWriteRefused
 from ._store import Store
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,14 @@ class SampleWriter:
             with self._lock:
                 batch = list(self._buffer)
             if batch:
-                self.store.add_samples(self.run_id, batch)
+                try:
+                    self.store.add_samples(self.run_id, batch)
+                except DatabaseWriteRefused as err:
+                    # Not retried: a full disk or a read-only database does not heal in the
+                    # retry window, and waiting only delays the one-line error.
+                    raise DatabaseWriteRefused(
+                        f"{err} ({self.pending} samples of run {self.run_id} not saved)"
+                    ) from err
             with self._lock:
                 # Only what was written leaves the buffer; add() may have appended meanwhile.
                 del self._buffer[: len(batch)]

@@ -11,6 +11,10 @@ Contract with the executor (``evalsvc.services.runs.execute_stored_run`` by defa
 The worker settles what the executor left: an exception marks the run ``error``; returning
 without finishing (and without a cancel) is also an ``error``, never a silent pass.
 
+On shutdown the worker waits ``shutdown_grace_seconds`` for executions to return; one that
+ignores its cancel that long (a suite still planning) has its run released to the queue, and
+the worker stops anyway. A failure to fire schedules is logged and never stops the loop.
+
 One heartbeat thread per worker extends the leases of its executing runs every
 ``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was cancelled),
 or the database has been unreachable for longer than a lease, that run's ``cancel`` event is set.
@@ -85,6 +89,7 @@ class Worker:
         max_attempts: int = 3,
         scheduler: Scheduler | None = None,
         settle_retry_seconds: float = 60.0,
+        shutdown_grace_seconds: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -99,6 +104,9 @@ class Worker:
         self.max_attempts = max_attempts
         self.scheduler = scheduler
         self.settle_retry_seconds = settle_retry_seconds
+        self.shutdown_grace_seconds = shutdown_grace_seconds
+        """After stop(), how long executions may take to return; then their runs are released
+        to the queue and ``run`` returns anyway (None: wait for ever, the old behaviour)."""
         self.reap_interval = min(max(lease_seconds / 4, poll_seconds), 15.0)
         self._last_reap: float | None = None
         self.executed = 0
@@ -171,7 +179,7 @@ class Worker:
                 self._wake.wait(self.poll_seconds)
         finally:
             self.stop()
-            self._join_all()
+            self._join_all(self.shutdown_grace_seconds)
             self._heartbeats_done.set()
             heartbeats.join()
             log.info("worker %s stopped after %d runs", self.worker_id, self.executed)
@@ -198,14 +206,37 @@ class Worker:
         with self._lock:
             return self.concurrency - len(self._active)
 
-    def _join_all(self) -> None:
+    def _join_all(self, grace_seconds: float | None = None) -> None:
+        deadline = None if grace_seconds is None else time.monotonic() + grace_seconds
         while True:
             with self._lock:
                 threads = [e.thread for e in self._active.values() if e.thread is not None]
             if not threads:
                 return
             for thread in threads:
-                thread.join()
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                thread.join(left)
+            if deadline is not None and time.monotonic() >= deadline:
+                self._abandon_stuck()
+                return
+
+    def _abandon_stuck(self) -> None:
+        """Executions that ignored the cancel for the whole grace (a suite still planning, a
+        call that never yields): release their runs to the queue so another worker resumes
+        them from the stored samples, and leave the daemon threads to die with the process."""
+        with self._lock:
+            stuck = [e for e in self._active.values() if not e.done.is_set()]
+        for execution in stuck:
+            execution.lease_lost.set()  # the thread must not settle the run if it ever returns
+            try:
+                self.store.release_run(execution.run.id, worker_id=self.worker_id)
+                log.warning(
+                    "run %s did not stop within %.0fs of the shutdown; released to the queue",
+                    execution.run.id,
+                    self.shutdown_grace_seconds or 0,
+                )
+            except StoreError as err:
+                log.error("run %s: could not release (%s); the reaper will", execution.run.id, err)
 
     # ------------------------------------------------------------------ one run
 

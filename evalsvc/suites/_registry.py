@@ -119,10 +119,14 @@ def resolve(names: Iterable[str], *, allow_paths: bool = False) -> list[Suite]:
     without duplicates."""
     out: list[Suite] = []
     seen: set[str] = set()
+    loaded_names: set[str] = set()  # each name or set is read once, however often it is given
 
     def add(name: str, depth: int) -> None:
         if depth > 5:
             raise SuiteError(f"suite set nesting too deep at {name!r}")
+        if name in loaded_names:
+            return
+        loaded_names.add(name)
         loaded = _load_name(name, allow_paths=allow_paths)
         if isinstance(loaded, SuiteSet):
             for sub in loaded.suites:
@@ -173,7 +177,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
                 None, None, "YAML aliases (*name) are not allowed in suite files", event.start_mark
             )
@@ -204,7 +208,14 @@ def _read_text(path: Path) -> str:
         ) from exc
 
 
-def _load_file(path: Path) -> Suite | SuiteSet:
+def read_yaml(path: Path) -> Any:
+    """A YAML file under the suite files' rules (size cap, UTF-8, no NUL, no aliases), parsed
+    safely; ``SuiteError`` names the file and line. Also for run specs (``schedules add
+    --spec``)."""
+    return _parse(path)[1]
+
+
+def _parse(path: Path) -> tuple[Any, Any]:
     text = _read_text(path)
     if "\x00" in text:
         raise SuiteError(f"{path}: contains NUL characters")
@@ -215,6 +226,11 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         raise SuiteError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    return node, data
+
+
+def _load_file(path: Path) -> Suite | SuiteSet:
+    node, data = _parse(path)
     if not isinstance(data, dict):
         raise SuiteError(f"{path}:1: a suite file must be a mapping")
     if "suites" in data and "kind" not in data:

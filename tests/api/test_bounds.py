@@ -120,6 +120,8 @@ BAD: dict[str, tuple[str, str, Any]] = {
     "65 suite names": ("POST", "/runs", run_body(suites=["needle-smoke"] * 65)),
     "17 candidates": ("POST", "/runs", run_body(candidates=[{"url": CAND}] * 17)),
     "100,000 suite names": ("POST", "/runs", run_body(suites=["needle-smoke"] * 100_000)),
+    # Under the body cap: refused by the list bound, before any name is resolved.
+    "100,000 one-letter suite names": ("POST", "/runs", run_body(suites=["a"] * 100_000)),
     "a body over 1 MiB": ("POST", "/runs", b"{" + b" " * (limits.MAX_BODY_BYTES + 1) + b"}"),
     "suite name of a file in the server's directory": (
         "POST",
@@ -225,3 +227,34 @@ def test_a_validation_error_lists_every_field(api: Api) -> None:
         ("body", "options", "concurrency"),
     } <= locs
     assert "(and 2 more)" in problem["detail"]
+
+
+def test_a_run_stored_before_the_bounds_is_listed_and_fails_cleanly(api: Api) -> None:
+    """A run an older evalsvc queued with ``samples: 50000`` and 40 labels: reading it still
+    works (no 500), and a worker ends it ``error`` with the bound's message instead of
+    crashing or planning 50,000 items."""
+    import sqlalchemy as sa
+
+    from evalsvc.db._orm import RunRow
+    from evalsvc.scheduler import default_executor
+
+    with api.client("submit") as client:
+        run_id = client.post("/runs", json=run_body()).json()["id"]
+    with api.store._db.session() as session:  # noqa: SLF001 - plays an older database
+        row = session.scalar(sa.select(RunRow).where(RunRow.id == run_id))
+        assert row is not None
+        row.spec = {
+            **row.spec,
+            "options": {**row.spec["options"], "samples": 50_000},
+            "labels": {f"k{i}": "v" for i in range(40)},
+        }
+    with api.client("read") as client:
+        listed = client.get("/runs")
+        assert listed.status_code == 200, listed.text
+        assert [r["id"] for r in listed.json()] == [run_id]
+        one = client.get(f"/runs/{run_id}")
+        assert one.status_code == 200 and one.json()["spec"]["options"]["samples"] == 50_000
+    assert api.run_worker_once(executor=default_executor) == 1
+    with api.client("read") as client:
+        run = client.get(f"/runs/{run_id}").json()
+    assert run["status"] == "error" and "10000" in run["error"]

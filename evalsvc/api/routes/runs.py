@@ -55,13 +55,20 @@ def run_spec(body: RunCreate, store: Store) -> RunSpec:
 
 
 def _read(run: RunInfo) -> RunRead:
-    data = run.model_dump(exclude={"lease_owner", "lease_expires_at"})
+    fields = run.model_dump(exclude={"lease_owner", "lease_expires_at", "spec"})
     # egress: runs stored before the userinfo rule may hold credentials in URLs or errors
-    for ref in [data["spec"]["baseline"], *data["spec"]["candidates"]]:
-        ref["url"] = redact_url(ref["url"])
-    if data.get("error"):
-        data["error"] = redact_text(data["error"])
-    return RunRead.model_validate(data)
+    if fields.get("error"):
+        fields["error"] = redact_text(fields["error"])
+    spec = run.spec  # as stored (stored_spec), possibly predating a bound
+    spec = spec.model_copy(
+        update={
+            "baseline": spec.baseline.model_copy(update={"url": redact_url(spec.baseline.url)}),
+            "candidates": [
+                c.model_copy(update={"url": redact_url(c.url)}) for c in spec.candidates
+            ],
+        }
+    )
+    return RunRead.model_validate({**fields, "spec": spec})
 
 
 def _get(store: Store, run_id: str) -> RunInfo:

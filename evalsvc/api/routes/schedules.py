@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Response, status
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
 from evalsvc.db import Conflict
+from evalsvc.domain import stored_spec
 from evalsvc.reports import redact_report
 from evalsvc.services import runs as run_service
 
@@ -23,14 +24,16 @@ router = APIRouter(prefix="/schedules", tags=["schedules"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": Problem}}
 
 
+def _read(schedule: dict[str, Any]) -> ScheduleRead:
+    # A template stored before a bound it breaks is still shown (it fails when it fires);
+    # egress: templates stored before the userinfo rule may hold credentials in URLs.
+    schedule = redact_report(schedule)
+    return ScheduleRead.model_validate({**schedule, "template": stored_spec(schedule["template"])})
+
+
 @router.get("", response_model=list[ScheduleRead])
 def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
     return [_read(s) for s in store.list_schedules()]
-
-
-def _read(schedule: dict[str, Any]) -> ScheduleRead:
-    # egress: templates stored before the userinfo rule may hold credentials in URLs
-    return ScheduleRead.model_validate(redact_report(schedule))
 
 
 @router.post(
@@ -56,7 +59,7 @@ def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> Sch
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid cron {body.cron!r}: {err}"
         ) from err
-    return ScheduleRead.model_validate(created)
+    return _read(created)
 
 
 @router.get("/{name_or_id}", response_model=ScheduleRead, responses=_NOT_FOUND)

@@ -161,7 +161,10 @@ class LocalTokenizer:
             file = file / "tokenizer.json"
         if not file.is_file():
             raise ValueError(f"needle: no tokenizer.json at {path!r} (params.tokenizer)")
-        self._tok = Tokenizer.from_file(str(file))
+        try:
+            self._tok = Tokenizer.from_file(str(file))
+        except Exception as err:  # tokenizers raises a bare Exception for an unreadable file
+            raise ValueError(f"needle: {file} is not a tokenizer.json: {err}") from err
 
     async def tokenize(self, text: str) -> list[int]:
         # The same call as vLLM's /tokenize with add_special_tokens=False.
