@@ -35,6 +35,32 @@ def _flips(d: dict[str, Any]) -> list[str]:
     return [line + ".", ""]
 
 
+def _slices(d: dict[str, Any]) -> list[str]:
+    """Slices that failed their own gate (Holm across slices), with the flipped tokens."""
+    sl = d.get("slices")
+    if not isinstance(sl, dict):
+        return []
+    failed = [s for s in sl.get("slices") or [] if s.get("verdict") == "fail"]
+    lines: list[str] = []
+    for s in failed:
+        lines.append(f"**Slice failed: {s.get('finding')}**")
+        lines.append("")
+        for ex in s.get("flipped_tokens") or []:
+            lines.append(
+                f"- `{ex.get('item')}`: first divergent token baseline {ex.get('baseline')!r}, "
+                f"candidate {ex.get('candidate')!r}"
+            )
+        if s.get("flipped_tokens"):
+            lines.append("")
+    if sl.get("tested") is not None:
+        lines.append(
+            f"Slices: {sl.get('tested')} gated (≥ {sl.get('min_items')} items each), "
+            f"{len(failed)} failed after Holm's correction across slices."
+        )
+        lines.append("")
+    return lines
+
+
 def _needle(d: dict[str, Any]) -> list[str]:
     heat = d.get("heatmap") or {}
     base, cand = heat.get("baseline") or [], heat.get("candidate") or []
@@ -179,6 +205,35 @@ _KINDS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
+def _gate_line(d: dict[str, Any]) -> list[str]:
+    """Who set the margin and α this gate used (``evalsvc.gates.ResolvedGate``)."""
+    gate = d.get("gate")
+    if not isinstance(gate, dict):
+        return []
+    origin = gate.get("origin") or {}
+    policy = gate.get("policy") or {}
+    if gate.get("threshold") is not None:
+        side = "above" if gate.get("higher_is_better") else "below"
+        parts = [f"{gate.get('metric')} {side} {_num(gate['threshold'], 4)} ({origin.get('threshold', '—')})"]
+    else:
+        m = f"margin {_num(gate.get('margin'), 3)} ({origin.get('margin', '—')}"
+        if gate.get("margin") != policy.get("margin") and policy.get("margin") is not None:
+            m += f"; policy {_num(policy.get('margin'), 3)}"
+        parts = [m + ")"]
+    a = f"α {_num(gate.get('alpha'), 3)} ({origin.get('alpha', '—')}"
+    if gate.get("alpha") != policy.get("alpha") and policy.get("alpha") is not None:
+        a += f"; policy {_num(policy.get('alpha'), 3)}"
+    parts.append(a + ")")
+    return ["Gate: " + ", ".join(parts) + ".", ""]
+
+
+def _guard(d: dict[str, Any]) -> list[str]:
+    g = d.get("baseline_guard")
+    if not isinstance(g, dict) or g.get("informative", True):
+        return []
+    return [f"**Uninformative baseline.** {g.get('reason')}.", ""]
+
+
 def findings(suite: dict[str, Any]) -> list[str]:
     """Markdown lines for one suite entry of the report (empty when there is nothing to add)."""
     d = suite.get("details") or {}
@@ -186,7 +241,8 @@ def findings(suite: dict[str, Any]) -> list[str]:
     body: list[str] = render(d) if render else []
     if suite.get("kind") != "determinism":  # there, "flips" are identical → different
         body = _flips(d) + body
-    if d.get("reason"):
+    body = _gate_line(d) + _guard(d) + _slices(d) + body
+    if d.get("reason") and not _guard(d):
         body.append(f"Note: {d['reason']}.")
         body.append("")
     return body
