@@ -241,8 +241,10 @@ def findings(suite: dict[str, Any]) -> list[str]:
     body: list[str] = render(d) if render else []
     if suite.get("kind") != "determinism":  # there, "flips" are identical → different
         body = _flips(d) + body
-    body = _gate_line(d) + _guard(d) + _slices(d) + body
-    if d.get("reason") and not _guard(d):
+    slice_lines = _slices(d)
+    body = _gate_line(d) + _guard(d) + slice_lines + body
+    said = bool(_guard(d)) or any(line.startswith("**Slice failed") for line in slice_lines)
+    if d.get("reason") and not said:
         body.append(f"Note: {d['reason']}.")
         body.append("")
     return body

@@ -32,6 +32,7 @@ from evalsvc.gates import (
     baseline_guard,
     combine_verdicts,
     evaluate_gate,
+    slice_gates,
     threshold_gate,
 )
 from evalsvc.suites import Analysis, Suite, flips
@@ -417,6 +418,24 @@ def _gate_one(
 ) -> SuiteResult:
     gate = suite.resolve_gate(options)
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
+    if gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+        # Every slice with enough items gets the suite's own test; Holm across the suite and
+        # its slices (evalsvc.gates.slice_gates).
+        outcome = slice_gates(
+            outcome,
+            analysis.baseline,
+            analysis.candidate,
+            analysis.slices,
+            kind=gate.kind,
+            margin=gate.margin,
+            alpha=gate.alpha,
+            higher_is_better=gate.higher_is_better,
+            min_items=gate.slice_min_items,
+            clusters=analysis.clusters,
+            keys=analysis.keys,
+            first_tokens=analysis.first_tokens,
+            seed=suite.spec.seed,
+        )
     gated = gate.gated
     details = dict(analysis.details)
     details["gate"] = gate.to_dict()

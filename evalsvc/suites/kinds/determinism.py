@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
-from evalsvc.suites._base import Analysis, Emit, Suite
+from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._registry import catalog_dir, register
 
 Condition = Literal["mixed", "concurrency", "prefix"]
@@ -527,6 +527,9 @@ class DeterminismSuite(Suite):
         b: list[float] = []
         c: list[float] = []
         clusters: list[str] = []
+        conditions: list[str] = []
+        ids: list[str] = []
+        tokens: list[tuple[str | None, str | None] | None] = []
         errors = 0
         for key in sorted(base.keys() | cand.keys()):
             sb, sc = base.get(key), cand.get(key)
@@ -536,6 +539,9 @@ class DeterminismSuite(Suite):
             b.append(sb.score)
             c.append(sc.score)
             clusters.append(str(sb.data.get("probe")))
+            conditions.append(str(sb.data.get("condition")))  # the kind's slices
+            ids.append(f"{key[0]}#{key[1]}")
+            tokens.append(first_divergent_token(sb.output, sc.output))
         # References that failed make their probe's samples fail too; count them once more here
         # only if they are not already reflected (they are: those samples carry an error).
         details = {
@@ -553,6 +559,9 @@ class DeterminismSuite(Suite):
             clusters=clusters if len(set(clusters)) < len(clusters) else None,
             n_errors=errors,
             details=details,
+            slices={"condition": conditions} if b else None,
+            keys=ids,
+            first_tokens=tokens,
         )
 
 
