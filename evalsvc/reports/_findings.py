@@ -137,11 +137,12 @@ def _determinism(d: dict[str, Any]) -> list[str]:
     # Concurrency levels in numeric order (c2, c8, c32), then the other conditions.
     conds.sort(key=lambda c: (0, int(c[1:]), c) if c[1:].isdigit() else (1, 0, c))
     lines = [
-        "Identical to the batch-1 output, under the same traffic (baseline / candidate):",
+        "Against each prompt's batch-1 output, under the same traffic (baseline / candidate); "
+        "the gate tests the confident divergences (not at a near-tie):",
         "",
-        "| condition | identical | distinct outputs / prompt | first divergent token (median) | "
-        "max Δ logprob | tie / confident flips |",
-        "|---|---|---|---|---|---|",
+        "| condition | identical | confident divergence | distinct outputs / prompt | "
+        "first divergent token (median) | max Δ logprob | tie / confident flips |",
+        "|---|---|---|---|---|---|---|",
     ]
 
     def pair(cond: str | None, key: str, fmt: Callable[[Any], str]) -> str:
@@ -164,6 +165,7 @@ def _determinism(d: dict[str, Any]) -> list[str]:
         label = cond or "**overall**"
         lines.append(
             f"| {label} | {pair(cond, 'identical_rate', _pct)} | "
+            f"{pair(cond, 'confident_divergence_rate', _pct)} | "
             f"{pair(cond, 'distinct_outputs_per_prompt', lambda x: _num(x, 2))} | "
             f"{pair(cond, 'first_divergence_median', lambda x: _num(x, 0))} | "
             f"{pair(cond, 'max_logprob_delta', _num)} | {flips(cond)} |"
@@ -241,6 +243,17 @@ def findings(suite: dict[str, Any]) -> list[str]:
     body: list[str] = render(d) if render else []
     if suite.get("kind") != "determinism":  # there, "flips" are identical → different
         body = _flips(d) + body
+    if d.get("underpowered"):
+        body.append(f"Note: {d['underpowered']}.")
+        body.append("")
+    missing = d.get("missing_logprobs")
+    if isinstance(missing, dict):
+        body.append(
+            f"**Finding: responses without the requested logprobs** (baseline "
+            f"{missing.get('baseline', 0)}, candidate {missing.get('candidate', 0)}): "
+            f"{missing.get('note', '')}."
+        )
+        body.append("")
     slice_lines = _slices(d)
     body = _gate_line(d) + _guard(d) + slice_lines + body
     said = bool(_guard(d)) or any(line.startswith("**Slice failed") for line in slice_lines)
@@ -262,11 +275,13 @@ def headline(suite: dict[str, Any]) -> str | None:
             f"same top token {_pct(d.get('same_top_p'))}"
         )
     if kind == "determinism":
-        rates = [
-            _pct(((d.get(side) or {}).get("overall") or {}).get("identical_rate"))
-            for side in ("baseline", "candidate")
-        ]
-        return f"identical to batch-1 output: baseline {rates[0]}, candidate {rates[1]}"
+        overall = [((d.get(side) or {}).get("overall") or {}) for side in ("baseline", "candidate")]
+        rates = [_pct(o.get("identical_rate")) for o in overall]
+        conf = [_pct(o.get("confident_divergence_rate")) for o in overall]
+        return (
+            f"confident divergence from batch-1 output: baseline {conf[0]}, candidate {conf[1]} "
+            f"(identical: {rates[0]} / {rates[1]})"
+        )
     counts = d.get("counts")
     if isinstance(counts, dict) and "regressions" in counts:
         return (

@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
@@ -503,4 +503,11 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
             seed=seed,
         )
         outcome = apply_guard(outcome, guard)
+    if outcome.mde is not None and outcome.mde > gate.margin and outcome.verdict != "fail":
+        # At this n even a candidate identical to the baseline would rarely pass: say so.
+        note = (
+            f"underpowered: the MDE at n = {outcome.n} is {outcome.mde:.2f}, larger than the "
+            f"margin {gate.margin:g}, so this size can rarely pass; size it with `evalsvc plan`"
+        )
+        outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome

@@ -21,11 +21,19 @@ outputs per prompt, index of the first divergent token, largest logprob delta on
 prefix, and tie flips (the reference's top-2 logprob margin at the divergence is below
 ``tie_epsilon``) against confident flips.
 
-Gate: the bf16 baseline itself is not batch-invariant on vLLM-CPU (ENDPOINTS.md: 12 of 24 texts
-differed between batch 1 and batch ≥ 2), so the candidate's identical-output indicator is paired
-with the baseline's under the same traffic, keyed by (prompt, condition, repeat), and gated as a
-binary paired non-inferiority test; samples of one prompt form a cluster. ``gate.threshold`` in
-the YAML switches to an absolute threshold on the candidate's identical rate.
+Gate: **excess confident divergence**. The bf16 baseline itself is not batch-invariant on
+vLLM-CPU (about half of its batched outputs differ from its batch-1 output), so identity to the
+batch-1 output is drowned by the baseline's own noise. What users fear is a candidate that
+changes its answers under load *beyond* what the numerics already do. Per (prompt, condition,
+repeat) each endpoint scores 1 when its output diverges from its own batch-1 output at a
+*confident* token (the reference's top-2 logprob margin at the first divergent token is at least
+``tie_epsilon``; a divergence at a near-tie is numerical noise and scores 0). The candidate's
+indicator is paired with the baseline's under the same traffic and gated as a lower-is-better
+paired binary non-inferiority test (margin 0.10: at most 10 points more confident divergences
+than the baseline), samples of one prompt forming a cluster. A response without the logprobs the
+suite asked for cannot be classified: it counts as a confident divergence when it differs, and
+is reported (``details.missing_logprobs``). ``gate.threshold`` in the YAML switches to an
+absolute threshold on the candidate's confident-divergence rate.
 
 Contract: ``run()`` is overridden (the traffic shape is the measurement); it emits a sample per
 (probe, condition, repeat) including the two references, and ``expected_samples()`` counts them.
@@ -255,25 +263,26 @@ class DeterminismSuite(Suite):
     version = "1"
     Params = DeterminismParams
     requires = frozenset({"chat", "completions"})
-    metric = "identical_rate"
+    metric = "confident_divergence_rate"
     gate_kind = "binary"
+    higher_is_better = False
     exclusive = False
     gate_default = GateDefaults(
         suite_kind="determinism",
-        metric="identical_rate",
+        metric="confident_divergence_rate",
         gate="noninferiority",
         kind="binary",
         margin=0.10,
         threshold=None,
         alpha=ALPHA,
-        higher_is_better=True,
+        higher_is_better=False,
         paired=True,
         required=True,
         rationale=(
-            "Share of greedy requests whose output is identical to the prompt's batch-1 output, "
-            "paired with the baseline under the same traffic (prompt, condition, repeat). "
-            "Non-batch-invariant kernels make this vary a lot even in BF16, so only a drop of "
-            "more than 10 points relative to the baseline is a regression."
+            "Share of greedy requests whose output leaves the prompt's batch-1 output at a "
+            "confident token (not a near-tie), paired with the baseline under the same traffic "
+            "(prompt, condition, repeat): the baseline's own batch variance is the noise floor. "
+            "At most 10 points more confident divergences than the baseline are accepted."
         ),
         sources=(
             "Horace He & Thinking Machines Lab, 'Defeating Nondeterminism in LLM Inference' "
@@ -404,6 +413,9 @@ class DeterminismSuite(Suite):
                 error=out.error,
                 data={"probe": item.id, "cluster": item.id, "condition": label, **(extra or {})},
             )
+            if trace is not None and not trace.tokens and out.text:
+                # Asked for logprobs and got none: the divergence cannot be classified.
+                sample.data["missing_logprobs"] = True
             if trace is not None and label in (REFERENCE, PREFIX_REFERENCE):
                 sample.score = 1.0
             elif trace is not None and ref is not None:
@@ -536,23 +548,34 @@ class DeterminismSuite(Suite):
             if sb is None or sc is None or sb.score is None or sc.score is None:
                 errors += 1
                 continue
-            b.append(sb.score)
-            c.append(sc.score)
+            b.append(confident_divergence(sb))
+            c.append(confident_divergence(sc))
             clusters.append(str(sb.data.get("probe")))
             conditions.append(str(sb.data.get("condition")))  # the kind's slices
             ids.append(f"{key[0]}#{key[1]}")
             tokens.append(first_divergent_token(sb.output, sc.output))
         # References that failed make their probe's samples fail too; count them once more here
         # only if they are not already reflected (they are: those samples carry an error).
-        details = {
+        details: dict[str, Any] = {
             "baseline": summarize(baseline),
             "candidate": summarize(candidate),
             "tie_epsilon": self.params.tie_epsilon,
             "note": (
-                "identical = same greedy text as the prompt sent alone (batch 1); the gate "
-                "pairs the candidate with the baseline under the same traffic"
+                "gated: confident divergence from the prompt's own batch-1 output (not at a "
+                "near-tie), candidate paired with the baseline under the same traffic"
             ),
         }
+        missing = {
+            side: sum(1 for s in samples if s.data.get("missing_logprobs"))
+            for side, samples in (("baseline", baseline), ("candidate", candidate))
+        }
+        if any(missing.values()):
+            details["missing_logprobs"] = {
+                **missing,
+                "note": f"responses without the {self.params.top_logprobs} top logprobs the "
+                "suite asked for: their divergences cannot be told from near-ties and count "
+                "as confident",
+            }
         return Analysis(
             baseline=b,
             candidate=c,
@@ -563,6 +586,14 @@ class DeterminismSuite(Suite):
             keys=ids,
             first_tokens=tokens,
         )
+
+
+def confident_divergence(sample: Sample) -> float:
+    """1 when the sample left its batch-1 output at a confident token (or could not be
+    classified for lack of logprobs), 0 when identical or diverging at a near-tie."""
+    if sample.score == 1.0:
+        return 0.0
+    return 0.0 if sample.data.get("flip") == "tie" else 1.0
 
 
 def summarize(samples: list[Sample]) -> dict[str, Any]:
@@ -613,6 +644,9 @@ def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
         "max_logprob_delta": max(deltas, default=0.0),
         "tie_flips": sum(1 for s in ok if s.data.get("flip") == "tie"),
         "confident_flips": sum(1 for s in ok if s.data.get("flip") == "confident"),
+        "confident_divergence_rate": statistics.fmean(confident_divergence(s) for s in ok)
+        if ok
+        else None,
         **({"effective_concurrency": min(int(e) for e in eff if e is not None)} if eff else {}),
     }
 
