@@ -3,9 +3,12 @@
 Each suite kind declares its slices (reasoning: family × level; needle: context length, depth and
 length × depth; determinism: condition). Every slice with at least ``min_items`` paired items
 gets the suite's own paired non-inferiority test at the suite's margin. The family of
-hypotheses is {the whole suite} ∪ {every tested slice}; Holm's step-down procedure over their
-inferiority p-values (Holm 1979, Scand. J. Statist. 6:65–70) keeps the chance that *any* of them
-is wrongly failed at or below α under any dependence between them — slices overlap the whole
+hypotheses is {the whole suite} ∪ {every tested slice}; the *weighted* Holm step-down procedure
+over their inferiority p-values (Holm 1979, Scand. J. Statist. 6:65–70, §5) keeps the chance that
+*any* of them is wrongly failed at or below α under any dependence between them. The whole suite
+carries weight 0.8 and the slices share 0.2: the suite's own fail call keeps most of its power
+(it is first tested at 0.8α, and at the full α once a slice has failed), while a collapsed slice,
+whose p-value is tiny, is still found — slices overlap the whole
 suite, and needle's dimensions overlap each other. The suite fails when any member's adjusted
 p-value is below α (for a slice: "significantly worse than the baseline by more than the
 margin"), and its ``p_inferiority`` becomes the smallest adjusted value, so the Holm correction
@@ -27,11 +30,13 @@ import numpy as np
 
 from evalsvc.gates._gate import GateKind, evaluate_gate
 from evalsvc.gates._outcome import GateOutcome
-from evalsvc.stats import holm
+from evalsvc.stats import weighted_holm
 
 __all__ = ["slice_gates"]
 
 _MAX_TOKEN_EXAMPLES = 5
+#: Weight of the whole suite's hypothesis in the family (the slices share the rest equally).
+SUITE_WEIGHT = 0.8
 
 
 def _finding(label: str, b: np.ndarray, c: np.ndarray, higher: bool, p_adj: float) -> str:
@@ -113,7 +118,10 @@ def slice_gates(
     info: dict[str, Any] = {
         "min_items": min_items,
         "tested": len(tested),
-        "family": "the whole suite and every tested slice; Holm across them",
+        "family": (
+            f"the whole suite (weight {SUITE_WEIGHT:g}) and every tested slice (sharing "
+            f"{1 - SUITE_WEIGHT:g}); weighted Holm across them"
+        ),
         "slices": rows,
     }
     if not tested:
@@ -123,7 +131,8 @@ def slice_gates(
     raw = [1.0 if overall_p is None else overall_p] + [
         1.0 if r["p_inferiority"] is None else float(r["p_inferiority"]) for r, _ in tested
     ]
-    adjusted = [float(p) for p in holm(raw)]
+    weights = [SUITE_WEIGHT] + [(1.0 - SUITE_WEIGHT) / len(tested)] * len(tested)
+    adjusted = [float(p) for p in weighted_holm(raw, weights)]
     failed: list[str] = []
     for (row, idx), p_adj in zip(tested, adjusted[1:], strict=True):
         row["p_inferiority_holm"] = p_adj

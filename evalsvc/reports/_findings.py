@@ -138,9 +138,9 @@ def _determinism(d: dict[str, Any]) -> list[str]:
     conds.sort(key=lambda c: (0, int(c[1:]), c) if c[1:].isdigit() else (1, 0, c))
     lines = [
         "Against each prompt's batch-1 output, under the same traffic (baseline / candidate); "
-        "the gate tests the confident divergences (not at a near-tie):",
+        "the gate tests the unstable answers (differing from the prompt's modal answer):",
         "",
-        "| condition | identical | confident divergence | distinct outputs / prompt | "
+        "| condition | identical | unstable | distinct outputs / prompt | "
         "first divergent token (median) | max Δ logprob | tie / confident flips |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -165,7 +165,7 @@ def _determinism(d: dict[str, Any]) -> list[str]:
         label = cond or "**overall**"
         lines.append(
             f"| {label} | {pair(cond, 'identical_rate', _pct)} | "
-            f"{pair(cond, 'confident_divergence_rate', _pct)} | "
+            f"{pair(cond, 'unstable_rate', _pct)} | "
             f"{pair(cond, 'distinct_outputs_per_prompt', lambda x: _num(x, 2))} | "
             f"{pair(cond, 'first_divergence_median', lambda x: _num(x, 0))} | "
             f"{pair(cond, 'max_logprob_delta', _num)} | {flips(cond)} |"
@@ -277,10 +277,10 @@ def headline(suite: dict[str, Any]) -> str | None:
     if kind == "determinism":
         overall = [((d.get(side) or {}).get("overall") or {}) for side in ("baseline", "candidate")]
         rates = [_pct(o.get("identical_rate")) for o in overall]
-        conf = [_pct(o.get("confident_divergence_rate")) for o in overall]
+        unstable = [_pct(o.get("unstable_rate")) for o in overall]
         return (
-            f"confident divergence from batch-1 output: baseline {conf[0]}, candidate {conf[1]} "
-            f"(identical: {rates[0]} / {rates[1]})"
+            f"unstable under load: baseline {unstable[0]}, candidate {unstable[1]} "
+            f"(identical to batch-1 output: {rates[0]} / {rates[1]})"
         )
     counts = d.get("counts")
     if isinstance(counts, dict) and "regressions" in counts:

@@ -440,7 +440,12 @@ def _gate_one(
     details = dict(analysis.details)
     details["gate"] = gate.to_dict()
     if gate.kind == "binary" and analysis.paired and analysis.baseline:
-        details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
+        # "correct" is the good outcome: 1 for higher-is-better metrics, 0 for lower-is-better
+        # ones (determinism's confident divergence).
+        good_b, good_c = analysis.baseline, analysis.candidate
+        if not gate.higher_is_better:
+            good_b, good_c = [1.0 - x for x in good_b], [1.0 - x for x in good_c]
+        details.setdefault("flips", flips(good_b, good_c))
     heatmap = getattr(suite, "heatmap", None)
     if callable(heatmap):
         details["heatmap"] = {"baseline": heatmap(base_s), "candidate": heatmap(cand_s)}
