@@ -22,6 +22,8 @@ import pytest
 from tests.runner.fault_proxy import fault_proxy
 
 
+@pytest.mark.endpoints
+@pytest.mark.slow
 def test_planted_batch_dependence_fails_and_real_ones_do_not(
     local_endpoints: Any, tmp_path: Path
 ) -> None:

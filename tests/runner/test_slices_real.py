@@ -27,6 +27,8 @@ params:
 """
 
 
+@pytest.mark.endpoints
+@pytest.mark.slow
 def test_fp8_kv_dates_slice_fails_and_bf16_self_never_fails(
     local_endpoints: Any, tmp_path: Path
 ) -> None:
