@@ -41,6 +41,7 @@ from evalsvc.gates._resolve import (
     check_run_options,
     resolve,
 )
+from evalsvc.gates._slices import slice_gates
 
 __all__ = [
     "ALPHA",
@@ -65,5 +66,6 @@ __all__ = [
     "holm_inferiority",
     "min_informative_correct",
     "resolve",
+    "slice_gates",
     "threshold_gate",
 ]

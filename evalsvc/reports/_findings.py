@@ -35,6 +35,32 @@ def _flips(d: dict[str, Any]) -> list[str]:
     return [line + ".", ""]
 
 
+def _slices(d: dict[str, Any]) -> list[str]:
+    """Slices that failed their own gate (Holm across slices), with the flipped tokens."""
+    sl = d.get("slices")
+    if not isinstance(sl, dict):
+        return []
+    failed = [s for s in sl.get("slices") or [] if s.get("verdict") == "fail"]
+    lines: list[str] = []
+    for s in failed:
+        lines.append(f"**Slice failed: {s.get('finding')}**")
+        lines.append("")
+        for ex in s.get("flipped_tokens") or []:
+            lines.append(
+                f"- `{ex.get('item')}`: first divergent token baseline {ex.get('baseline')!r}, "
+                f"candidate {ex.get('candidate')!r}"
+            )
+        if s.get("flipped_tokens"):
+            lines.append("")
+    if sl.get("tested") is not None:
+        lines.append(
+            f"Slices: {sl.get('tested')} gated (≥ {sl.get('min_items')} items each), "
+            f"{len(failed)} failed after Holm's correction across slices."
+        )
+        lines.append("")
+    return lines
+
+
 def _needle(d: dict[str, Any]) -> list[str]:
     heat = d.get("heatmap") or {}
     base, cand = heat.get("baseline") or [], heat.get("candidate") or []
@@ -111,11 +137,12 @@ def _determinism(d: dict[str, Any]) -> list[str]:
     # Concurrency levels in numeric order (c2, c8, c32), then the other conditions.
     conds.sort(key=lambda c: (0, int(c[1:]), c) if c[1:].isdigit() else (1, 0, c))
     lines = [
-        "Identical to the batch-1 output, under the same traffic (baseline / candidate):",
+        "Against each prompt's batch-1 output, under the same traffic (baseline / candidate); "
+        "the gate tests the unstable answers (differing from the prompt's modal answer):",
         "",
-        "| condition | identical | distinct outputs / prompt | first divergent token (median) | "
-        "max Δ logprob | tie / confident flips |",
-        "|---|---|---|---|---|---|",
+        "| condition | identical | unstable | distinct outputs / prompt | "
+        "first divergent token (median) | max Δ logprob | tie / confident flips |",
+        "|---|---|---|---|---|---|---|",
     ]
 
     def pair(cond: str | None, key: str, fmt: Callable[[Any], str]) -> str:
@@ -138,6 +165,7 @@ def _determinism(d: dict[str, Any]) -> list[str]:
         label = cond or "**overall**"
         lines.append(
             f"| {label} | {pair(cond, 'identical_rate', _pct)} | "
+            f"{pair(cond, 'unstable_rate', _pct)} | "
             f"{pair(cond, 'distinct_outputs_per_prompt', lambda x: _num(x, 2))} | "
             f"{pair(cond, 'first_divergence_median', lambda x: _num(x, 0))} | "
             f"{pair(cond, 'max_logprob_delta', _num)} | {flips(cond)} |"
@@ -179,6 +207,35 @@ _KINDS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
 }
 
 
+def _gate_line(d: dict[str, Any]) -> list[str]:
+    """Who set the margin and α this gate used (``evalsvc.gates.ResolvedGate``)."""
+    gate = d.get("gate")
+    if not isinstance(gate, dict):
+        return []
+    origin = gate.get("origin") or {}
+    policy = gate.get("policy") or {}
+    if gate.get("threshold") is not None:
+        side = "above" if gate.get("higher_is_better") else "below"
+        parts = [f"{gate.get('metric')} {side} {_num(gate['threshold'], 4)} ({origin.get('threshold', '—')})"]
+    else:
+        m = f"margin {_num(gate.get('margin'), 3)} ({origin.get('margin', '—')}"
+        if gate.get("margin") != policy.get("margin") and policy.get("margin") is not None:
+            m += f"; policy {_num(policy.get('margin'), 3)}"
+        parts = [m + ")"]
+    a = f"α {_num(gate.get('alpha'), 3)} ({origin.get('alpha', '—')}"
+    if gate.get("alpha") != policy.get("alpha") and policy.get("alpha") is not None:
+        a += f"; policy {_num(policy.get('alpha'), 3)}"
+    parts.append(a + ")")
+    return ["Gate: " + ", ".join(parts) + ".", ""]
+
+
+def _guard(d: dict[str, Any]) -> list[str]:
+    g = d.get("baseline_guard")
+    if not isinstance(g, dict) or g.get("informative", True):
+        return []
+    return [f"**Uninformative baseline.** {g.get('reason')}.", ""]
+
+
 def findings(suite: dict[str, Any]) -> list[str]:
     """Markdown lines for one suite entry of the report (empty when there is nothing to add)."""
     d = suite.get("details") or {}
@@ -186,7 +243,21 @@ def findings(suite: dict[str, Any]) -> list[str]:
     body: list[str] = render(d) if render else []
     if suite.get("kind") != "determinism":  # there, "flips" are identical → different
         body = _flips(d) + body
-    if d.get("reason"):
+    if d.get("underpowered"):
+        body.append(f"Note: {d['underpowered']}.")
+        body.append("")
+    missing = d.get("missing_logprobs")
+    if isinstance(missing, dict):
+        body.append(
+            f"**Finding: responses without the requested logprobs** (baseline "
+            f"{missing.get('baseline', 0)}, candidate {missing.get('candidate', 0)}): "
+            f"{missing.get('note', '')}."
+        )
+        body.append("")
+    slice_lines = _slices(d)
+    body = _gate_line(d) + _guard(d) + slice_lines + body
+    said = bool(_guard(d)) or any(line.startswith("**Slice failed") for line in slice_lines)
+    if d.get("reason") and not said:
         from evalsvc.reports._render import md_text  # egress: a reason may quote an endpoint
 
         body.append(f"Note: {md_text(d['reason'])}.")
@@ -206,11 +277,13 @@ def headline(suite: dict[str, Any]) -> str | None:
             f"same top token {_pct(d.get('same_top_p'))}"
         )
     if kind == "determinism":
-        rates = [
-            _pct(((d.get(side) or {}).get("overall") or {}).get("identical_rate"))
-            for side in ("baseline", "candidate")
-        ]
-        return f"identical to batch-1 output: baseline {rates[0]}, candidate {rates[1]}"
+        overall = [((d.get(side) or {}).get("overall") or {}) for side in ("baseline", "candidate")]
+        rates = [_pct(o.get("identical_rate")) for o in overall]
+        unstable = [_pct(o.get("unstable_rate")) for o in overall]
+        return (
+            f"unstable under load: baseline {unstable[0]}, candidate {unstable[1]} "
+            f"(identical to batch-1 output: {rates[0]} / {rates[1]})"
+        )
     counts = d.get("counts")
     if isinstance(counts, dict) and "regressions" in counts:
         return (

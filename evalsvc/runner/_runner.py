@@ -20,7 +20,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
@@ -32,6 +32,7 @@ from evalsvc.gates import (
     baseline_guard,
     combine_verdicts,
     evaluate_gate,
+    slice_gates,
     threshold_gate,
 )
 from evalsvc.settings import Settings
@@ -445,11 +446,34 @@ def _gate_one(
 ) -> SuiteResult:
     gate = suite.resolve_gate(options)
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
+    if gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+        # Every slice with enough items gets the suite's own test; Holm across the suite and
+        # its slices (evalsvc.gates.slice_gates).
+        outcome = slice_gates(
+            outcome,
+            analysis.baseline,
+            analysis.candidate,
+            analysis.slices,
+            kind=gate.kind,
+            margin=gate.margin,
+            alpha=gate.alpha,
+            higher_is_better=gate.higher_is_better,
+            min_items=gate.slice_min_items,
+            clusters=analysis.clusters,
+            keys=analysis.keys,
+            first_tokens=analysis.first_tokens,
+            seed=suite.spec.seed,
+        )
     gated = gate.gated
     details = dict(analysis.details)
     details["gate"] = gate.to_dict()
     if gate.kind == "binary" and analysis.paired and analysis.baseline:
-        details.setdefault("flips", flips(analysis.baseline, analysis.candidate))
+        # "correct" is the good outcome: 1 for higher-is-better metrics, 0 for lower-is-better
+        # ones (determinism's confident divergence).
+        good_b, good_c = analysis.baseline, analysis.candidate
+        if not gate.higher_is_better:
+            good_b, good_c = [1.0 - x for x in good_b], [1.0 - x for x in good_c]
+        details.setdefault("flips", flips(good_b, good_c))
     heatmap = getattr(suite, "heatmap", None)
     if callable(heatmap):
         details["heatmap"] = {"baseline": heatmap(base_s), "candidate": heatmap(cand_s)}
@@ -512,4 +536,11 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
             seed=seed,
         )
         outcome = apply_guard(outcome, guard)
+    if outcome.mde is not None and outcome.mde > gate.margin and outcome.verdict != "fail":
+        # At this n even a candidate identical to the baseline would rarely pass: say so.
+        note = (
+            f"underpowered: the MDE at n = {outcome.n} is {outcome.mde:.2f}, larger than the "
+            f"margin {gate.margin:g}, so this size can rarely pass; size it with `evalsvc plan`"
+        )
+        outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome

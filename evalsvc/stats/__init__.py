@@ -41,7 +41,7 @@ from evalsvc.stats._continuous import (
     welch_test,
     wilcoxon_signed_rank,
 )
-from evalsvc.stats._multiple import holm
+from evalsvc.stats._multiple import holm, weighted_holm
 from evalsvc.stats._power import (
     mde_mean,
     mde_paired_binary,
@@ -75,6 +75,7 @@ __all__ = [
     "cluster_robust_mean",
     "confidence_sequence",
     "holm",
+    "weighted_holm",
     "mcnemar_exact",
     "mde_mean",
     "mde_paired_binary",

@@ -10,6 +10,7 @@ from evalsvc.suites._base import (
     GatePolicy,
     Suite,
     SuiteSpec,
+    first_divergent_token,
     flips,
     paired_scores,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "SuiteSpec",
     "catalog",
     "catalog_dir",
+    "first_divergent_token",
     "flips",
     "suite_kinds",
     "load_suite",

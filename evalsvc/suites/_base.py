@@ -16,6 +16,7 @@ Suites never open sockets or touch the database: they only use the client they a
 from __future__ import annotations
 
 import asyncio
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -78,12 +79,15 @@ class Analysis:
     paired: bool = True
     n_errors: int = 0
     details: dict[str, Any] = field(default_factory=dict)
-    slices: list[str] | None = None
-    """One slice label per gated pair, aligned with ``baseline``/``candidate`` (e.g.
-    ``"dates L1"``); the runner gates each slice with enough items (``evalsvc.gates``)."""
-    first_tokens: list[tuple[str | None, str | None]] | None = None
-    """Optional per pair: the first token where the two outputs differ, baseline's and
-    candidate's (``None`` when they agree), reported for flips in a failed slice."""
+    slices: dict[str, list[str]] | None = None
+    """Slice labels per dimension (``{"family × level": ["dates L1", ...]}``), one per gated
+    pair, aligned with ``baseline``/``candidate``; the runner gates every slice with enough
+    items (``evalsvc.gates.slice_gates``)."""
+    keys: list[str] | None = None
+    """The pairs' item ids (``item`` or ``item#repeat``), aligned with the arrays."""
+    first_tokens: list[tuple[str | None, str | None] | None] | None = None
+    """Per pair: the first word-level token where the two outputs differ (baseline's,
+    candidate's), ``None`` when they agree; reported for flips in a failed slice."""
 
 
 class Suite(ABC):
@@ -189,6 +193,12 @@ class Suite(ABC):
 
         await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
 
+    def slice_of(self, sample: Sample) -> dict[str, str]:
+        """The slices a (baseline) sample belongs to, ``{dimension: label}``; kinds declare
+        theirs (reasoning: family × level, needle: length, depth, length × depth). Default:
+        none."""
+        return {}
+
     def expected_samples(self, items: Sequence[Item]) -> int:
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
         return len(items)
@@ -214,10 +224,31 @@ class Suite(ABC):
 
         ``provenance`` is (baseline's, candidate's), for kinds that report capacity (speed).
         """
-        return paired_scores(baseline, candidate)
+        return paired_scores(baseline, candidate, slicer=self.slice_of)
 
 
-def paired_scores(baseline: list[Sample], candidate: list[Sample]) -> Analysis:
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def first_divergent_token(a: str, b: str) -> tuple[str | None, str | None] | None:
+    """The first word-level token (``\\w+`` or one punctuation mark) where ``a`` and ``b``
+    differ, as (token of a, token of b) with ``None`` past the end; ``None`` if they agree.
+    Word-level because a sample's output text carries no token ids."""
+    ta, tb = _TOKEN.findall(a or ""), _TOKEN.findall(b or "")
+    for i in range(max(len(ta), len(tb))):
+        x = ta[i] if i < len(ta) else None
+        y = tb[i] if i < len(tb) else None
+        if x != y:
+            return x, y
+    return None
+
+
+def paired_scores(
+    baseline: list[Sample],
+    candidate: list[Sample],
+    *,
+    slicer: Callable[[Sample], dict[str, str]] | None = None,
+) -> Analysis:
     """Pair two endpoints' samples by (item, repeat) and return aligned score arrays.
 
     A pair where either side errored (or is missing) is left out of the arrays and counted in
@@ -230,6 +261,9 @@ def paired_scores(baseline: list[Sample], candidate: list[Sample]) -> Analysis:
     b: list[float] = []
     c: list[float] = []
     clusters: list[str] = []
+    ids: list[str] = []
+    tokens: list[tuple[str | None, str | None] | None] = []
+    slices: dict[str, list[str]] = {}
     errors = 0
     for key in keys:
         sb, sc = base.get(key), cand.get(key)
@@ -239,8 +273,22 @@ def paired_scores(baseline: list[Sample], candidate: list[Sample]) -> Analysis:
         b.append(float(sb.score))
         c.append(float(sc.score))
         clusters.append(str(sb.data.get("cluster", key[0])))
+        ids.append(key[0] if key[1] == 0 else f"{key[0]}#{key[1]}")
+        tokens.append(first_divergent_token(sb.output, sc.output))
+        if slicer is not None:
+            for dim, label in slicer(sb).items():
+                slices.setdefault(dim, []).append(label)
     has_clusters = len(set(clusters)) < len(clusters)
-    return Analysis(b, c, clusters if has_clusters else None, n_errors=errors)
+    complete = {d: v for d, v in slices.items() if len(v) == len(b)}
+    return Analysis(
+        b,
+        c,
+        clusters if has_clusters else None,
+        n_errors=errors,
+        slices=complete or None,
+        keys=ids,
+        first_tokens=tokens,
+    )
 
 
 def flips(baseline: Sequence[float], candidate: Sequence[float]) -> dict[str, int]:

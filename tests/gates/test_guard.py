@@ -86,10 +86,13 @@ def test_aa_pass_rate_unchanged_and_false_fail_bounded(p_base: float, psi: float
     runs = 400
     passes_raw = passes_guarded = fails = 0
     for _ in range(runs):
-        b = (rng.random(n) < p_base).astype(float)
+        # Δ = 0: a share ψ of items discordant, half each way; the rest keep accuracy p_base.
+        u = rng.random(n)
+        b = (rng.random(n) < (p_base - psi / 2) / (1 - psi)).astype(float)
         c = b.copy()
-        flip = rng.random(n) < psi  # symmetric flips: Δ = 0 in expectation
-        c[flip] = 1 - c[flip]
+        b[u < psi / 2], c[u < psi / 2] = 1, 0
+        both = (u >= psi / 2) & (u < psi)
+        b[both], c[both] = 0, 1
         raw = evaluate_gate(b, c, metric="a", kind="binary", margin=0.05)
         guard = baseline_guard(b, margin=0.05, alpha=0.05, higher_is_better=True, paired=True)
         out = apply_guard(raw, guard)

@@ -184,3 +184,10 @@ def test_resolve_takes_a_plain_policy_object() -> None:
     assert d is not None
     g = resolve(d, None, None)
     assert g.margin == 0.05 and g.policy_alpha == 0.05
+
+
+def test_every_catalog_suite_resolves_within_the_default_server_limits() -> None:
+    for entry in catalog():
+        if isinstance(entry, Suite):
+            g = entry.resolve_gate(None, limits=GateLimits())
+            assert (g.margin is None) != (g.threshold is None), entry.name

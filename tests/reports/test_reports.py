@@ -95,7 +95,10 @@ def test_markdown_says_where_and_how_much() -> None:
 
     lines = {s["suite"]: headline(s) for s in report["candidates"][1]["suites"]}
     assert lines["speed-x"] == "×2.0 KV capacity, ×1.3 throughput at c=8"
-    assert lines["det-x"] == "identical to batch-1 output: baseline 50%, candidate 25%"
+    assert lines["det-x"] == (
+        "unstable under load: baseline —, candidate — "
+        "(identical to batch-1 output: 50% / 25%)"
+    )
     assert lines["drift-x"].startswith("mean KLD 0.1900 nats")
     assert lines["needle-x"] == f"{regressions} correct → incorrect, 0 incorrect → correct"
     assert lines["odd-x"] is None

@@ -49,17 +49,21 @@ class _Handler(BaseHTTPRequestHandler):
                 for k, v in self.headers.items()
                 if k.lower() in ("content-type", "authorization", "accept")
             }
-            resp = srv.client.request(
-                self.command, f"{srv.upstream}/{rest}", content=body or None, headers=headers
-            )
-            data = resp.content
-            ctype = resp.headers.get("content-type", "application/json")
-            if resp.status_code == 200 and ctype.startswith("application/json"):
-                data = self._damage(mode, rest, data, alter)
+            try:
+                resp = srv.client.request(
+                    self.command, f"{srv.upstream}/{rest}", content=body or None, headers=headers
+                )
+            except httpx.HTTPError as exc:  # the upstream hung up: answer like a gateway would
+                status, data, ctype = 502, json.dumps({"error": str(exc)}).encode(), "application/json"
+            else:
+                status, data = resp.status_code, resp.content
+                ctype = resp.headers.get("content-type", "application/json")
+                if status == 200 and ctype.startswith("application/json"):
+                    data = self._damage(mode, rest, data, alter)
         finally:
             with srv.lock:
                 srv.in_flight -= 1
-        self.send_response(resp.status_code)
+        self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

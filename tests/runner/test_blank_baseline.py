@@ -13,9 +13,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.runner.fault_proxy import fault_proxy
 
 
+@pytest.mark.endpoints
 def test_blank_answers_on_both_sides_are_inconclusive(local_endpoints: Any, tmp_path: Path) -> None:
     out, md = tmp_path / "r.json", tmp_path / "r.md"
     with fault_proxy(local_endpoints.baseline) as proxy:

@@ -8,6 +8,7 @@ policy, or is out of range, exits 2 before any item is sent.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,12 +41,23 @@ def test_margin_zero_from_the_flag_and_from_yaml_reach_the_gate(tmp_path: Path) 
     with fault_server() as srv:
         url = base_url(srv, "ok")
         out = tmp_path / "flag.json"
-        r = _compare(url, url, "--suite", str(suite), "--margin", "0", "--json", str(out))
+        md = tmp_path / "flag.md"
+        r = _compare(
+            url, url, "--suite", str(suite), "--margin", "0", "--json", str(out), "--markdown", str(md)
+        )
         assert r.returncode in (0, 1, 3), r.stderr
         s = json.loads(out.read_text())["candidates"][0]["suites"][0]
         assert s["margin"] == 0 and s["details"]["gate"]["margin"] == 0
         assert s["details"]["gate"]["origin"]["margin"] == "submitter"
         assert s["details"]["gate"]["policy"]["margin"] == 0.05
+        assert "Gate: margin 0.000 (submitter; policy 0.050)" in md.read_text()
+        # The run's suite snapshot stores the resolved gate (existing JSON column, no migration).
+        from evalsvc.db import Store
+
+        run_id = json.loads(out.read_text())["run_id"]
+        (snap,) = Store(os.environ["EVALSVC_DATABASE_URL"]).get_suite_snapshots(run_id)
+        assert snap["spec"]["resolved_gate"]["margin"] == 0
+        assert snap["spec"]["resolved_gate"]["origin"]["margin"] == "submitter"
         out = tmp_path / "yaml.json"
         r = _compare(url, url, "--suite", str(zero), "--json", str(out))
         assert r.returncode in (0, 1, 3), r.stderr

@@ -120,8 +120,11 @@ def test_summarize_and_analyze_pair_by_prompt_condition_repeat() -> None:
 
     suite = DeterminismSuite(SuiteSpec(name="d", kind="determinism", params={"n": 2}))
     analysis = suite.analyze(base, cand)
-    assert analysis.baseline == [1.0, 0.0, 1.0]
-    assert analysis.candidate == [0.0, 0.0, 1.0]
+    # Gated: differs from the prompt's modal output on that endpoint (reference included).
+    # Baseline p0: A, A, A2 -> mode A; candidate p0: A, A3, A3 -> mode A3.
+    assert analysis.baseline == [0.0, 1.0, 0.0]
+    assert analysis.candidate == [0.0, 0.0, 0.0]
+    assert analysis.slices == {"condition": ["mixed", "mixed", "mixed"]}
     assert analysis.n_errors == 1
     assert analysis.clusters == ["p0", "p0", "p1"]
     assert analysis.details["candidate"]["conditions"]["mixed"]["confident_flips"] == 2

@@ -21,11 +21,22 @@ outputs per prompt, index of the first divergent token, largest logprob delta on
 prefix, and tie flips (the reference's top-2 logprob margin at the divergence is below
 ``tie_epsilon``) against confident flips.
 
-Gate: the bf16 baseline itself is not batch-invariant on vLLM-CPU (ENDPOINTS.md: 12 of 24 texts
-differed between batch 1 and batch ≥ 2), so the candidate's identical-output indicator is paired
-with the baseline's under the same traffic, keyed by (prompt, condition, repeat), and gated as a
-binary paired non-inferiority test; samples of one prompt form a cluster. ``gate.threshold`` in
-the YAML switches to an absolute threshold on the candidate's identical rate.
+Gate: **excess instability under load**. The bf16 baseline itself is not batch-invariant on
+vLLM-CPU (on some hosts about half of its batched outputs differ from its batch-1 output), and a
+candidate may differ from its *own* batch-1 output in a fixed way whenever it is batched (fp8-kv
+measured here: the same 3 of 8 prompts under every batched condition, every batched output the
+same). Neither is what users fear: answers that change from request to request under load,
+beyond what the numerics already do. Per (prompt, condition, repeat) each endpoint scores 1 when
+its output differs from the prompt's **modal output** on that endpoint (the most frequent text
+among its batch-1 reference and every batched sample of the prompt; the plain and the
+prefixed variants apart; a tie goes to the reference). The candidate's indicator is paired with
+the baseline's under the same traffic — the baseline's own instability is the noise floor — and
+gated as a lower-is-better paired binary non-inferiority test (margin 0.10: at most 10 points
+more unstable answers than the baseline), samples of one prompt forming a cluster. Per-condition
+identity to the batch-1 output, distinct outputs per prompt and tie/confident flips stay in the
+report. A response without the logprobs the suite asked for is reported as a finding
+(``details.missing_logprobs``): its flips cannot be classified. ``gate.threshold`` in the YAML
+switches to an absolute threshold on the candidate's unstable rate.
 
 Contract: ``run()`` is overridden (the traffic shape is the measurement); it emits a sample per
 (probe, condition, repeat) including the two references, and ``expected_samples()`` counts them.
@@ -49,7 +60,7 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
-from evalsvc.suites._base import Analysis, Emit, Suite
+from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._registry import catalog_dir, register
 
 Condition = Literal["mixed", "concurrency", "prefix"]
@@ -265,25 +276,26 @@ class DeterminismSuite(Suite):
     version = "1"
     Params = DeterminismParams
     requires = frozenset({"chat", "completions"})
-    metric = "identical_rate"
+    metric = "unstable_rate"
     gate_kind = "binary"
+    higher_is_better = False
     exclusive = False
     gate_default = GateDefaults(
         suite_kind="determinism",
-        metric="identical_rate",
+        metric="unstable_rate",
         gate="noninferiority",
         kind="binary",
         margin=0.10,
         threshold=None,
         alpha=ALPHA,
-        higher_is_better=True,
+        higher_is_better=False,
         paired=True,
         required=True,
         rationale=(
-            "Share of greedy requests whose output is identical to the prompt's batch-1 output, "
-            "paired with the baseline under the same traffic (prompt, condition, repeat). "
-            "Non-batch-invariant kernels make this vary a lot even in BF16, so only a drop of "
-            "more than 10 points relative to the baseline is a regression."
+            "Share of greedy answers under load that differ from the prompt's modal answer on "
+            "the same endpoint, paired with the baseline under the same traffic (prompt, "
+            "condition, repeat): the baseline's own batch variance is the noise floor. At most "
+            "10 points more unstable answers than the baseline are accepted."
         ),
         sources=(
             "Horace He & Thinking Machines Lab, 'Defeating Nondeterminism in LLM Inference' "
@@ -414,6 +426,9 @@ class DeterminismSuite(Suite):
                 error=out.error,
                 data={"probe": item.id, "cluster": item.id, "condition": label, **(extra or {})},
             )
+            if trace is not None and not trace.tokens and out.text:
+                # Asked for logprobs and got none: the divergence cannot be classified.
+                sample.data["missing_logprobs"] = True
             if trace is not None and label in (REFERENCE, PREFIX_REFERENCE):
                 sample.score = 1.0
             elif trace is not None and ref is not None:
@@ -534,36 +549,95 @@ class DeterminismSuite(Suite):
             }
 
         base, cand = scored(baseline), scored(candidate)
+        mode_b, mode_c = modal_outputs(baseline), modal_outputs(candidate)
         b: list[float] = []
         c: list[float] = []
         clusters: list[str] = []
+        conditions: list[str] = []
+        ids: list[str] = []
+        tokens: list[tuple[str | None, str | None] | None] = []
         errors = 0
         for key in sorted(base.keys() | cand.keys()):
             sb, sc = base.get(key), cand.get(key)
             if sb is None or sc is None or sb.score is None or sc.score is None:
                 errors += 1
                 continue
-            b.append(sb.score)
-            c.append(sc.score)
+            b.append(unstable(sb, mode_b))
+            c.append(unstable(sc, mode_c))
             clusters.append(str(sb.data.get("probe")))
+            conditions.append(str(sb.data.get("condition")))  # the kind's slices
+            ids.append(f"{key[0]}#{key[1]}")
+            tokens.append(first_divergent_token(sb.output, sc.output))
         # References that failed make their probe's samples fail too; count them once more here
         # only if they are not already reflected (they are: those samples carry an error).
-        details = {
+        details: dict[str, Any] = {
             "baseline": summarize(baseline),
             "candidate": summarize(candidate),
             "tie_epsilon": self.params.tie_epsilon,
             "note": (
-                "identical = same greedy text as the prompt sent alone (batch 1); the gate "
-                "pairs the candidate with the baseline under the same traffic"
+                "gated: answers under load that differ from the prompt's modal answer on the "
+                "same endpoint, candidate paired with the baseline under the same traffic"
             ),
         }
+        missing = {
+            side: sum(1 for s in samples if s.data.get("missing_logprobs"))
+            for side, samples in (("baseline", baseline), ("candidate", candidate))
+        }
+        if any(missing.values()):
+            details["missing_logprobs"] = {
+                **missing,
+                "note": f"responses without the {self.params.top_logprobs} top logprobs the "
+                "suite asked for: their flips cannot be told from near-ties",
+            }
         return Analysis(
             baseline=b,
             candidate=c,
             clusters=clusters if len(set(clusters)) < len(clusters) else None,
             n_errors=errors,
             details=details,
+            slices={"condition": conditions} if b else None,
+            keys=ids,
+            first_tokens=tokens,
         )
+
+
+def _variant(sample: Sample) -> str:
+    cond = str(sample.data.get("condition"))
+    prefixed = cond in (PREFIX_REFERENCE, "prefix_warm")
+    return f"{sample.data.get('probe')}/{'prefix' if prefixed else 'plain'}"
+
+
+def modal_outputs(samples: Sequence[Sample]) -> dict[str, str]:
+    """The most frequent output text per (probe, variant) among one endpoint's error-free
+    samples, its batch-1 reference included; a tie goes to the reference's text, then to the
+    smallest text (deterministic)."""
+    counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    refs: dict[str, str] = {}
+    for s in samples:
+        if s.error is not None or s.score is None:
+            continue
+        key = _variant(s)
+        counts[key][s.output] += 1
+        if s.data.get("condition") in (REFERENCE, PREFIX_REFERENCE):
+            refs[key] = s.output
+    return {
+        key: min(texts, key=lambda t: (-texts[t], t != refs.get(key), t))
+        for key, texts in counts.items()
+    }
+
+
+def unstable(sample: Sample, modes: dict[str, str]) -> float:
+    """1 when the sample's output differs from its prompt's modal output on its endpoint."""
+    mode = modes.get(_variant(sample))
+    return float(mode is not None and sample.output != mode)
+
+
+def confident_divergence(sample: Sample) -> float:
+    """1 when the sample left its batch-1 output at a confident token (or could not be
+    classified for lack of logprobs), 0 when identical or diverging at a near-tie."""
+    if sample.score == 1.0:
+        return 0.0
+    return 0.0 if sample.data.get("flip") == "tie" else 1.0
 
 
 def summarize(samples: list[Sample]) -> dict[str, Any]:
@@ -578,10 +652,11 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
             texts[f"{s.data.get('probe')}/{variant}"].add(s.output)
         if cond not in (REFERENCE, PREFIX_REFERENCE):
             by_cond[cond].append(s)
+    modes = modal_outputs(samples)
     out: dict[str, Any] = {
-        "conditions": {c: _condition_metrics(v) for c, v in sorted(by_cond.items())}
+        "conditions": {c: _condition_metrics(v, modes) for c, v in sorted(by_cond.items())}
     }
-    out["overall"] = _condition_metrics([s for v in by_cond.values() for s in v])
+    out["overall"] = _condition_metrics([s for v in by_cond.values() for s in v], modes)
     # Distinct outputs per prompt (plain and prefixed variants apart) across every condition and
     # its reference: 1 = fully stable.
     out["overall"]["distinct_outputs_per_prompt"] = (
@@ -590,7 +665,9 @@ def summarize(samples: list[Sample]) -> dict[str, Any]:
     return out
 
 
-def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
+def _condition_metrics(
+    samples: Sequence[Sample], modes: dict[str, str] | None = None
+) -> dict[str, Any]:
     ok = [s for s in samples if s.score is not None]
     firsts = [
         int(s.data["first_divergence"]) for s in ok if s.data.get("first_divergence") is not None
@@ -614,6 +691,14 @@ def _condition_metrics(samples: Sequence[Sample]) -> dict[str, Any]:
         "max_logprob_delta": max(deltas, default=0.0),
         "tie_flips": sum(1 for s in ok if s.data.get("flip") == "tie"),
         "confident_flips": sum(1 for s in ok if s.data.get("flip") == "confident"),
+        "confident_divergence_rate": statistics.fmean(confident_divergence(s) for s in ok)
+        if ok
+        else None,
+        **(
+            {"unstable_rate": statistics.fmean(unstable(s, modes) for s in ok)}
+            if modes is not None and ok
+            else {}
+        ),
         **({"effective_concurrency": min(int(e) for e in eff if e is not None)} if eff else {}),
     }
 

@@ -295,6 +295,18 @@ class NeedleSuite(Suite):
         items = [it for _, it in sorted((pair for g in built for pair in g), key=lambda x: x[0])]
         return items
 
+    def slice_of(self, sample: Sample) -> dict[str, str]:
+        # Context length and needle depth, alone and crossed: an FP8 KV cache loses the long
+        # lengths or the early depths first. (The key type and variant are one per suite.)
+        length, depth = sample.data.get("context_length"), sample.data.get("depth")
+        if length is None or depth is None:
+            return {}
+        return {
+            "length": f"{length} tokens",
+            "depth": f"depth {float(depth):g}",
+            "length × depth": f"{length} tokens at depth {float(depth):g}",
+        }
+
     def _type_plural(self) -> str:
         return {"number": "numbers", "word": "words", "uuid": "uuids"}[self.params.value_type]
 

@@ -387,6 +387,10 @@ class ReasoningSuite(Suite):
     def item_count(self) -> int:
         return self.params.n
 
+    def slice_of(self, sample: Sample) -> dict[str, str]:
+        # Family × level: the unit a quantized model loses whole (fp8-kv lost dates L1).
+        return {"family × level": f"{sample.data.get('family')} L{sample.data.get('level')}"}
+
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params
         counts = _allocate(p.n, [t.weight for t in p.tasks])
@@ -460,7 +464,7 @@ class ReasoningSuite(Suite):
         *,
         provenance: tuple[Provenance, Provenance] | None = None,
     ) -> Analysis:
-        analysis = paired_scores(baseline, candidate)
+        analysis = paired_scores(baseline, candidate, slicer=self.slice_of)
         analysis.details["by_task"] = by_task(baseline, candidate)
         return analysis
 
