@@ -2,7 +2,7 @@
 
 Contract: plain pydantic models with no behaviour that touches I/O. The store (``evalsvc.db``)
 converts its ORM rows to and from these; nothing above ``evalsvc/db/`` ever sees an ORM row.
-The words follow DESIGN.md: endpoint, baseline, candidate, suite, item, sample, gate, verdict, run.
+The words follow docs/architecture.md: endpoint, baseline, candidate, suite, item, sample, gate, verdict, run.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from evalsvc.limits import (
 Verdict = Literal["pass", "fail", "inconclusive"]
 RunVerdict = Literal["pass", "fail", "inconclusive", "error"]
 
-#: Exit codes of ``evalsvc compare`` (DESIGN.md, "Contracts"). The REST gate endpoint returns them too.
+#: Exit codes of ``evalsvc compare`` (docs/cli.md). The REST gate endpoint returns them too.
 EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "usage": 2, "inconclusive": 3, "error": 4}
 
 

@@ -1,6 +1,6 @@
 """The REST API (FastAPI): a thin layer over ``evalsvc.services`` and ``evalsvc.db.Store``.
 
-Contract (DESIGN.md, "REST"): everything lives under ``/api/v1`` with OpenAPI at ``/docs``;
+Contract (docs/api.md): everything lives under ``/api/v1`` with OpenAPI at ``/docs``;
 ``POST /runs`` only queues a run (``services.runs.submit``) for workers, and the report and gate
 it serves are the ones the worker stored, so the verdict has one code path. Routes see domain
 objects and plain dicts, never ORM rows. Bearer tokens with scopes ``read`` ⊂ ``submit`` ⊂

@@ -30,7 +30,7 @@ from evalsvc.settings import Settings
 AUTH_ENV = "EVALSVC_API_AUTH"
 _OFF = {"off", "0", "false", "no", "disabled"}
 
-#: What each scope a token holds lets it do (DESIGN.md: admin ⊇ submit ⊇ read).
+#: What each scope a token holds lets it do (docs/api.md: admin ⊇ submit ⊇ read).
 IMPLIED_SCOPES: dict[str, frozenset[str]] = {
     "read": frozenset({"read"}),
     "submit": frozenset({"read", "submit"}),

@@ -247,7 +247,7 @@ class GateRead(BaseModel):
     verdict: RunVerdict
     """``error`` also for a cancelled run: it gives no evidence to promote anything."""
     exit_code: int
-    """0 pass, 1 fail, 3 inconclusive, 4 error (DESIGN.md)."""
+    """0 pass, 1 fail, 3 inconclusive, 4 error (docs/cli.md)."""
 
 
 # ---------------------------------------------------------------------------- suites

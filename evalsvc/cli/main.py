@@ -1,6 +1,6 @@
 """The ``evalsvc`` command line (Typer). Commands parse arguments and call ``evalsvc.services``.
 
-Contract (DESIGN.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config error,
+Contract (docs/cli.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config error,
 3 inconclusive, 4 infrastructure error. Human output goes to stderr; ``--json -`` alone owns stdout.
 """
 

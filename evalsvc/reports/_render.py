@@ -1,4 +1,4 @@
-"""Report views: the JSON report (DESIGN.md contract), JUnit XML and Markdown.
+"""Report views: the JSON report (the contract of docs/report.md), JUnit XML and Markdown.
 
 Contract: ``build_report`` turns a ``RunResult`` into the JSON-able dict that the CLI writes with
 ``--json`` and that ``GET /api/v1/runs/{id}/report`` returns. JUnit and Markdown are rendered

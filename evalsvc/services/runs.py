@@ -49,7 +49,7 @@ class UsageError(ValueError):
 
 
 def exit_code(verdict: str | None) -> int:
-    """The CLI exit status for a run verdict (DESIGN.md: 0 pass, 1 fail, 3 inconclusive, 4 error)."""
+    """The CLI exit status for a run verdict (docs/cli.md: 0 pass, 1 fail, 3 inconclusive, 4 error)."""
     return EXIT_CODES.get(verdict or "error", EXIT_CODES["error"])
 
 

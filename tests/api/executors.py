@@ -18,7 +18,7 @@ _DELTA = {"pass": 0.0, "fail": -0.2, "inconclusive": -0.02}
 
 
 def fake_report(run: RunInfo, verdict: str) -> dict[str, Any]:
-    """A report with the shape of DESIGN.md's "The JSON report" (one suite row per pair)."""
+    """A report with the shape of docs/report.md (one suite row per pair)."""
     delta = _DELTA[verdict]
     candidates: list[dict[str, Any]] = []
     for index, cand in enumerate(run.spec.candidates):

@@ -116,7 +116,7 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
     kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
     kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
     if name == "fp8-kv":
-        # FP8 KV cache doubles the KV capacity at the same KV memory (ENDPOINTS.md: 186,368 vs 93,184).
+        # FP8 KV cache doubles the KV capacity at the same KV memory (docs/local-endpoints.md: 186,368 vs 93,184).
         assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
         assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
     else:

@@ -1,4 +1,4 @@
-"""The JSON report keeps DESIGN.md's shape; JUnit and Markdown render the same numbers."""
+"""The JSON report keeps the shape of docs/report.md; JUnit and Markdown render the same numbers."""
 
 from __future__ import annotations
 

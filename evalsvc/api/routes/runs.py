@@ -129,7 +129,7 @@ def get_run(run_id: PathKey, store: StoreDep, _: ReadScope) -> RunRead:
     },
 )
 def get_report(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]:
-    """The JSON report (DESIGN.md, "The JSON report"), as ``evalsvc compare --json`` writes it."""
+    """The JSON report (docs/report.md), as ``evalsvc compare --json`` writes it."""
     run = _get(store, run_id)
     report = store.get_report(run.id)
     if report is None:

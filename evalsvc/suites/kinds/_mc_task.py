@@ -5,7 +5,7 @@ output for ``SEED`` and ``N`` (a test checks that), so the shipped data can be r
 audited. The questions are written from project word lists and random numbers: licence-clean
 and in no training set. Scoring is lm-eval's loglikelihood multiple choice (``acc``): the choice
 whose continuation the model finds most likely wins, a route that gives a 135M model a signal
-where free generation gives none (ENDPOINTS.md).
+where free generation gives none (docs/local-endpoints.md).
 
 Regenerate with ``python -m evalsvc.suites.kinds._mc_task evalsvc/suites/catalog/data/lmeval/evalsvc_mc.jsonl``.
 """

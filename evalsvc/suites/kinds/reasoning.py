@@ -14,7 +14,7 @@ Method:
 Contract: ``plan()`` is pure (no request): item ``k`` of a task is drawn from
 ``Random("{seed}:{family}:{level}:{k}")``, so adding a task to the catalog never changes the
 other tasks' items. Prompts are chat messages (a 135M instruct model answers chat prompts and
-fails raw completions, ENDPOINTS.md). The answer is extracted robustly (``_extract``: the final
+fails raw completions, docs/local-endpoints.md). The answer is extracted robustly (``_extract``: the final
 number, weekday or list word, after the last explicit "answer is" marker when there is one) and
 scored 1 when it equals the canonical answer. Binary metric ``accuracy``; items are independent
 draws (no shared context), so no clusters.
