@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 
 from evalsvc.db import (
+    Conflict,
     DatabaseConfigError,
     DatabaseNotAtHead,
     DatabaseUnavailable,
@@ -45,10 +46,10 @@ def fail(message: str, code: int) -> NoReturn:
 
 
 def store_exit_code(err: StoreError) -> int:
-    """2 for configuration (bad URL, schema not at head, a value the database refuses), 4 for
-    infrastructure (unreachable, read-only, disk full, anything else the database says).
-    Never 1: that code means a gate failed."""
-    if isinstance(err, DatabaseNotAtHead | DatabaseConfigError | InvalidData):
+    """2 for configuration or usage (bad URL, schema not at head, a value the database refuses,
+    a name that is taken), 4 for infrastructure (unreachable, read-only, disk full, anything
+    else the database says). Never 1: that code means a gate failed."""
+    if isinstance(err, Conflict | DatabaseNotAtHead | DatabaseConfigError | InvalidData):
         return EXIT_CONFIG
     if isinstance(err, DatabaseUnavailable | DatabaseWriteRefused):
         return EXIT_INFRA

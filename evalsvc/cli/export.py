@@ -10,7 +10,7 @@ import typer
 
 from evalsvc.db import StoreError
 
-from ._dbcommon import DatabaseUrlOption, fail, fail_store, open_store
+from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, open_store
 
 
 class Format(StrEnum):
@@ -20,7 +20,7 @@ class Format(StrEnum):
 
 
 def export(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
     format: Annotated[Format, typer.Option("--format", "-f", help="File format.")] = Format.parquet,
     out: Annotated[
         Path | None,
@@ -32,13 +32,15 @@ def export(
 ) -> None:
     """Export every sample of a run, one row per (endpoint, suite, item, repeat)."""
     from evalsvc.db import export_samples
+    from evalsvc.services import history
 
-    path = out or Path(f"{run_id}.{format.value}")
     store = open_store(database_url)
     try:
+        run_id = history.find_run(store, run_id).id  # an id or a unique prefix, as everywhere
+        path = out or Path(f"{run_id}.{format.value}")
         rows = export_samples(store, run_id, format=format.value, out=path)
-    except LookupError as err:
-        fail(str(err), 1)
+    except (LookupError, ValueError) as err:  # unknown or ambiguous id: a usage error
+        fail(str(err), EXIT_CONFIG)
     except StoreError as err:
         fail_store(err)
     finally:

@@ -591,19 +591,31 @@ def endpoints_add(
         str | None, typer.Option(help="Served model name (default: discovered).")
     ] = None,
     api_key_env: Annotated[
-        str | None, typer.Option(help="Environment variable that holds the API key.")
+        str | None,
+        typer.Option(help="Environment variable that holds the API key (EVALSVC_ENDPOINT_KEY_*)."),
     ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace the endpoint if NAME is taken.")
+    ] = False,
     db: Annotated[
         str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
     ] = None,
 ) -> None:
-    """Register an endpoint under NAME."""
-    from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
+    """Register an endpoint under NAME (a taken name is refused unless --replace)."""
+    from evalsvc.db import Conflict
+    from evalsvc.endpoints import EgressPolicy, EgressRefused
+    from evalsvc.services import registry
+    from evalsvc.services.runs import UsageError
 
-    try:  # egress: no userinfo in a stored URL (docs/security.md)
-        url = check_endpoint_url(url)
-    except UrlError as exc:
-        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    store = _open_store(db)
+    with _store_errors():
+        try:
+            ref = registry.register_endpoint(
+                store, name=name, url=url, model=model, api_key_env=api_key_env, replace=replace
+            )
+        except (UsageError, Conflict) as exc:
+            hint = " (use --replace to change it)" if isinstance(exc, Conflict) else ""
+            raise _die(f"{exc}{hint}", EXIT_CODES["usage"]) from exc
     try:
         EgressPolicy.from_settings().check_key_env(api_key_env)
     except (EgressRefused, ValueError) as exc:
@@ -611,11 +623,6 @@ def endpoints_add(
             f"warning: {exc}. Only in-process `evalsvc compare` will send it; workers refuse "
             "the endpoint's runs.",
             markup=False,
-        )
-    store = _open_store(db)
-    with _store_errors():
-        ref = store.upsert_endpoint(
-            name=name, url=url.rstrip("/"), model=model, api_key_env=api_key_env
         )
     err.print(f"registered {ref.name} → {ref.url}")
 
@@ -653,10 +660,13 @@ def endpoints_remove(
     ] = None,
 ) -> None:
     """Remove a registered endpoint."""
-    with _store_errors():
-        removed = _open_store(db).delete_endpoint(name)
-    if not removed:
-        raise _die(f"no endpoint named {name!r}", EXIT_CODES["usage"])
+    from evalsvc.services import registry
+
+    try:
+        with _store_errors():
+            registry.remove_endpoint(_open_store(db), name)
+    except registry.NotFound as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
 
 
 def _mount_optional() -> None:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from evalsvc.db import Store, StoreError
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+from evalsvc.services import registry
 
 from ._dbcommon import (
     EXIT_CONFIG,
@@ -122,8 +123,12 @@ def add(
             priority=priority,
             labels=label or [],
         )
-        created = store.add_schedule(name=name, cron=cron, template=template)
-    except ValueError as err:  # invalid cron, duplicate name
+        # The same rules as POST /schedules: suites resolve (paths allowed here), the cron is
+        # valid, the name is free, and workers will accept the template's endpoints.
+        created = registry.add_schedule(
+            store, name=name, cron=cron, template=template, allow_paths=True
+        )
+    except ValueError as err:  # UsageError, Conflict (both ValueErrors)
         fail(str(err), EXIT_CONFIG)
     except StoreError as err:
         fail_store(err)
@@ -171,9 +176,10 @@ def remove(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Remove a schedule (its past runs are kept)."""
-    removed = with_store(database_url, lambda store: store.remove_schedule(name_or_id))
-    if not removed:
-        fail(f"no schedule {name_or_id!r}", 1)
+    try:
+        with_store(database_url, lambda store: registry.remove_schedule(store, name_or_id))
+    except registry.NotFound as err:
+        fail(str(err), EXIT_CONFIG)
     typer.echo(f"removed schedule {name_or_id}")
 
 

@@ -91,7 +91,7 @@ def revoke(
     """Revoke a token: requests with it get 401 from now on."""
     revoked = with_store(database_url, lambda store: store.revoke_api_token(name))
     if not revoked:
-        fail(f"no active token named {name!r}", 1)
+        fail(f"no active token named {name!r}", EXIT_CONFIG)  # an unknown name: exit 2
     typer.echo(f"revoked token {name}", err=True)
 
 

@@ -175,4 +175,4 @@ def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None
     assert info["name"] == "ci" and info["scopes"] == ["read"] and info["revoked_at"]
     assert token not in listed.stdout
     again = evalsvc("tokens", "revoke", "ci", "--database-url", url)
-    assert again.returncode == 1 and "no active token" in again.stderr
+    assert again.returncode == 2 and "no active token" in again.stderr  # unknown name: 2

@@ -82,7 +82,7 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (["--margin", "5"], ["margin", "< 1"]),
+        (["--margin", "5"], ["margin", "only tighten"]),
         (["--alpha", "0"], ["alpha"]),
         (["--samples", "999999999999"], ["samples", "10000"]),
         (["--concurrency", "100000"], ["concurrency"]),

@@ -11,24 +11,15 @@ from fastapi import APIRouter, HTTPException, Response, status
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, PathKey, Problem
 from evalsvc.domain import EndpointRef
-from evalsvc.endpoints import EgressRefused, redact_url
-from evalsvc.services.runs import UsageError, server_policy
+from evalsvc.endpoints import redact_url
+from evalsvc.services import registry
+from evalsvc.services.runs import server_policy
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
 
 
 def _not_found(name: str) -> HTTPException:
     return HTTPException(status.HTTP_404_NOT_FOUND, f"no endpoint named {name!r}")
-
-
-def _check_egress(url: str, api_key_env: str | None) -> None:
-    """egress: refuse (422) what workers would refuse: the URL's host and the key's name."""
-    policy = server_policy()
-    try:
-        policy.check_url(url)
-        policy.check_key_env(api_key_env)
-    except EgressRefused as exc:
-        raise UsageError(str(exc)) from None
 
 
 def _read(ref: EndpointRef) -> EndpointRead:
@@ -51,9 +42,13 @@ def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
 def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> EndpointRead:
     """Register an endpoint; 409 when the name is taken (use PUT to change one). 422 when the
     egress policy refuses its host or its ``api_key_env`` is outside the allowed prefix."""
-    _check_egress(body.url, body.api_key_env)
-    ref = store.create_endpoint(  # Conflict → 409 (the app's handler)
-        name=body.name, url=body.url, model=body.model, api_key_env=body.api_key_env
+    ref = registry.register_endpoint(  # Conflict → 409, UsageError → 422 (the app's handlers)
+        store,
+        name=body.name,
+        url=body.url,
+        model=body.model,
+        api_key_env=body.api_key_env,
+        policy=server_policy(),
     )
     return _read(ref)
 
@@ -71,12 +66,17 @@ def update_endpoint(
     name: PathKey, body: EndpointUpdate, store: StoreDep, _: AdminScope
 ) -> EndpointRead:
     """Replace a registered endpoint's url, model and api_key_env; 404 when unknown."""
-    if store.get_endpoint(name) is None:
-        raise _not_found(name)
-    _check_egress(body.url, body.api_key_env)
-    ref = store.upsert_endpoint(
-        name=name, url=body.url, model=body.model, api_key_env=body.api_key_env
-    )
+    try:
+        ref = registry.update_endpoint(
+            store,
+            name=name,
+            url=body.url,
+            model=body.model,
+            api_key_env=body.api_key_env,
+            policy=server_policy(),
+        )
+    except registry.NotFound:
+        raise _not_found(name) from None
     return _read(ref)
 
 
@@ -85,6 +85,8 @@ def update_endpoint(
 )
 def delete_endpoint(name: PathKey, store: StoreDep, _: AdminScope) -> Response:
     """Remove a registered endpoint (runs that used it keep their own copy of it)."""
-    if not store.delete_endpoint(name):
-        raise _not_found(name)
+    try:
+        registry.remove_endpoint(store, name)
+    except registry.NotFound:
+        raise _not_found(name) from None
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -12,10 +12,9 @@ from fastapi import APIRouter, HTTPException, Response, status
 
 from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
-from evalsvc.db import Conflict
 from evalsvc.domain import stored_spec
 from evalsvc.reports import redact_report
-from evalsvc.services import runs as run_service
+from evalsvc.services import registry
 
 from .runs import run_spec
 
@@ -47,18 +46,10 @@ def list_schedules(store: StoreDep, _: ReadScope) -> list[ScheduleRead]:
 )
 def create_schedule(body: ScheduleCreate, store: StoreDep, _: AdminScope) -> ScheduleRead:
     template = run_spec(body.template, store)
-    run_service.load_suites(template, allow_paths=False)  # UsageError (422) for unknown suites
-    run_service.check_server_spec(template, store=store)  # egress: 422, as POST /runs
-    try:
-        created = store.add_schedule(
-            name=body.name, cron=body.cron, template=template, start_at=body.start_at
-        )
-    except Conflict:
-        raise  # a duplicate name: 409 from the app's handler
-    except ValueError as err:  # croniter's message for an invalid expression
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f"invalid cron {body.cron!r}: {err}"
-        ) from err
+    # UsageError (422): unknown suite, invalid cron, what workers would refuse; Conflict (409).
+    created = registry.add_schedule(
+        store, name=body.name, cron=body.cron, template=template, start_at=body.start_at
+    )
     return _read(created)
 
 
@@ -73,6 +64,8 @@ def get_schedule(name_or_id: PathKey, store: StoreDep, _: ReadScope) -> Schedule
 @router.delete("/{name_or_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
 def delete_schedule(name_or_id: PathKey, store: StoreDep, _: AdminScope) -> Response:
     """Delete a schedule; the runs it created are kept."""
-    if not store.remove_schedule(name_or_id):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no schedule {name_or_id!r}")
+    try:
+        registry.remove_schedule(store, name_or_id)
+    except registry.NotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
     return Response(status_code=status.HTTP_204_NO_CONTENT)
