@@ -42,8 +42,9 @@ SUITE_WEIGHT = 0.8
 def _finding(label: str, b: np.ndarray, c: np.ndarray, higher: bool, p_adj: float) -> str:
     solved = int(b.sum()) if higher else int((1 - b).sum())
     lost = int(((b > 0.5) & (c < 0.5)).sum()) if higher else int(((b < 0.5) & (c > 0.5)).sum())
+    what = "solved items" if higher else "good outcomes"
     return (
-        f"{label}: {b.mean():.0%} → {c.mean():.0%}, {lost} of {solved} solved items lost "
+        f"{label}: {b.mean():.0%} → {c.mean():.0%}, {lost} of {solved} {what} lost "
         f"(n = {b.size}, Holm-adjusted p = {p_adj:.2g})"
     )
 
@@ -176,6 +177,10 @@ def slice_gates(
             f"{len(tested)} slices (adjusted p = {adjusted[0]:.3g})"
         )
     if failed:
+        prefix = "the suite as a whole and " if verdict == "fail" and adjusted[0] < alpha else ""
         verdict = "fail"
-        details["reason"] = "slice significantly worse beyond the margin: " + "; ".join(failed)
+        details["reason"] = (
+            f"{prefix}{'a slice' if len(failed) == 1 else 'slices'} significantly worse beyond "
+            "the margin: " + "; ".join(failed)
+        )
     return replace(outcome, verdict=verdict, details=details)
