@@ -169,10 +169,10 @@ def _margin_cell(suite: dict[str, Any]) -> str:
 
 def _print_headlines(report: dict[str, Any]) -> None:
     """Where and how much, one line per suite (flips, KLD, determinism rates, speed gain)."""
-    from evalsvc.reports import headline
+    from evalsvc.reports import endpoint_label, headline
 
     for cand in report["candidates"]:
-        name = cand.get("name") or cand.get("model") or cand["url"]
+        name = endpoint_label(cand)
         for s in cand["suites"]:
             line = headline(s)
             if line:

@@ -13,6 +13,7 @@ from evalsvc.reports._findings import findings, headline
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
+    endpoint_label,
     md_text,
     redact_report,
     summary_rows,
@@ -31,6 +32,7 @@ def report_schema() -> dict[str, Any]:
 __all__ = [
     "SCHEMA_VERSION",
     "build_report",
+    "endpoint_label",
     "error_report",
     "findings",
     "headline",

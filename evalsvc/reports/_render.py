@@ -128,6 +128,19 @@ def xml_text(value: Any) -> str:
     return _XML_INVALID.sub("\ufffd", str(value))
 
 
+def endpoint_label(entry: dict[str, Any]) -> str:
+    """How tables name an endpoint: its registered name, else host:port, with the served model
+    (two endpoints serving the same model must not look identical)."""
+    from urllib.parse import urlsplit
+
+    where = entry.get("name")
+    if not where:
+        parts = urlsplit(entry.get("url") or "")
+        where = parts.netloc.rpartition("@")[2] or entry.get("url") or "?"
+    model = entry.get("model")
+    return f"{where} ({model})" if model and model != where else str(where)
+
+
 def _fmt(x: Any, digits: int = 3) -> str:
     if x is None:
         return "—"
@@ -144,7 +157,7 @@ def summary_rows(report: dict[str, Any]) -> list[dict[str, str]]:
             ci = s.get("ci") or [None, None]
             rows.append(
                 {
-                    "candidate": cand.get("name") or cand.get("model") or cand["url"],
+                    "candidate": endpoint_label(cand),
                     "suite": s["suite"],
                     "metric": s["metric"],
                     "baseline": _fmt(s["baseline"]),
@@ -189,7 +202,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         )
     lines.append("")
     for cand in report["candidates"]:
-        name = cand.get("name") or cand.get("model") or cand["url"]
+        name = endpoint_label(cand)
         lines += [f"## {m(name)} — {cand['verdict']}", ""]
         for s in cand["suites"]:
             verdict = s["verdict"] + ("" if s.get("gated", True) else " (not gated)")
@@ -207,7 +220,7 @@ def to_junit(report: dict[str, Any]) -> str:
     root = ET.Element("testsuites", name="evalsvc", tests="0", failures="0", errors="0")
     total = failures = errors = 0
     for cand in report["candidates"]:
-        name = x(cand.get("name") or cand.get("model") or cand["url"])
+        name = x(endpoint_label(cand))
         ts = ET.SubElement(root, "testsuite", name=f"evalsvc.{name}")
         t = f = e = sk = 0
         for s in cand["suites"]:

@@ -116,3 +116,16 @@ def test_junit_inconclusive_is_a_failure_and_error_an_error() -> None:
     (error,) = root.findall(".//error")
     assert error.get("type") == "error"
     assert root.get("failures") == "1" and root.get("errors") == "1" and not root.findall(".//skipped")
+
+
+def test_candidates_are_labelled_by_name_else_host_port_with_the_model() -> None:
+    from evalsvc.reports import endpoint_label
+
+    same_model = [
+        {"url": "http://10.0.0.1:8000/v1", "model": "llama-8b", "name": None},
+        {"url": "http://10.0.0.2:8000/v1", "model": "llama-8b", "name": None},
+    ]
+    labels = [endpoint_label(c) for c in same_model]
+    assert labels == ["10.0.0.1:8000 (llama-8b)", "10.0.0.2:8000 (llama-8b)"]
+    assert endpoint_label({"url": "http://u:p@h:1/v1", "model": None, "name": None}) == "h:1"
+    assert endpoint_label({"url": "http://h:1/v1", "model": "m", "name": "prod-fp8"}) == "prod-fp8 (m)"
