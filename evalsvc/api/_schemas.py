@@ -32,7 +32,11 @@ from evalsvc.limits import (
 _NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 #: What the schema says of a URL; ``_check_url`` is the rule itself (it also strips spaces and
 #: trailing slashes).
-URL_PATTERN = r"^[ \t\n\r\f\x0b]*[Hh][Tt][Tt][Pp][Ss]?://[^ \t\n\r\f\x0b/\x00][^\x00]*$"
+# The authority (up to the first "/", "?" or "#") has no "@": credentials in URLs are refused.
+URL_PATTERN = (
+    r"^[ \t\n\r\f\x0b]*[Hh][Tt][Tt][Pp][Ss]?://"
+    r"[^ \t\n\r\f\x0b/?#@\x00][^/?#@\x00]*([/?#][^\x00]*)?$"
+)
 Name = Annotated[str, Field(pattern=_NAME_PATTERN)]
 Url = Annotated[UrlText, Field(json_schema_extra={"pattern": URL_PATTERN})]
 
@@ -127,6 +131,15 @@ class EndpointRead(BaseModel):
 # ---------------------------------------------------------------------------- runs
 
 
+def _null_only(schema: dict[str, Any]) -> None:
+    # The field exists only so that a request carrying it gets a reason, not "extra field".
+    description = schema.get("description")
+    schema.clear()
+    schema["type"] = "null"
+    if description:
+        schema["description"] = description
+
+
 def _url_or_name_schema(schema: dict[str, Any]) -> None:
     # The rule of ``_url_or_name`` below, in the schema: a url (name, model and api_key_env
     # optional), or a registered name alone.
@@ -160,9 +173,10 @@ class RunEndpoint(BaseModel):
     """A registered endpoint name (used alone), or a label for ``url``."""
     model: ModelText | None = None
     """Served model name (with ``url``); discovered when omitted."""
-    api_key_env: EnvNameText | None = None
+    api_key_env: EnvNameText | None = Field(default=None, json_schema_extra=_null_only)
     """Refused: a submitted endpoint carries no credentials (register it, as an admin, with
-    ``api_key_env`` and use its ``name``). Kept in the shape so the refusal can say why."""
+    ``api_key_env`` and use its ``name``). Kept in the shape so the refusal can say why; the
+    schema says it must be null."""
 
     @model_validator(mode="after")
     def _url_or_name(self) -> RunEndpoint:

@@ -31,8 +31,18 @@ MAX_EXAMPLES = 25
 STATE_REASONS = (
     "neither a URL",  # an endpoint name nobody registered
     "unknown suite",
-    "--margin/--alpha rejected",  # a margin of 1 or more for a proportion
+    "gate options refused",  # a margin or alpha that would loosen the suite's policy
     "invalid cron",  # croniter's grammar is not a regex
+    # The egress policy depends on the server's EVALSVC_ALLOWED_ENDPOINTS (docs/security.md),
+    # not on the request's shape: an address it refuses is schema-valid and still refused.
+    "always refused",
+    "which server mode refuses",
+    "is not in EVALSVC_ALLOWED_ENDPOINTS",
+    "does not allow",
+    "server mode only reads variables named",  # the key prefix is a setting too
+    "resolved to no address",
+    # URL parsing beyond the schema's pattern (port range, IDNA host names) is not a regex.
+    "invalid endpoint URL",
 )
 
 

@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from evalsvc import limits
 from evalsvc.api._deps import ReadScope, StoreDep, SubmitScope
 from evalsvc.api._schemas import (
+    URL_PATTERN,
     GateRead,
     PathKey,
     Problem,
@@ -104,7 +105,7 @@ def list_runs(
         Query(
             description="Base URL used as baseline or candidate.",
             max_length=limits.MAX_URL,
-            pattern=r"^[^\x00]*$",
+            pattern=URL_PATTERN,
         ),
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
