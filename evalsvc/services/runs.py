@@ -178,7 +178,12 @@ def compare(
     try:
         with heartbeat:
             return _execute(
-                store, run, suites, progress=progress, cancel=heartbeat.lost, worker_id=None
+                store,
+                run,
+                suites,
+                progress=_StoreProgress(store, run.id, also=progress),
+                cancel=heartbeat.lost,
+                worker_id=None,
             )
     except CancelledRun:
         raise InfrastructureError(
@@ -368,20 +373,26 @@ def _flushing(writer: SampleWriter, stored: Callable[[], Any]) -> Callable[[], A
 
 
 class _StoreProgress:
-    """Progress reporter for workers: counts per (suite, role) written to the run's progress JSON."""
+    """Progress reporter: counts per (suite, role) written to the run's progress JSON, which
+    ``GET /runs/{id}``, ``evalsvc runs show`` and the dashboard's live page read; ``also`` (the
+    CLI's progress bars) sees every event too, so in-process runs are followed like queued ones."""
 
-    def __init__(self, store: Store, run_id: str) -> None:
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: Store, run_id: str, also: Progress | None = None) -> None:
+        self.store, self.run_id, self.also = store, run_id, also
         self.counts: dict[str, dict[str, int]] = {}
         self.totals: dict[str, int] = {}
         self._since = 0
 
     def planned(self, suite: str, roles: Any, n_items: int, n_done: dict[str, int]) -> None:
+        if self.also is not None:
+            self.also.planned(suite, roles, n_items, n_done)
         self.totals[suite] = n_items
         self.counts[suite] = dict(n_done)
         self._push()
 
     def advance(self, suite: str, role: str) -> None:
+        if self.also is not None:
+            self.also.advance(suite, role)
         self.counts.setdefault(suite, {}).setdefault(role, 0)
         self.counts[suite][role] += 1
         self._since += 1
@@ -389,7 +400,8 @@ class _StoreProgress:
             self._push()
 
     def message(self, text: str) -> None:
-        pass
+        if self.also is not None:
+            self.also.message(text)
 
     def _push(self) -> None:
         self._since = 0

@@ -7,6 +7,7 @@ tests need no server, or use the loopback fault server.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -125,6 +126,14 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
     assert suites.tag == "testsuites" and int(suites.get("tests", "0")) >= 1
     assert "needle-smoke" in md.read_text()
     assert "verdict" in r.stderr  # the rich table went to stderr, JSON alone on stdout
+    # The in-process run kept its progress in the store, as a worker's run does (the dashboard's
+    # live page and `evalsvc runs show` read it): every pair planned and done.
+    from evalsvc.db import Store
+
+    with Store.from_url(os.environ["EVALSVC_DATABASE_URL"]) as store:
+        stored = store.get_run(report["run_id"])
+    assert stored is not None and stored.progress["items"] == {"needle-smoke": 6}
+    assert stored.progress["done"]["needle-smoke"] == {"baseline": 6, "candidate:0": 6}
 
 
 @pytest.mark.endpoints
