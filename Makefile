@@ -33,6 +33,7 @@ test: install browser
 lint: install
 	$(VENV)/bin/ruff check evalsvc tests
 	$(VENV)/bin/mypy evalsvc
+	$(VENV)/bin/lint-imports
 
 down: install
 	$(EVALSVC) local down
