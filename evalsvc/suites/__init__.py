@@ -17,11 +17,12 @@ from evalsvc.suites._base import (
 
 # ``suite_kinds`` (not ``kinds``): ``evalsvc.suites.kinds`` is the subpackage of built-in kinds,
 # and importing it would shadow a function of the same name on this package.
+from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._registry import (
     SuiteError,
     SuiteSet,
+    broken_kinds,
     catalog,
-    catalog_dir,
     load_suite,
     read_yaml,
     register,
@@ -37,6 +38,7 @@ __all__ = [
     "SuiteError",
     "SuiteSet",
     "SuiteSpec",
+    "broken_kinds",
     "catalog",
     "catalog_dir",
     "first_divergent_token",

@@ -16,9 +16,9 @@ Contract:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable
-from importlib import resources
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,9 +29,12 @@ from pydantic import ValidationError
 from evalsvc import limits
 from evalsvc.settings import Settings
 from evalsvc.suites._base import Suite, SuiteSpec
+from evalsvc.suites._paths import CatalogNotOnDisk, packaged_catalog_dir
 
 _KINDS: dict[str, type[Suite]] = {}
+_BROKEN: dict[str, str] = {}
 _ENTRY_POINTS_LOADED = False
+_log = logging.getLogger(__name__)
 S = TypeVar("S", bound=type[Suite])
 
 
@@ -40,7 +43,8 @@ class SuiteError(ValueError):
 
 
 def register(cls: S) -> S:
-    """Class decorator: register a suite kind under ``cls.kind``."""
+    """Class decorator: register a suite kind under ``cls.kind`` (for kinds defined in code, such
+    as tests; packages, the built-in kinds included, use the ``evalsvc.suites`` entry points)."""
     existing = _KINDS.get(cls.kind)
     if existing is not None and existing is not cls:
         raise ValueError(f"suite kind {cls.kind!r} registered twice ({existing} and {cls})")
@@ -49,42 +53,40 @@ def register(cls: S) -> S:
 
 
 def suite_kinds() -> dict[str, type[Suite]]:
-    """Every registered kind by name (built-ins and entry points)."""
-    _load_builtin_and_entry_points()
+    """Every registered kind by name: the entry points of group ``evalsvc.suites`` (the built-in
+    kinds are registered there too, in evalsvc's own pyproject.toml) and ``@register``."""
+    _load_entry_points()
     return dict(_KINDS)
 
 
-def _load_builtin_and_entry_points() -> None:
+def broken_kinds() -> dict[str, str]:
+    """Entry points that could not be loaded, by name, with the reason (shown, never raised)."""
+    _load_entry_points()
+    return dict(_BROKEN)
+
+
+def _load_entry_points() -> None:
     global _ENTRY_POINTS_LOADED
     if _ENTRY_POINTS_LOADED:
         return
     _ENTRY_POINTS_LOADED = True
-    import evalsvc.suites.kinds  # noqa: F401  (registers the built-in kinds)
-
     for ep in entry_points(group="evalsvc.suites"):
-        cls = ep.load()
-        if isinstance(cls, type) and issubclass(cls, Suite) and cls.kind not in _KINDS:
-            register(cls)
-
-
-def packaged_catalog_dir() -> Path:
-    """The catalog shipped in the package (``evalsvc/suites/catalog``, package data found
-    through ``importlib.resources``)."""
-    root = resources.files("evalsvc.suites") / "catalog"
-    # A wheel or editable install puts package data on the file system; the kinds read data
-    # files by path (and lmeval runs a subprocess in data/), so a zipped install is refused.
-    if not isinstance(root, Path):
-        raise SuiteError(f"the suite catalog is not on the file system ({root}); set EVALSVC_SUITES_DIR")
-    return root
-
-
-def catalog_dir() -> Path:
-    """Where the kinds read their data files (``<dir>/data/...``): ``EVALSVC_SUITES_DIR`` when it
-    has a ``data/`` directory of its own, else the packaged catalog."""
-    override = Settings().suites_dir
-    if override is not None and (override / "data").is_dir():
-        return override
-    return packaged_catalog_dir()
+        # Each load is guarded: one broken plugin must never break the catalog, `suites list`
+        # or GET /suites; it is reported by name and its suites fail as "unknown kind".
+        try:
+            cls = ep.load()
+        except Exception as exc:  # noqa: BLE001 - any error of a third-party import
+            _BROKEN[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"[:500]
+            _log.warning("suite kind plugin %r not loaded: %s", ep.name, _BROKEN[ep.name])
+            continue
+        if not (isinstance(cls, type) and issubclass(cls, Suite)):
+            _BROKEN[ep.name] = f"{ep.value} is not a Suite subclass"
+            continue
+        taken = _KINDS.get(cls.kind)
+        if taken is not None and taken is not cls:
+            _BROKEN[ep.name] = f"{ep.value}: kind {cls.kind!r} is already {taken.__qualname__}"
+            continue
+        _KINDS[cls.kind] = cls
 
 
 def _catalog_files() -> dict[str, Path]:
@@ -92,7 +94,11 @@ def _catalog_files() -> dict[str, Path]:
     # replaces the packaged one.
     files: dict[str, Path] = {}
     override = Settings().suites_dir
-    for root in (packaged_catalog_dir(), override):
+    try:
+        packaged = packaged_catalog_dir()
+    except CatalogNotOnDisk as exc:
+        raise SuiteError(str(exc)) from None
+    for root in (packaged, override):
         if root is None or not root.is_dir():
             continue
         files |= {p.stem: p for p in sorted(root.glob("*.yaml"))}

@@ -1,10 +1,3 @@
-"""Built-in suite kinds; importing this package registers them."""
-
-from evalsvc.suites.kinds import (  # noqa: F401
-    determinism,
-    drift,
-    lmeval,
-    needle,
-    reasoning,
-    speed,
-)
+"""Built-in suite kinds. They register through the ``evalsvc.suites`` entry-point group (see
+pyproject.toml), the same way outside packages add kinds, so the registry never imports them by
+name and nothing here imports the registry."""

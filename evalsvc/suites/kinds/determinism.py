@@ -61,7 +61,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
-from evalsvc.suites._registry import catalog_dir, register
+from evalsvc.suites._paths import catalog_dir
 
 Condition = Literal["mixed", "concurrency", "prefix"]
 REFERENCE = "ref"
@@ -270,7 +270,6 @@ def _corpus() -> str:
     return text
 
 
-@register
 class DeterminismSuite(Suite):
     kind = "determinism"
     version = "1"

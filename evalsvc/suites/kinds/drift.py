@@ -49,7 +49,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, LLAMA_CPP_KLD_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Suite
-from evalsvc.suites._registry import catalog_dir, register
+from evalsvc.suites._paths import catalog_dir
 
 #: Floor for a bucket's probability inside the log, so a bucket one side gives ~0 mass to
 #: yields a large but finite KLD instead of inf (logprobs are rounded to 1e-5 in storage).
@@ -186,7 +186,6 @@ def passages(files: Sequence[str], min_chars: int, count: int = 0, seed: int = 0
     return out
 
 
-@register
 class DriftSuite(Suite):
     kind = "drift"
     version = "1"

@@ -45,7 +45,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
-from evalsvc.suites._registry import catalog_dir, register
+from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
 
@@ -75,7 +75,6 @@ class LmevalParams(BaseModel):
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
 
 
-@register
 class LmevalSuite(Suite):
     kind = "lmeval"
     version = "1"

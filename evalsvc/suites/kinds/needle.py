@@ -36,7 +36,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Suite, SuiteSpec
-from evalsvc.suites._registry import catalog_dir, register
+from evalsvc.suites._paths import catalog_dir
 
 _KEYS = [
     "Lima",
@@ -171,7 +171,6 @@ class LocalTokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
 
-@register
 class NeedleSuite(Suite):
     kind = "needle"
     version = "2"

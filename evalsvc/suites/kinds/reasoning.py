@@ -39,7 +39,6 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Suite, flips, paired_scores
-from evalsvc.suites._registry import register
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
 
 Family = Literal["arithmetic", "variable_tracking", "dates", "lists"]
@@ -353,7 +352,6 @@ def _allocate(n: int, weights: list[int]) -> list[int]:
     return counts
 
 
-@register
 class ReasoningSuite(Suite):
     kind = "reasoning"
     version = "1"

@@ -39,7 +39,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite
-from evalsvc.suites._registry import catalog_dir, register
+from evalsvc.suites._paths import catalog_dir
 
 
 class SpeedParams(BaseModel):
@@ -125,7 +125,6 @@ def gain_summary(kv_ratio: float | None, throughput: dict[int, float]) -> str:
     return ", ".join(parts) or "no comparable measurements"
 
 
-@register
 class SpeedSuite(Suite):
     kind = "speed"
     version = "1"
