@@ -525,6 +525,10 @@ def suites_list(
         items = r.get("items")
         table.add_row(str(r["name"]), str(r["kind"]), "" if items is None else str(items), desc)
     Console().print(table)
+    from evalsvc.suites import broken_kinds
+
+    for name, reason in sorted(broken_kinds().items()):
+        err.print(f"warning: suite kind plugin {name!r} not loaded: {reason}", markup=False)
 
 
 @app.command()
