@@ -235,7 +235,7 @@ def test_export_formats(store: Store, db_url: str, tmp_path: Path, fmt: str) -> 
     missing = CliRunner().invoke(
         app, ["nope", "--format", fmt, "--out", str(out), "--database-url", db_url]
     )
-    assert missing.exit_code == 1 and "no run" in missing.output
+    assert missing.exit_code == 2 and "no run" in missing.output  # unknown run: usage error
 
 
 def test_concurrent_endpoint_creates_one_wins(db_url: str) -> None:
