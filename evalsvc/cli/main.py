@@ -436,6 +436,9 @@ def _compare_remote(
             resp = http.post(f"{base}/runs", json=body)
         except httpx.HTTPError as exc:
             return no_verdict(f"server {server} unreachable: {exc}")
+        except KeyboardInterrupt:
+            # Whether the server queued the run is unknown: say so rather than guess.
+            return no_verdict(f"interrupted while submitting to {server}; check `GET /runs`")
         if resp.status_code >= 400:
             try:
                 detail = resp.json().get("detail", resp.text)
