@@ -396,7 +396,10 @@ class _StoreProgress:
         self.counts.setdefault(suite, {}).setdefault(role, 0)
         self.counts[suite][role] += 1
         self._since += 1
-        if self._since >= 16:
+        # Every 16 samples, and whenever an endpoint finishes a suite, so the stored counts end
+        # at the planned totals instead of up to 15 short.
+        planned = self.totals.get(suite)
+        if self._since >= 16 or (planned is not None and self.counts[suite][role] >= planned):
             self._push()
 
     def message(self, text: str) -> None:
