@@ -17,8 +17,6 @@
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -225,28 +223,12 @@ def many_runs(dash_store: Store) -> dict[str, Any]:
 
 
 def _serve(url: str) -> Iterator[str]:
-    import uvicorn
-
+    # The API tests' real uvicorn on a free loopback port, over this session's store.
     from evalsvc.api import create_app
+    from tests.api.conftest import serve
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(url, auth=True), log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
+    with serve(create_app(url, auth=True)) as base:
+        yield base
 
 
 @dataclass
