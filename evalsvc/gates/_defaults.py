@@ -51,6 +51,36 @@ class GateDefaults:
     baseline_floor: float | None = None
     slice_min_items: int = 20
 
+    @classmethod
+    def paired_noninferiority(
+        cls,
+        suite_kind: str,
+        *,
+        margin: float,
+        rationale: str,
+        sources: tuple[str, ...],
+        metric: str = "accuracy",
+        kind: Literal["binary", "continuous", "ratio"] = "binary",
+        higher_is_better: bool = True,
+        baseline_floor: float | None = None,
+    ) -> GateDefaults:
+        """The common gate: required, paired non-inferiority at ``margin`` with α = ``ALPHA``."""
+        return cls(
+            suite_kind=suite_kind,
+            metric=metric,
+            gate="noninferiority",
+            kind=kind,
+            margin=margin,
+            threshold=None,
+            alpha=ALPHA,
+            higher_is_better=higher_is_better,
+            paired=True,
+            required=True,
+            rationale=rationale,
+            sources=sources,
+            baseline_floor=baseline_floor,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["sources"] = list(self.sources)
@@ -94,17 +124,12 @@ def generic_default(
 ) -> GateDefaults:
     """The gate of a kind that declares none: paired non-inferiority at 5 points, α = 0.05,
     required (a plugin kind should declare its own; this keeps an undeclared one honest)."""
-    return GateDefaults(
-        suite_kind=suite_kind,
-        metric=metric,
-        gate="noninferiority",
-        kind=kind,
+    return GateDefaults.paired_noninferiority(
+        suite_kind,
         margin=GENERIC_MARGIN,
-        threshold=None,
-        alpha=ALPHA,
+        metric=metric,
+        kind=kind,
         higher_is_better=higher_is_better,
-        paired=True,
-        required=True,
         rationale="the kind declares no gate: the built-in task kinds' 5-point paired margin",
         sources=("evalsvc policy for undeclared kinds",),
     )

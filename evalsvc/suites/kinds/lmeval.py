@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
-from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
@@ -82,17 +82,9 @@ class LmevalSuite(Suite):
     requires = frozenset({"completions", "echo"})
     metric = "accuracy"
     gate_kind = "binary"
-    gate_default = GateDefaults(
-        suite_kind="lmeval",
-        metric="accuracy",
-        gate="noninferiority",
-        kind="binary",
+    gate_default = GateDefaults.paired_noninferiority(
+        "lmeval",
         margin=0.03,
-        threshold=None,
-        alpha=ALPHA,
-        higher_is_better=True,
-        paired=True,
-        required=True,
         rationale=(
             "Standard benchmarks have large item counts (gsm8k 1319, MMLU 14042), so a tighter "
             "3-point margin is affordable (MDE ~0.02 at n~1300 with 10% flips) and matches the "

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
-from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._paths import catalog_dir
 
@@ -178,17 +178,9 @@ class NeedleSuite(Suite):
     requires = frozenset({"chat", "tokenize"})
     metric = "accuracy"
     gate_kind = "binary"
-    gate_default = GateDefaults(
-        suite_kind="needle",
-        metric="accuracy",
-        gate="noninferiority",
-        kind="binary",
+    gate_default = GateDefaults.paired_noninferiority(
+        "needle",
         margin=0.05,
-        threshold=None,
-        alpha=ALPHA,
-        higher_is_better=True,
-        paired=True,
-        required=True,
         rationale=(
             "Long-context retrieval is where FP8 KV cache fails first; a drop of up to 5 "
             "accuracy points is accepted, more is a regression. 5 points absolute is tighter "

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
-from evalsvc.gates import ALPHA, KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Suite, flips, paired_scores
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
 
@@ -359,17 +359,9 @@ class ReasoningSuite(Suite):
     requires = frozenset({"chat"})
     metric = "accuracy"
     gate_kind = "binary"
-    gate_default = GateDefaults(
-        suite_kind="reasoning",
-        metric="accuracy",
-        gate="noninferiority",
-        kind="binary",
+    gate_default = GateDefaults.paired_noninferiority(
+        "reasoning",
         margin=0.05,
-        threshold=None,
-        alpha=ALPHA,
-        higher_is_better=True,
-        paired=True,
-        required=True,
         rationale=(
             "Multi-step reasoning is where 4-bit weights hurt most; the same 5-point margin as "
             "needle for one consistent notion of 'material regression'. Slices: family x level."
