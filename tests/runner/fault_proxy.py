@@ -10,7 +10,10 @@ forwarded to the upstream ``.../v1`` unchanged (probe, ``/tokenize``, ``/metrics
 - ``/concurrent/v1/...``  a chat answer to a request that *arrived while another request was in
   flight* is altered with probability ``alter_p`` (seeded, per arrival): its first confident
   token (top-2 logprob margin above 1 nat) is swapped for the runner-up, a planted
-  batch-dependence far beyond numerical noise. Requests alone on the server pass untouched.
+  batch-dependence far beyond numerical noise. Requests alone on the server pass untouched;
+- ``/match/v1/...``       a chat answer to a request whose body contains ``match`` (e.g. one
+  reasoning family's question wording) is replaced by ``wrong`` (its logprobs by one token that
+  spells it): a planted slice collapse that does not depend on the host's kernels.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length else b""
         mode, _, rest = self.path.lstrip("/").partition("/")
         srv = self.server
+        matched = bool(srv.match) and srv.match.encode() in body
         with srv.lock:
             concurrent = srv.in_flight > 0
             srv.in_flight += 1
@@ -59,7 +63,7 @@ class _Handler(BaseHTTPRequestHandler):
                 status, data = resp.status_code, resp.content
                 ctype = resp.headers.get("content-type", "application/json")
                 if status == 200 and ctype.startswith("application/json"):
-                    data = self._damage(mode, rest, data, alter)
+                    data = self._damage(mode, rest, data, matched if mode == "match" else alter)
         finally:
             with srv.lock:
                 srv.in_flight -= 1
@@ -81,6 +85,10 @@ class _Handler(BaseHTTPRequestHandler):
                     choice["text"] = ""
                 choice["logprobs"] = None
             self.server.damaged += 1
+        elif mode == "match" and alter and route.startswith("v1/chat/completions"):
+            for choice in payload.get("choices") or []:
+                _replace_answer(choice, self.server.wrong)
+                self.server.damaged += 1
         elif mode == "concurrent" and alter and route.startswith("v1/chat/completions"):
             for choice in payload.get("choices") or []:
                 if _swap_confident_token(choice):
@@ -103,16 +111,30 @@ def _swap_confident_token(choice: dict[str, Any]) -> bool:
     return False
 
 
+def _replace_answer(choice: dict[str, Any], wrong: str) -> None:
+    message = choice.get("message") or {}
+    message["content"] = wrong
+    logprobs = choice.get("logprobs") or {}
+    if logprobs.get("content"):
+        first = logprobs["content"][0]
+        logprobs["content"] = [{**first, "token": wrong, "logprob": 0.0,
+                                "top_logprobs": [{"token": wrong, "logprob": 0.0}]}]
+
+
 class FaultProxy(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, upstream: str, *, alter_p: float, seed: int) -> None:
+    def __init__(
+        self, upstream: str, *, alter_p: float, seed: int, match: str = "", wrong: str = "Unknown."
+    ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.upstream = upstream.rstrip("/").removesuffix("/v1")  # the server's root
         self.client = httpx.Client(timeout=600)
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
         self.alter_p = alter_p
+        self.match = match
+        self.wrong = wrong
         self.in_flight = 0
         self.arrivals = 0
         self.damaged = 0
@@ -123,8 +145,10 @@ class FaultProxy(ThreadingHTTPServer):
 
 
 @contextmanager
-def fault_proxy(upstream: str, *, alter_p: float = 0.5, seed: int = 0) -> Iterator[FaultProxy]:
-    server = FaultProxy(upstream, alter_p=alter_p, seed=seed)
+def fault_proxy(
+    upstream: str, *, alter_p: float = 0.5, seed: int = 0, match: str = "", wrong: str = "Unknown."
+) -> Iterator[FaultProxy]:
+    server = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -1,8 +1,13 @@
-"""Slice gates on the real endpoints: fp8-kv loses the dates family, bf16 against itself never
-fails (one run, both candidates, so the baseline is sent once).
+"""Slice gates on the real endpoints (one run, both candidates, so the baseline is sent once):
 
-Measured on the AVX-512 host (docs/statistics.md): with these 80 dates items fp8-kv went
-22% → 0% (18 of 18 solved items lost, Holm-adjusted p 0.0027); with 40 the call was borderline.
+- a **planted** slice collapse — a loopback fault proxy in front of the real bf16 endpoint that
+  answers every "day of the week" question wrongly — fails the suite and names the dates slice,
+  with the first divergent token on both sides;
+- bf16 against itself never fails, neither as a whole nor in any slice.
+
+What a real quantized candidate does to one slice depends on the host's kernels (fp8-kv lost the
+dates family, 22% → 0%, on an AMD EPYC AVX-512 host and kept it, 21.7% → 25.8%, on an Intel AMX
+host: docs/local-endpoints.md), so no real candidate's slice verdict is asserted here.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.runner.fault_proxy import fault_proxy
 
 SUITE = """name: dates-slice
 kind: reasoning
@@ -29,28 +36,32 @@ params:
 
 @pytest.mark.endpoints
 @pytest.mark.slow
-def test_fp8_kv_dates_slice_fails_and_bf16_self_never_fails(
+def test_planted_dates_collapse_fails_the_slice_and_bf16_self_never_fails(
     local_endpoints: Any, tmp_path: Path
 ) -> None:
-    if "fp8-kv" not in local_endpoints.candidates:
-        pytest.skip("fp8-kv is not served on this host (needs AVX-512 or AMX)")
     suite = tmp_path / "dates-slice.yaml"
     suite.write_text(SUITE)
     out = tmp_path / "r.json"
     base = local_endpoints.baseline
-    r = subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "compare", base, base,
-         local_endpoints.candidates["fp8-kv"], "--suite", str(suite), "--json", str(out)],
-        capture_output=True, text=True, timeout=1800,
-    )
-    assert r.returncode in (1, 3), r.stderr
+    with fault_proxy(base, match="What day of the week", wrong="Unknown.") as proxy:
+        r = subprocess.run(
+            [sys.executable, "-m", "evalsvc.cli.main", "compare", base, base,
+             proxy.url("match"), "--suite", str(suite), "--json", str(out)],
+            capture_output=True, text=True, timeout=1800,
+        )
+        damaged = proxy.damaged
+    assert r.returncode == 1, r.stderr
+    assert damaged >= 40  # every dates item (weight 2 of 3: about 80 of 120) was answered wrongly
     report = json.loads(out.read_text())
-    self_, fp8 = (c["suites"][0] for c in report["candidates"])
+    self_, planted = (c["suites"][0] for c in report["candidates"])
     assert self_["verdict"] != "fail"
     assert all(s["verdict"] != "fail" for s in self_["details"]["slices"]["slices"])
-    assert fp8["verdict"] == "fail"
-    rows = {s["slice"]: s for s in fp8["details"]["slices"]["slices"]}
+    assert planted["verdict"] == "fail"
+    rows = {s["slice"]: s for s in planted["details"]["slices"]["slices"]}
     dates = rows["dates L1"]
-    assert dates["verdict"] == "fail" and dates["candidate"] < dates["baseline"]
-    assert "dates L1" in fp8["details"]["reason"] and "solved items lost" in fp8["details"]["reason"]
+    assert dates["verdict"] == "fail" and dates["candidate"] == 0.0 < dates["baseline"]
+    assert rows["lists L1"]["verdict"] != "fail"  # the untouched family is not blamed
+    reason = planted["details"]["reason"]
+    assert "dates L1" in reason and "solved items lost" in reason
     assert dates["flipped_tokens"]  # first divergent token on both sides
+    assert all(t["candidate"] == "Unknown." for t in dates["flipped_tokens"])
