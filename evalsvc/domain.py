@@ -66,6 +66,10 @@ class Provenance(BaseModel):
     """Which API features answered correctly: chat, completions, logprobs, prompt_logprobs, echo, tokenize."""
     tokenizer_fingerprint: str | None = None
     """Token ids of a fixed probe sentence, hashed: equal fingerprints mean equal tokenizers."""
+    tokenizer_source: str | None = None
+    """Where token counts come from: the engine's own route (``endpoint /tokenize (llama.cpp)``)."""
+    dtype: str | None = None
+    """The weights' dtype where the engine reports it (TGI ``model_dtype``)."""
     probed_at: datetime | None = None
 
 

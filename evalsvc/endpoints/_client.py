@@ -42,6 +42,7 @@ from tenacity import (
 
 from evalsvc.domain import EndpointRef
 from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend, resolve_checked
+from evalsvc.endpoints._engines import TokenizeShape, parse_tokens, tokenize_request
 from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
 from evalsvc.settings import Settings
 
@@ -129,6 +130,8 @@ class EndpointClient:
         self.base_url = redact_text(endpoint.url.rstrip("/"))
         self.root_url = root_url(self.base_url)
         self.model = endpoint.model
+        self.tokenize_shape: TokenizeShape | None = None
+        """How this engine's ``/tokenize`` is spoken; set by the probe (default: vLLM's)."""
         self._sem = asyncio.Semaphore(max(1, concurrency))
         self._retries = max(1, retries)
         self._backoff_s = backoff_s
@@ -266,14 +269,16 @@ class EndpointClient:
         return list(data["data"])
 
     async def tokenize(self, text: str) -> list[int]:
-        """Token ids of ``text`` from vLLM's ``/tokenize`` (no special tokens added)."""
-        body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
-        if self.model:
-            body["model"] = self.model
+        """Token ids of ``text`` from the engine's own tokenizer route (no special tokens added
+        where the engine allows it). The shape is the probed engine's (``self.tokenize_shape``:
+        vLLM and SGLang, llama.cpp or TGI; ``evalsvc.endpoints._engines``)."""
+        shape = self.tokenize_shape or "vllm"
+        body = tokenize_request(shape, text, self.model)
         status, data = await self.request_json("POST", f"{self.root_url}/tokenize", body=body)
-        if status != 200 or not isinstance(data, dict) or "tokens" not in data:
+        ids = parse_tokens(shape, data) if status == 200 else None
+        if ids is None:
             raise EndpointError(f"/tokenize answered {status_line(status)} without token ids")
-        return list(data["tokens"])
+        return ids
 
     async def chat(
         self,

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.domain import Provenance
 from evalsvc.endpoints._client import EndpointClient, EndpointError
+from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
 
@@ -38,11 +39,18 @@ async def probe(client: EndpointClient) -> Provenance:
             f"{client.base_url} does not serve model {client.model!r} (it serves {names})"
         )
     client.model = str(chosen["id"])
+    owner = engine_from_owner(chosen.get("owned_by"))
+    facts = await _engine_facts(client, owner)
+    engine = facts.engine if facts else owner
     prov = Provenance(
         model=client.model,
-        root=chosen.get("root"),
-        max_context=_int(chosen.get("max_model_len")),
-        engine=chosen.get("owned_by"),
+        root=chosen.get("root") or (facts.root if facts else None),
+        max_context=_int(chosen.get("max_model_len")) or (facts.max_context if facts else None),
+        engine=engine or chosen.get("owned_by"),
+        version=facts.version if facts else None,
+        kv_cache_dtype=facts.kv_cache_dtype if facts else None,
+        quantization=facts.quantization if facts else None,
+        dtype=facts.dtype if facts else None,
         probed_at=datetime.now(UTC),
     )
     caps: dict[str, bool] = {}
@@ -68,14 +76,20 @@ async def probe(client: EndpointClient) -> Provenance:
     caps["prompt_logprobs"] = bool(
         plp.ok and plp.prompt_logprobs and any(p is not None and p.top for p in plp.prompt_logprobs)
     )
-    try:
-        ids = await client.tokenize(_FINGERPRINT_TEXT)
-        caps["tokenize"] = bool(ids)
-        prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
-    except EndpointError:
-        caps["tokenize"] = False
+    known = ENGINES.get(engine or "")
+    client.tokenize_shape = known.tokenize if known else None
+    caps["tokenize"] = False
+    if known is None or known.tokenize is not None:
+        try:
+            ids = await client.tokenize(_FINGERPRINT_TEXT)
+            caps["tokenize"] = bool(ids)
+            prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
+            prov.tokenizer_source = f"endpoint /tokenize ({engine or 'vLLM shape'})"
+        except EndpointError:
+            pass
 
-    prov.version = await _version(client)
+    if prov.version is None:
+        prov.version = await _version(client)
     metrics = await _metrics(client)
     caps["metrics"] = metrics is not None
     if metrics:
@@ -84,6 +98,34 @@ async def probe(client: EndpointClient) -> Provenance:
         prov.engine = "vllm"
     prov.capabilities = caps
     return prov
+
+
+async def _engine_facts(client: EndpointClient, owner: str | None) -> EngineFacts | None:
+    """Ask the info routes of the engine ``owned_by`` named, or of every known engine in turn
+    when it named none; merge what the first recognised engine's routes say."""
+    candidates = [ENGINES[owner]] if owner else list(ENGINES.values())
+    for engine in candidates:
+        merged: EngineFacts | None = None
+        for route in engine.info_routes:
+            try:
+                status, data = await client.request_json("GET", f"{client.root_url}{route}")
+            except EndpointError:
+                continue
+            facts = facts_from_info(route, data) if status == 200 else None
+            if facts is None or facts.engine != engine.name:
+                continue
+            merged = facts if merged is None else _merge(merged, facts)
+        if merged is not None:
+            return merged
+    return None
+
+
+def _merge(a: EngineFacts, b: EngineFacts) -> EngineFacts:
+    for name in ("version", "max_context", "root", "kv_cache_dtype", "quantization", "dtype"):
+        if getattr(a, name) is None:
+            setattr(a, name, getattr(b, name))
+    a.extra.update(b.extra)
+    return a
 
 
 def _choose_model(models: list[dict[str, Any]], wanted: str | None) -> dict[str, Any] | None:
