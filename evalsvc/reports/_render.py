@@ -75,17 +75,26 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "n_errors": s.n_errors,
                     "mde": o.get("mde"),
                     "test": o["test"],
+                    "reasons": [r.to_dict() for r in s.reasons],
                     "details": {**o.get("details", {}), **s.details},
                 }
             )
         entry = _endpoint(cand.endpoint, cand.provenance)
-        entry.update({"role": cand.role, "verdict": cand.verdict, "suites": suites})
+        entry.update(
+            {
+                "role": cand.role,
+                "verdict": cand.verdict,
+                "reasons": [r.to_dict() for r in cand.reasons],
+                "suites": suites,
+            }
+        )
         candidates.append(entry)
     report = {
         "schema_version": SCHEMA_VERSION,
         "evalsvc_version": __version__,
         "run_id": result.run_id,
         "verdict": result.verdict,
+        "reasons": [r.to_dict() for r in result.reasons],
         "error": result.error,
         "warnings": result.warnings,
         "duration_s": round(result.duration_s, 3),
