@@ -29,8 +29,8 @@ from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import EgressPolicy, EndpointClient, EndpointError, probe, redact_url
 from evalsvc.gates import (
     GateOutcome,
-    ResolvedGate,
     Reason,
+    ResolvedGate,
     SuiteGate,
     apply_guard,
     baseline_guard,
