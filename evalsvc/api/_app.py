@@ -14,6 +14,9 @@ vendored in the package (``evalsvc/api/static``, see its README), so it works of
 
 from __future__ import annotations
 
+import functools
+import gzip
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,7 +32,6 @@ from fastapi.openapi.docs import (
     get_swagger_ui_oauth2_redirect_html,
 )
 from fastapi.responses import HTMLResponse, JSONResponse
-from fastapi.staticfiles import StaticFiles
 
 from evalsvc import limits
 from evalsvc.db import (
@@ -193,10 +195,31 @@ def _static_dir() -> Path:
     return root
 
 
+#: ReDoc 2.x always draws its "API docs by Redocly" footer with this image from a CDN, which
+#: fails offline and would send the reader's address out. The vendored bundle stays as shipped
+#: (its checksum is tested); the copy served at /redoc/redoc.standalone.js has the URL replaced
+#: by an empty data: URL, whose load error makes ReDoc drop the image (its own onError).
+_REDOC_CDN_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
+REDOC_JS = "/redoc/redoc.standalone.js"
+
+
+@functools.cache
+def _redoc_bundle() -> tuple[bytes, bytes, str]:
+    """The ReDoc bundle without its CDN logo: (body, gzipped body, ETag)."""
+    raw = (_static_dir() / "redoc" / "redoc.standalone.js").read_bytes()
+    body = raw.replace(_REDOC_CDN_LOGO, b"data:,")
+    etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+    return body, gzip.compress(body, compresslevel=6, mtime=0), etag
+
+
 def _install_docs(app: FastAPI) -> None:
     """Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from vendored assets (FastAPI's recipe
-    "Self-hosting JavaScript and CSS for docs"): no request leaves the cluster."""
-    app.mount(DOCS_STATIC, StaticFiles(directory=_static_dir()), name="api-docs-static")
+    "Self-hosting JavaScript and CSS for docs"): no request leaves the cluster. The assets are
+    gzipped and cached like the dashboard's (``evalsvc.dashboard.CachedStatic``)."""
+    from evalsvc.dashboard import CachedStatic, gzip_response
+
+    app.mount(DOCS_STATIC, CachedStatic(directory=_static_dir(), vendored=True),
+              name="api-docs-static")
     openapi_url = app.openapi_url or "/openapi.json"
     oauth2_redirect = app.swagger_ui_oauth2_redirect_url or "/docs/oauth2-redirect"
 
@@ -219,11 +242,17 @@ def _install_docs(app: FastAPI) -> None:
         return get_redoc_html(
             openapi_url=openapi_url,
             title=f"{app.title} - API",
-            redoc_js_url=f"{DOCS_STATIC}/redoc/redoc.standalone.js",
+            redoc_js_url=REDOC_JS,
             redoc_favicon_url=f"{DOCS_STATIC}/swagger-ui/favicon-32x32.png",
             with_google_fonts=False,
         )
 
     app.add_api_route("/docs", swagger_ui, methods=["GET"], include_in_schema=False)
     app.add_api_route(oauth2_redirect, swagger_ui_redirect, methods=["GET"], include_in_schema=False)
+    async def redoc_js(request: Request) -> Response:
+        body, compressed, etag = _redoc_bundle()
+        return gzip_response(body, compressed, media_type="text/javascript; charset=utf-8",
+                             scope=request.scope, etag=etag)
+
     app.add_api_route("/redoc", redoc, methods=["GET"], include_in_schema=False)
+    app.add_api_route(REDOC_JS, redoc_js, methods=["GET"], include_in_schema=False)

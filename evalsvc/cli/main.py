@@ -135,40 +135,38 @@ def _verdict_table(report: dict[str, Any]) -> Table:
 
     table = Table(title=f"evalsvc · run {report['run_id']}", show_lines=False)
     # Compact enough for an 80-column CI log; the MDE is in the JSON and Markdown reports. The
-    # margin is the one the gate used (the suite's policy, or the submitter's tighter one).
-    cols = ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "margin", "p", "n", "verdict")
+    # margin is the one the gate used (the suite's policy, or the submitter's tighter one); a
+    # threshold gate (drift) shows the metric, the CI of the metric itself and the threshold.
+    cols = ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "gate", "p (NI)", "n",
+            "verdict")
     for col in cols:
         table.add_column(col, overflow="fold")
     entries = [s for cand in report["candidates"] for s in cand["suites"]]
     for r, s in zip(summary_rows(report), entries, strict=True):
         v = r["verdict"].split(" ")[0]
-        reason = (s.get("details") or {}).get("reason")  # printed below the table
+        # Rows that block a pass, or are not gated, are explained below the table.
+        marked = v != "pass" or not s.get("gated", True)
+        delta_ci = (
+            f"value {r['ci']}" if r["gate_type"] == "threshold" else f"{r['delta']} {r['ci']}"
+        )
         table.add_row(
             r["candidate"],
             r["suite"],
             r["metric"],
             r["baseline"],
             r["candidate_value"],
-            f"{r['delta']} {r['ci']}",
-            _margin_cell(s),
+            delta_ci,
+            r["margin"],
             r["p"],
             r["n"],
-            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]" + (" *" if reason else ""),
+            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]" + (" *" if marked else ""),
         )
     return table
 
 
-def _margin_cell(suite: dict[str, Any]) -> str:
-    """The gate's margin (threshold gates show the threshold), as ``evalsvc.gates.resolve`` set it."""
-    gate = (suite.get("details") or {}).get("gate") or {}
-    if gate.get("gate") == "threshold" and gate.get("threshold") is not None:
-        return f"< {gate['threshold']:g}" if not gate.get("higher_is_better") else f"> {gate['threshold']:g}"
-    margin = suite.get("margin")
-    return "—" if margin is None else f"{margin:g}"
-
-
 def _print_headlines(report: dict[str, Any]) -> None:
-    """Where and how much, one line per suite (flips, KLD, determinism rates, speed gain)."""
+    """Where and how much, one line per suite (flips, KLD, determinism rates, speed gain), then
+    why each candidate reads its verdict (the report's ``reasons``)."""
     from evalsvc.reports import endpoint_label, headline
 
     for cand in report["candidates"]:
@@ -177,11 +175,16 @@ def _print_headlines(report: dict[str, Any]) -> None:
             line = headline(s)
             if line:
                 err.print(f"  {name} · {s['suite']}: {line}", highlight=False)
-            reason = (s.get("details") or {}).get("reason")
-            if reason:
-                # Why a gate could not decide (uninformative baseline, too few items...): the
-                # verdict table marks these rows with "*".
-                err.print(f"  * {name} · {s['suite']}: {s['verdict']}: {reason}", highlight=False)
+    for cand in report["candidates"]:
+        name = endpoint_label(cand)
+        reasons = cand.get("reasons") or []
+        if not reasons:
+            continue
+        v = cand.get("verdict", "")
+        err.print(f"* {name}: [{VERDICT_STYLE.get(v, '')}]{v}[/], because", highlight=False)
+        for r in reasons:
+            where = f"{r['suite']} · " if r.get("suite") else ""
+            err.print(f"  - {where}{r['code']}: {r['message']}", highlight=False, markup=False)
 
 
 def _write_outputs(

@@ -2,8 +2,9 @@
 
 Contract: ``install(app)`` adds the pages (``_routes``), the static files (``/static``, the
 vendored chart library included: no CDN) and the login redirect to a FastAPI app built by
-``evalsvc.api.create_app``. Pages read only through ``evalsvc.services.dashboard``. Templates
-are Jinja2 with autoescape on; page data reaches the scripts as JSON inside
+``evalsvc.api.create_app``; static files are gzipped and cached (``_static``), and an unknown
+HTML path answers the dashboard's 404 page (API paths keep their JSON). Pages read only through
+``evalsvc.services.dashboard``. Templates are Jinja2 with autoescape on; page data reaches the scripts as JSON inside
 ``<script type="application/json">`` (escaped by ``tojson``, so ``</script>`` in model output
 cannot end the element), and every response carries a Content-Security-Policy that allows
 scripts from this server only. Access follows the API's auth: the ``read`` scope, from a bearer
@@ -12,5 +13,6 @@ development) the pages are open.
 """
 
 from ._routes import COOKIE_NAME, install
+from ._static import CachedStatic, gzip_response
 
-__all__ = ["COOKIE_NAME", "install"]
+__all__ = ["COOKIE_NAME", "CachedStatic", "gzip_response", "install"]

@@ -16,14 +16,17 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import jinja2
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
-from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from evalsvc import __version__
 from evalsvc.api._deps import IMPLIED_SCOPES, Principal, StateDep, StoreDep, principal_for_token
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import dashboard as svc
+
+from ._static import CachedStatic
 
 _HERE = Path(__file__).resolve().parent
 COOKIE_NAME = "evalsvc_token"
@@ -97,6 +100,8 @@ def _principal(request: Request, state: StateDep, store: StoreDep) -> Principal:
 
 Viewer = Annotated[Principal, Depends(_principal)]
 router = APIRouter(include_in_schema=False)
+#: Paths whose 404 stays JSON (REST clients, scripts and fetches parse it).
+_JSON_PATHS = ("/api/", "/ui/", "/static/", "/openapi", "/metrics", "/healthz", "/docs/")
 
 
 def _page(request: Request, template: str, viewer: Principal | None, **context: Any) -> HTMLResponse:
@@ -106,7 +111,7 @@ def _page(request: Request, template: str, viewer: Principal | None, **context: 
     return HTMLResponse(html)
 
 
-def _not_found(request: Request, viewer: Principal, message: str) -> HTMLResponse:
+def _not_found(request: Request, viewer: Principal | None, message: str) -> HTMLResponse:
     resp = _page(request, "error.html", viewer, title="Not found", message=message)
     resp.status_code = status.HTTP_404_NOT_FOUND
     return resp
@@ -316,7 +321,19 @@ def install(app: FastAPI) -> None:
 
     app.add_exception_handler(LoginRequired, login_required)
     app.include_router(router)
-    app.mount("/static", StaticFiles(directory=str(_HERE / "static")), name="dashboard-static")
+    # Compressed, cacheable static files (vendor/: a week; evalsvc's own: revalidated).
+    app.mount("/static", CachedStatic(directory=_HERE / "static", vendored=("vendor/",)),
+              name="dashboard-static")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        # Unknown HTML paths get the dashboard's 404 page; the API, the docs' assets and the
+        # dashboard's JSON keep FastAPI's {"detail": ...} answer.
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code != status.HTTP_404_NOT_FOUND or request.url.path.startswith(_JSON_PATHS):
+            return await http_exception_handler(request, exc)
+        return _not_found(request, None, f"There is no page at {request.url.path}.")
+
+    app.add_exception_handler(StarletteHTTPException, not_found)
 
     @app.middleware("http")
     async def security_headers(

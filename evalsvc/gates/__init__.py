@@ -7,7 +7,8 @@ informative-baseline guard, slice gates and the combination of verdicts across g
 functions over arrays; it may call :mod:`evalsvc.stats` and nothing else in evalsvc (no I/O, no
 database, no network). The runner calls :func:`resolve` once per suite, then
 :func:`evaluate_gate` / :func:`threshold_gate`, :func:`baseline_guard`, stores
-:meth:`GateOutcome.to_dict`, and calls :func:`combine_verdicts` for the overall verdict.
+:meth:`GateOutcome.to_dict`, and calls :func:`decide` (one candidate's suites: final verdicts
+and :class:`Reason` s) and :func:`combine_candidates` (the run) for the overall verdict.
 
 Conventions (see docs/statistics.md): margin δ ≥ 0 is the largest acceptable drop; Δ =
 candidate − baseline, sign-flipped internally for lower-is-better metrics so that bad is always
@@ -16,7 +17,18 @@ non-inferiority p-value (small ⇒ pass), ``details["p_inferiority"]`` the infer
 (small ⇒ fail, used by Holm).
 """
 
-from evalsvc.gates._combine import combine_verdicts, holm_inferiority
+from evalsvc.gates._combine import (
+    REASON_CODES,
+    CandidateDecision,
+    Reason,
+    ReasonCode,
+    SuiteDecision,
+    SuiteGate,
+    combine_candidates,
+    combine_verdicts,
+    decide,
+    holm_inferiority,
+)
 from evalsvc.gates._defaults import (
     ALPHA,
     GENERIC_MARGIN,
@@ -45,6 +57,14 @@ from evalsvc.gates._slices import slice_gates
 
 __all__ = [
     "ALPHA",
+    "REASON_CODES",
+    "CandidateDecision",
+    "Reason",
+    "ReasonCode",
+    "SuiteDecision",
+    "SuiteGate",
+    "combine_candidates",
+    "decide",
     "BOOTSTRAP_RESAMPLES",
     "GENERIC_MARGIN",
     "KURTIC_SOURCE",

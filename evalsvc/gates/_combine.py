@@ -1,13 +1,118 @@
-"""Combining gate verdicts across suites into one release verdict."""
+"""Combining suite gates into a candidate's and a run's verdict, with the reasons for each.
+
+The rule (docs/statistics.md §1, "Several gates"), in one place:
+
+* Only **gated** suites count; a not-gated suite (speed with its gate off) never changes a
+  verdict, whatever its own outcome.
+* The gated suites of one candidate are one family. Each suite's **fail call** is its own
+  verdict ``fail``; Holm's step-down correction (Holm 1979, Scand. J. Statist. 6:65–70) runs
+  over the family's inferiority p-values, where a suite that made no fail call (``pass`` or
+  ``inconclusive``, including a gate that could not decide: below the kind's minimum n, no
+  items, one cluster) counts as p = 1. A suite stays ``fail`` only if its call survives
+  (adjusted p < the family α, by default the smallest gate α); otherwise it becomes
+  ``inconclusive`` with ``verdict_before_holm: "fail"`` and a ``holm_adjusted`` reason. Raising
+  p-values never adds Holm rejections, so the family-wise rate of wrongly failed suites stays
+  ≤ α; and an undecided gate's p-value, which its own test did not trust, is never used.
+* The **candidate** is ``fail`` if any of its suites is (after Holm), else ``pass`` if every
+  gated suite passes (an intersection–union test, Berger 1982, Technometrics 24:295–300: each
+  gate at level α already bounds the chance of passing a candidate too bad on that metric), else
+  ``inconclusive`` (also when nothing is gated).
+* The **run** summarises its candidates: ``fail`` if any candidate fails, else ``inconclusive``
+  if any is, else ``pass``. Each candidate is its own release decision, so its verdict does not
+  depend on which other candidates shared the run.
+
+Every verdict carries :class:`Reason` objects saying why, passes included.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, get_args
 
 from evalsvc.gates._outcome import GateOutcome, Verdict
 from evalsvc.stats import holm
 
-__all__ = ["combine_verdicts", "holm_inferiority"]
+__all__ = [
+    "REASON_CODES",
+    "CandidateDecision",
+    "Reason",
+    "ReasonCode",
+    "SuiteDecision",
+    "SuiteGate",
+    "combine_candidates",
+    "combine_verdicts",
+    "decide",
+    "holm_inferiority",
+]
+
+ReasonCode = Literal[
+    "passed",  # a gate (or every gate of a candidate) passed
+    "failed_gate",  # the suite as a whole is worse than the margin allows
+    "failed_slice",  # a slice (family, length, condition) is worse than the margin allows
+    "holm_adjusted",  # a fail call that does not survive a multiplicity correction
+    "underpowered",  # the MDE at this n is above the margin: this size can rarely pass
+    "uninformative_baseline",  # the baseline cannot show a drop of the margin
+    "insufficient_data",  # the gate cannot decide at all (no items, n below the minimum, ...)
+    "ci_includes_margin",  # the data cannot tell: the CI straddles the margin boundary
+    "not_gated",  # reported, never part of the verdict
+    "no_gated_suites",  # nothing was gated, so nothing can pass
+    "error_budget",  # too many items errored: no verdict (run verdict ``error``)
+    "infrastructure_error",  # the run reached no verdict (endpoint unreachable, cancelled, ...)
+]
+
+#: Every reason code, in the order a reader should see them (blocking ones first).
+REASON_CODES: tuple[str, ...] = get_args(ReasonCode)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a verdict is what it is. ``suite`` is None for a reason about the whole candidate;
+    ``candidate`` (a role, ``candidate:N``) is set on run-level reasons."""
+
+    code: str
+    message: str
+    suite: str | None = None
+    candidate: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "suite": self.suite, "message": self.message}
+        if self.candidate is not None:
+            out["candidate"] = self.candidate
+        return out
+
+
+@dataclass(frozen=True)
+class SuiteGate:
+    """One suite's gate outcome for one candidate, as the runner computed it."""
+
+    suite: str
+    outcome: GateOutcome
+    gated: bool = True
+
+
+@dataclass(frozen=True)
+class SuiteDecision:
+    """A suite's final verdict (after the candidate-level Holm correction) and its reasons."""
+
+    suite: str
+    outcome: GateOutcome
+    gated: bool
+    reasons: tuple[Reason, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.outcome.verdict
+
+
+@dataclass(frozen=True)
+class CandidateDecision:
+    """A candidate's verdict over its suites, the suites' final verdicts and the reasons."""
+
+    verdict: Verdict
+    reasons: tuple[Reason, ...]
+    suites: tuple[SuiteDecision, ...] = field(default_factory=tuple)
+    family_alpha: float | None = None
 
 
 def _family_alpha(outcomes: Sequence[GateOutcome], alpha: float | None) -> float:
@@ -17,38 +122,210 @@ def _family_alpha(outcomes: Sequence[GateOutcome], alpha: float | None) -> float
 
 
 def holm_inferiority(outcomes: Sequence[GateOutcome], *, alpha: float | None = None) -> list[float]:
-    """Holm-adjusted inferiority p-values, one per gate, in input order.
+    """Holm-adjusted inferiority p-values of ``outcomes`` as given, one per gate, in input order.
 
     Gates without an inferiority p-value (no items) count as 1.0: no evidence of a drop.
-    A gate's fail call survives the multiplicity correction when its adjusted value is below
-    the family α (Holm 1979, Scand. J. Statist. 6:65–70).
+    (:func:`decide` passes 1.0 for every gate that made no fail call.)
     """
     del alpha  # the adjustment itself does not depend on α; kept for a symmetric signature
     raw = [o.p_inferiority if o.p_inferiority is not None else 1.0 for o in outcomes]
     return [float(p) for p in holm(raw)] if raw else []
 
 
-def combine_verdicts(outcomes: Sequence[GateOutcome], *, alpha: float | None = None) -> Verdict:
-    """Overall verdict over several gates (suites × metrics for one candidate).
+def _g(x: float | None, digits: int = 3) -> str:
+    return "—" if x is None else f"{x:.{digits}g}"
 
-    * ``fail`` if any gate's fail call survives Holm's step-down correction of the inferiority
-      p-values across gates at the family level ``alpha`` (default: the smallest gate α), so the
-      probability of failing a release because of at least one wrongly failed gate is ≤ α.
-    * ``pass`` only if every gate passes. This is an intersection–union test (Berger 1982,
-      Technometrics 24:295–300): each gate at level α already controls the chance of passing a
-      candidate that is inferior on any one metric, so no correction is needed (or allowed to
-      help) for the pass side.
-    * ``inconclusive`` otherwise, including an empty list (nothing was tested).
 
-    Gates whose own verdict is ``fail`` but do not survive Holm make the overall verdict
-    ``inconclusive``, not ``pass``.
+def _f(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3f}"
+
+
+def _is_threshold(o: GateOutcome) -> bool:
+    return "threshold" in o.details
+
+
+def _what(o: GateOutcome) -> str:
+    """The gate's numbers in words: 'metric 0.031 [0.020, 0.044] vs threshold 0.05' or
+    'accuracy Δ −0.012 [−0.040, 0.015] vs margin 0.05'."""
+    if _is_threshold(o):
+        ci = o.details.get("ci_metric") or [None, None]
+        return (
+            f"{o.metric} {_f(o.candidate)} [{_f(ci[0])}, {_f(ci[1])}] against the threshold "
+            f"{_g(o.details.get('threshold'))}"
+        )
+    return f"{o.metric} Δ {_f(o.delta)} [{_f(o.ci[0])}, {_f(o.ci[1])}] against the margin {_g(o.margin)}"
+
+
+def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
+    """Why the suite's own gate reads what it reads (before any run-level correction)."""
+    d = o.details
+    out: list[Reason] = []
+    reason_text = d.get("reason")
+    hib = d.get("higher_is_better", True)
+    if o.verdict == "pass":
+        side = "below" if _is_threshold(o) and not hib else "above"
+        if _is_threshold(o):
+            msg = (
+                f"{_what(o)}: its one-sided {1 - o.alpha:.0%} bound is {side} the threshold "
+                f"(p = {_g(o.p_value)} < α {o.alpha:g})"
+            )
+        else:
+            msg = (
+                f"{_what(o)}: the candidate is no worse than the margin allows "
+                f"(non-inferiority p = {_g(o.p_value)} < α {o.alpha:g}, n = {o.n})"
+            )
+        out.append(Reason("passed", msg, suite))
+    elif o.verdict == "fail":
+        slices = (d.get("slices") or {}).get("slices") or []
+        failed = [r for r in slices if r.get("verdict") == "fail" and r.get("finding")]
+        overall_adj = (d.get("slices") or {}).get("p_inferiority_overall_holm")
+        overall_p = d.get("p_inferiority_overall", d.get("p_inferiority"))
+        if not failed or (overall_adj is not None and overall_adj < o.alpha):
+            out.append(
+                Reason(
+                    "failed_gate",
+                    f"{_what(o)}: worse than the gate allows (inferiority p = {_g(overall_p)}"
+                    f" < α {o.alpha:g}, n = {o.n})",
+                    suite,
+                )
+            )
+        for row in failed:
+            out.append(Reason("failed_slice", f"slice {row['finding']}", suite))
+    else:
+        if "verdict_before_guard" in d or (
+            (d.get("baseline_guard") or {}).get("informative") is False
+        ):
+            text = (d.get("baseline_guard") or {}).get("reason") or reason_text
+            out.append(Reason("uninformative_baseline", str(text), suite))
+        elif reason_text and "does not survive Holm" in str(reason_text):
+            out.append(Reason("holm_adjusted", str(reason_text), suite))
+        elif reason_text:
+            out.append(Reason("insufficient_data", f"cannot decide: {reason_text}", suite))
+        else:
+            out.append(
+                Reason(
+                    "ci_includes_margin",
+                    f"{_what(o)}: the interval includes the "
+                    f"{'threshold' if _is_threshold(o) else 'margin boundary'}, so the data "
+                    f"cannot tell (non-inferiority p = {_g(o.p_value)}, n = {o.n})",
+                    suite,
+                )
+            )
+    if d.get("underpowered") and o.verdict != "fail":
+        out.append(Reason("underpowered", str(d["underpowered"]), suite))
+    return out
+
+
+def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> CandidateDecision:
+    """One candidate's verdict over its suites by the module's rule, with reasons.
+
+    Returns the suites in input order with their final outcome: a ``fail`` that does not survive
+    Holm becomes ``inconclusive`` (``details.verdict_before_holm``); every gated fail call gets
+    ``details.p_inferiority_holm`` and ``details.holm_family`` (the family size).
     """
-    if not outcomes:
-        return "inconclusive"
-    fam = _family_alpha(outcomes, alpha)
-    adjusted = holm_inferiority(outcomes)
-    if any(p < fam for p in adjusted):
-        return "fail"
-    if all(o.verdict == "pass" for o in outcomes):
-        return "pass"
-    return "inconclusive"
+    family = [i for i, g in enumerate(gates) if g.gated]
+    fam_alpha = _family_alpha([gates[i].outcome for i in family], alpha) if family else None
+    # A suite that made no fail call contributes p = 1: it cannot fail the candidate, and its
+    # own p-value (maybe from a test that declined to decide) never helps another suite fail.
+    raw = [
+        (o.p_inferiority if o.p_inferiority is not None else 1.0) if o.verdict == "fail" else 1.0
+        for o in (gates[i].outcome for i in family)
+    ]
+    adjusted = dict(zip(family, (float(p) for p in holm(raw)) if raw else [], strict=True))
+    m = len(family)
+
+    suites: list[SuiteDecision] = []
+    for index, g in enumerate(gates):
+        o = g.outcome
+        if not g.gated:
+            own = _own_reasons(g.suite, o)
+            msg = f"{_what(o)}: reported, not gated (reads {o.verdict}); it never changes the verdict"
+            suites.append(SuiteDecision(g.suite, o, False, (Reason("not_gated", msg, g.suite), *own)))
+            continue
+        reasons = _own_reasons(g.suite, o)
+        if o.verdict == "fail":
+            assert fam_alpha is not None
+            p_adj = adjusted[index]
+            details = {**o.details, "p_inferiority_holm": p_adj, "holm_family": m}
+            if p_adj < fam_alpha:
+                if m > 1:
+                    reasons.append(
+                        Reason(
+                            "holm_adjusted",
+                            f"the fail call survives Holm's correction across the candidate's {m} "
+                            f"gated suites (adjusted p = {_g(p_adj)} < α {fam_alpha:g})",
+                            g.suite,
+                        )
+                    )
+                o = replace(o, details=details)
+            else:
+                details["verdict_before_holm"] = "fail"
+                o = replace(o, verdict="inconclusive", details=details)
+                reasons = [
+                    Reason(
+                        "holm_adjusted",
+                        f"fails on its own (inferiority p = {_g(g.outcome.p_inferiority)}) but not "
+                        f"after Holm's correction across the candidate's {m} gated suites "
+                        f"(adjusted p = {_g(p_adj)} ≥ α {fam_alpha:g}), so it is inconclusive",
+                        g.suite,
+                    ),
+                    *reasons,
+                ]
+        suites.append(SuiteDecision(g.suite, o, True, tuple(reasons)))
+
+    gated = [s for s in suites if s.gated]
+    informational = [r for s in suites if not s.gated for r in s.reasons if r.code == "not_gated"]
+    verdict: Verdict
+    if not gated:
+        verdict = "inconclusive"
+        reasons_out = [
+            Reason("no_gated_suites", "no suite is gated, so nothing can pass"),
+            *informational,
+        ]
+    elif any(s.verdict == "fail" for s in gated):
+        verdict = "fail"
+        failing = [s for s in gated if s.verdict == "fail"]
+        others = [s for s in gated if s.verdict == "inconclusive"]
+        reasons_out = [r for s in failing for r in s.reasons if r.code != "holm_adjusted"]
+        reasons_out += [r for s in others for r in s.reasons]
+        reasons_out += informational
+    elif all(s.verdict == "pass" for s in gated):
+        verdict = "pass"
+        names = ", ".join(s.suite for s in gated)
+        reasons_out = [
+            Reason(
+                "passed",
+                f"every gated suite passes ({len(gated)} of {len(gated)}: {names})",
+            ),
+            *informational,
+        ]
+    else:
+        verdict = "inconclusive"
+        blocking = [s for s in gated if s.verdict != "pass"]
+        reasons_out = [r for s in blocking for r in s.reasons]
+        reasons_out += informational
+    return CandidateDecision(verdict, tuple(reasons_out), tuple(suites), fam_alpha)
+
+
+def combine_candidates(
+    decisions: Sequence[tuple[str, CandidateDecision]],
+) -> tuple[Verdict, tuple[Reason, ...]]:
+    """The run's verdict over ``(role, decision)`` pairs: fail if any candidate fails, else
+    inconclusive if any is (or there is none), else pass; the reasons are the candidates',
+    labelled with their role (a failing candidate's first)."""
+    if not decisions:
+        return "inconclusive", (Reason("no_gated_suites", "no candidate was compared"),)
+    verdicts = [d.verdict for _, d in decisions]
+    verdict: Verdict = (
+        "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
+    )
+    order = {"fail": 0, "inconclusive": 1, "pass": 2}
+    ranked = sorted(decisions, key=lambda rd: order[rd[1].verdict])
+    reasons = tuple(replace(r, candidate=role) for role, d in ranked for r in d.reasons)
+    return verdict, reasons
+
+
+def combine_verdicts(outcomes: Sequence[GateOutcome], *, alpha: float | None = None) -> Verdict:
+    """The verdict of :func:`decide` over gated ``outcomes`` (one candidate's suites × metrics)."""
+    gates = [SuiteGate(f"gate {i}", o) for i, o in enumerate(outcomes)]
+    return decide(gates, alpha=alpha).verdict

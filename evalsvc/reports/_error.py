@@ -32,13 +32,20 @@ def error_report(
         "evalsvc_version": __version__,
         "run_id": run_id,
         "verdict": "error",
+        "reasons": [{"code": "infrastructure_error", "suite": None, "message": error}],
         "error": error,
         "warnings": [],
         "duration_s": None,
         "options": (options or RunOptions()).model_dump(mode="json"),
         "baseline": endpoint(baseline),
         "candidates": [
-            {**endpoint(c), "role": f"candidate:{i}", "verdict": "error", "suites": []}
+            {
+                **endpoint(c),
+                "role": f"candidate:{i}",
+                "verdict": "error",
+                "reasons": [{"code": "infrastructure_error", "suite": None, "message": error}],
+                "suites": [],
+            }
             for i, c in enumerate(candidates)
         ],
     }

@@ -25,6 +25,7 @@ from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import RunResult
 
 from ._findings import findings
+from ._gatecols import gate_view, reason_lines, reasons_of
 
 SCHEMA_VERSION = 1
 
@@ -75,17 +76,26 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "n_errors": s.n_errors,
                     "mde": o.get("mde"),
                     "test": o["test"],
+                    "reasons": [r.to_dict() for r in s.reasons],
                     "details": {**o.get("details", {}), **s.details},
                 }
             )
         entry = _endpoint(cand.endpoint, cand.provenance)
-        entry.update({"role": cand.role, "verdict": cand.verdict, "suites": suites})
+        entry.update(
+            {
+                "role": cand.role,
+                "verdict": cand.verdict,
+                "reasons": [r.to_dict() for r in cand.reasons],
+                "suites": suites,
+            }
+        )
         candidates.append(entry)
     report = {
         "schema_version": SCHEMA_VERSION,
         "evalsvc_version": __version__,
         "run_id": result.run_id,
         "verdict": result.verdict,
+        "reasons": [r.to_dict() for r in result.reasons],
         "error": result.error,
         "warnings": result.warnings,
         "duration_s": round(result.duration_s, 3),
@@ -150,22 +160,25 @@ def _fmt(x: Any, digits: int = 3) -> str:
 
 
 def summary_rows(report: dict[str, Any]) -> list[dict[str, str]]:
-    """One row per (candidate, suite), formatted for tables (rich, Markdown)."""
+    """One row per (candidate, suite), formatted for tables (rich, Markdown). A threshold gate
+    shows no baseline and no Δ: its ``ci`` is the metric's own and ``margin`` the threshold
+    (``gate_view``)."""
     rows = []
     for cand in report["candidates"]:
         for s in cand["suites"]:
-            ci = s.get("ci") or [None, None]
+            g = gate_view(s)
             rows.append(
                 {
                     "candidate": endpoint_label(cand),
                     "suite": s["suite"],
                     "metric": s["metric"],
-                    "baseline": _fmt(s["baseline"]),
-                    "candidate_value": _fmt(s["candidate"]),
-                    "delta": _fmt(s["delta"]),
-                    "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
-                    "margin": _fmt(s["margin"]),
-                    "p": _fmt(s["p_value"], 4),
+                    "gate_type": g["type"],
+                    "baseline": g["baseline"],
+                    "candidate_value": g["candidate"],
+                    "delta": g["delta"],
+                    "ci": g["ci"],
+                    "margin": g["limit"],
+                    "p": g["p"],
                     "n": f"{s['n']}" + (f" ({s['n_errors']} err)" if s["n_errors"] else ""),
                     "mde": _fmt(s.get("mde")),
                     "verdict": s["verdict"] + ("" if s.get("gated", True) else " (not gated)"),
@@ -190,8 +203,13 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"> Error: {m(report['error'])}", ""]
     for w in report.get("warnings", []):
         lines += [f"> Warning: {m(w)}", ""]
+    if reasons_of(report):
+        lines += ["Why:", ""]
+        lines += [f"- {_md_reason(r)}" for r in reasons_of(report)]
+        lines.append("")
     lines += [
-        "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin | p | n | MDE | Verdict |",
+        "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin / threshold "
+        "| p (non-inferiority) | n | MDE | Verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in summary_rows(report):
@@ -201,14 +219,31 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{r['n']} | {r['mde']} | {r['verdict']} |"
         )
     lines.append("")
+    if any(r["gate_type"] == "threshold" for r in summary_rows(report)):
+        lines += [
+            "Threshold gates (drift) compare the metric itself with a fixed threshold: their CI "
+            "is the metric's own, and they have no baseline value or Δ.",
+            "",
+        ]
     for cand in report["candidates"]:
         name = endpoint_label(cand)
         lines += [f"## {m(name)} — {cand['verdict']}", ""]
         for s in cand["suites"]:
             verdict = s["verdict"] + ("" if s.get("gated", True) else " (not gated)")
             lines += [f"### {s['suite']} ({s['kind']}) — {verdict}", "", f"Test: {s['test']}.", ""]
+            why = reasons_of(s)
+            if why:
+                lines += [f"- {_md_reason(r, with_suite=False)}" for r in why]
+                lines.append("")
             lines += findings(s)
     return "\n".join(lines) + "\n"
+
+
+def _md_reason(r: dict[str, Any], *, with_suite: bool = True) -> str:
+    """One reason as Markdown; its message may quote endpoint text (a model id), so escaped."""
+    where = f"**{md_text(r.get('suite'))}** · " if with_suite and r.get("suite") else ""
+    who = f"{md_text(r['candidate'])} · " if with_suite and r.get("candidate") else ""
+    return f"{who}{where}`{r.get('code')}`: {md_text(r.get('message'))}"
 
 
 def to_junit(report: dict[str, Any]) -> str:
@@ -222,15 +257,24 @@ def to_junit(report: dict[str, Any]) -> str:
     for cand in report["candidates"]:
         name = x(endpoint_label(cand))
         ts = ET.SubElement(root, "testsuite", name=f"evalsvc.{name}")
+        # The candidate's verdict and why, for CI tools that show testsuite properties.
+        props = ET.SubElement(ts, "properties")
+        ET.SubElement(props, "property", name="verdict", value=x(cand.get("verdict")))
+        for line in reason_lines(cand):
+            ET.SubElement(props, "property", name="reason", value=x(line))
         t = f = e = sk = 0
         for s in cand["suites"]:
             t += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name=x(s["suite"]))
-            msg = x(
-                f"{s['metric']}: baseline {_fmt(s['baseline'])}, candidate {_fmt(s['candidate'])}, "
-                f"delta {_fmt(s['delta'])}, CI {s.get('ci')}, margin {_fmt(s['margin'])}, "
-                f"p {_fmt(s['p_value'], 4)}, n {s['n']}, errors {s['n_errors']}; {s['test']}"
+            g = gate_view(s)
+            numbers = (
+                f"{s['metric']}: baseline {g['baseline']}, candidate {g['candidate']}, "
+                f"delta {g['delta']}, CI of {g['ci_of']} {g['ci']}, {g['limit']}, "
+                f"non-inferiority p {g['p']}, n {s['n']}, errors {s['n_errors']}; {s['test']}"
             )
+            why = reason_lines(s, with_suite=False)
+            msg = x("; ".join(why) if why else numbers)
+            full = x("\n".join([*why, numbers]))
             # Only a pass is green: an inconclusive gate blocks a rollout just as a failed one
             # does (a JUnit <skipped> shows green on most CI dashboards), so it is a failure
             # whose type says which; a suite that errored is a JUnit error.
@@ -239,14 +283,14 @@ def to_junit(report: dict[str, Any]) -> str:
                 what = "gate failed" if s["verdict"] == "fail" else "inconclusive"
                 ET.SubElement(
                     tc, "failure", message=f"{what}: {msg}", type=s["verdict"]
-                ).text = msg
+                ).text = full
             elif s["verdict"] == "error":
                 e += 1
-                ET.SubElement(tc, "error", message=f"error: {msg}", type="error").text = msg
+                ET.SubElement(tc, "error", message=f"error: {msg}", type="error").text = full
             elif not s.get("gated", True):
                 sk += 1
                 ET.SubElement(tc, "skipped", message=f"not gated: {msg}")
-            ET.SubElement(tc, "system-out").text = msg
+            ET.SubElement(tc, "system-out").text = full
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")

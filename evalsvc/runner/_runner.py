@@ -11,7 +11,9 @@ Contract:
 - How each suite is gated comes from ``Suite.resolve_gate`` (``evalsvc.gates.resolve``, the one
   place that decides metric, direction, margin or threshold, α and whether it gates); the
   verdict per suite from ``evalsvc.gates.evaluate_gate`` / ``threshold_gate`` and the
-  informative-baseline guard; the overall verdict from ``evalsvc.gates.combine_verdicts``.
+  informative-baseline guard; each candidate's verdict (and its suites' final verdicts after the
+  candidate-level Holm correction) from ``evalsvc.gates.decide``, the run's from
+  ``evalsvc.gates.combine_candidates``, every one with its reasons (docs/statistics.md §1).
 """
 
 from __future__ import annotations
@@ -27,10 +29,13 @@ from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import EgressPolicy, EndpointClient, EndpointError, probe, redact_url
 from evalsvc.gates import (
     GateOutcome,
+    Reason,
     ResolvedGate,
+    SuiteGate,
     apply_guard,
     baseline_guard,
-    combine_verdicts,
+    combine_candidates,
+    decide,
     evaluate_gate,
     slice_gates,
     threshold_gate,
@@ -88,6 +93,8 @@ class SuiteResult:
     n_planned: int
     gated: bool
     details: dict[str, Any] = field(default_factory=dict)
+    #: Why the suite reads what it reads (``evalsvc.gates.Reason``), after the Holm correction.
+    reasons: list[Reason] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -101,6 +108,7 @@ class CandidateResult:
     provenance: Provenance
     suites: list[SuiteResult] = field(default_factory=list)
     verdict: str = "inconclusive"
+    reasons: list[Reason] = field(default_factory=list)
 
 
 @dataclass
@@ -114,6 +122,7 @@ class RunResult:
     error: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
     duration_s: float = 0.0
+    reasons: list[Reason] = field(default_factory=list)
 
 
 def role_of(index: int) -> str:
@@ -401,6 +410,8 @@ def _gate_all(
         by.setdefault((s.endpoint, s.suite), []).append(s)
     results: list[CandidateResult] = []
     infra_errors: list[str] = []
+    budget: list[Reason] = []
+    decisions = []
     for i, cand in enumerate(candidates):
         role = role_of(i)
         cres = CandidateResult(role=role, endpoint=cand, provenance=provs[i + 1])
@@ -413,18 +424,41 @@ def _gate_all(
             cres.suites.append(res)
             error_rate = res.n_errors / planned if planned else 0.0
             if error_rate > options.max_error_rate:
-                infra_errors.append(
-                    f"{suite.name} on {cand.name or redact_url(cand.url)}: {res.n_errors} of {planned} items "
-                    f"errored (budget {options.max_error_rate:.0%})"
+                text = (
+                    f"{res.n_errors} of {planned} items errored (budget "
+                    f"{options.max_error_rate:.0%}): no verdict rests on them"
                 )
-        gated = [r.outcome for r in cres.suites if r.gated]
-        cres.verdict = combine_verdicts(gated) if gated else "inconclusive"
+                infra_errors.append(f"{suite.name} on {cand.name or redact_url(cand.url)}: {text}")
+                budget.append(Reason("error_budget", text, suite.name, role))
+        # The one combination rule (evalsvc.gates._combine): suites' final verdicts after the
+        # candidate-level Holm correction, the candidate's verdict, and the reasons for each.
+        decision = decide([SuiteGate(r.suite, r.outcome, r.gated) for r in cres.suites])
+        for sres, sdec in zip(cres.suites, decision.suites, strict=True):
+            sres.outcome = sdec.outcome
+            sres.reasons = list(sdec.reasons)
+        cres.verdict = decision.verdict
+        cres.reasons = list(decision.reasons)
+        decisions.append((role, decision))
         results.append(cres)
-    all_gated = [r.outcome for c in results for r in c.suites if r.gated]
-    verdict: str = combine_verdicts(all_gated) if all_gated else "inconclusive"
+    combined, run_reasons = combine_candidates(decisions)
+    verdict: str = combined
+    reasons = list(run_reasons)
     error = None
     if infra_errors:
         verdict, error = "error", "error budget exceeded: " + "; ".join(infra_errors)
+        reasons = budget + reasons
+        for cres in results:
+            mine = [r for r in budget if r.candidate == cres.role]
+            if mine:
+                # The candidate's verdict is no verdict either: its evidence is incomplete.
+                cres.verdict = "error"
+                cres.reasons = [replace(r, candidate=None) for r in mine] + cres.reasons
+            for sres in cres.suites:
+                sres.reasons = [
+                    replace(r, candidate=None)
+                    for r in mine
+                    if r.suite == sres.suite
+                ] + sres.reasons
     return RunResult(
         run_id=run_id,
         verdict=verdict,
@@ -433,6 +467,7 @@ def _gate_all(
         candidates=results,
         error=error,
         options=options,
+        reasons=reasons,
     )
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
+from evalsvc.services import run_verdict
 from evalsvc.stats import holm, mcnemar_exact
 
 #: Provenance fields shown side by side on the run page (the issue's list, then the rest).
@@ -372,6 +373,9 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
                        for i, c in enumerate(run.spec.candidates)],
         "gates": gates,
+        # The decision banner and the gates table on one scale (evalsvc.services.run_verdict).
+        "banner": run_verdict.banner(store, run, report),
+        "gate_table": run_verdict.gate_table(report),
         "provenance": _provenance(snapshots, run),
         "progress": _progress(run, stored),
     }

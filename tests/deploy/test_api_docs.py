@@ -72,3 +72,17 @@ def test_vendored_assets_match_their_readme() -> None:
         assert (STATIC / license_file).stat().st_size > 0
     assert "5.35.0" in readme and "2.5.4" in readme
 
+
+
+def test_redoc_bundle_served_without_its_cdn_logo(base_url: str) -> None:
+    """ReDoc's footer logo comes from cdn.redoc.ly in the vendored bundle; the served copy has
+    no remote URL left that the page would load (issue 16), and comes gzipped and cached."""
+    vendored = (STATIC / "redoc" / "redoc.standalone.js").read_bytes()
+    assert b"https://cdn.redoc.ly/redoc/logo-mini.svg" in vendored  # what the rewrite removes
+    resp = httpx.get(f"{base_url}/redoc/redoc.standalone.js", headers={"Accept-Encoding": "gzip"})
+    assert resp.status_code == 200 and resp.headers["content-encoding"] == "gzip"
+    assert "max-age" in resp.headers["cache-control"] and resp.headers["etag"]
+    assert b"cdn.redoc.ly" not in resp.content and len(resp.content) > 1_000_000
+    again = httpx.get(f"{base_url}/redoc/redoc.standalone.js",
+                      headers={"If-None-Match": resp.headers["etag"]})
+    assert again.status_code == 304

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from evalsvc.domain import EndpointRef, Provenance, RunOptions
-from evalsvc.gates import evaluate_gate
+from evalsvc.gates import SuiteGate, combine_candidates, decide, evaluate_gate
 from evalsvc.reports import build_report, to_junit, to_markdown
 from evalsvc.runner import CandidateResult, RunResult, SuiteResult
 
@@ -27,8 +27,17 @@ def _result() -> RunResult:
             provenance=prov, verdict=outcome.verdict,
             suites=[SuiteResult(suite="needle-x", kind="needle", version="1", outcome=outcome,
                                 n_errors=0, n_planned=200, gated=True, details={"heatmap": []})]))
-    return RunResult(run_id="r1", verdict="fail", baseline=EndpointRef(url="http://base/v1", model="b"),
-                     baseline_provenance=prov, candidates=cands, options=RunOptions())
+    decisions = []
+    for c in cands:  # the runner's combination (evalsvc.runner._gate_all)
+        d = decide([SuiteGate(s.suite, s.outcome, s.gated) for s in c.suites])
+        for s, sd in zip(c.suites, d.suites, strict=True):
+            s.outcome, s.reasons = sd.outcome, list(sd.reasons)
+        c.verdict, c.reasons = d.verdict, list(d.reasons)
+        decisions.append((c.role, d))
+    verdict, reasons = combine_candidates(decisions)
+    return RunResult(run_id="r1", verdict=verdict, baseline=EndpointRef(url="http://base/v1", model="b"),
+                     baseline_provenance=prov, candidates=cands, options=RunOptions(),
+                     reasons=list(reasons))
 
 
 def test_json_report_contract() -> None:
@@ -129,3 +138,55 @@ def test_candidates_are_labelled_by_name_else_host_port_with_the_model() -> None
     assert labels == ["10.0.0.1:8000 (llama-8b)", "10.0.0.2:8000 (llama-8b)"]
     assert endpoint_label({"url": "http://u:p@h:1/v1", "model": None, "name": None}) == "h:1"
     assert endpoint_label({"url": "http://h:1/v1", "model": "m", "name": "prod-fp8"}) == "prod-fp8 (m)"
+
+
+def test_every_verdict_says_why_in_every_view() -> None:
+    """Run, candidate and suite carry reasons (issue 16); the schema, Markdown and JUnit show them."""
+    import jsonschema
+
+    from evalsvc.reports import report_schema
+
+    report = build_report(_result())
+    jsonschema.validate(report, report_schema())
+    good, bad = report["candidates"]
+    assert [r["code"] for r in good["reasons"]] == ["passed"]
+    assert [r["code"] for r in bad["reasons"]] == ["failed_gate"]
+    assert bad["reasons"][0]["suite"] == "needle-x"
+    assert good["suites"][0]["reasons"][0]["code"] == "passed"
+    # The run's reasons are its candidates', failing candidate first, each labelled.
+    assert [(r["candidate"], r["code"]) for r in report["reasons"]] == [
+        ("candidate:1", "failed_gate"),
+        ("candidate:0", "passed"),
+    ]
+    md = to_markdown(report)
+    assert "Why:" in md and "`failed_gate`" in md and "`passed`" in md
+    root = ET.fromstring(to_junit(report).split("\n", 1)[1])
+    (failure,) = root.findall(".//failure")
+    assert failure.get("message", "").startswith("gate failed: failed_gate: accuracy")
+    props = [(p.get("name"), p.get("value")) for p in root.iter("property")]
+    assert ("verdict", "fail") in props and any(
+        n == "reason" and v.startswith("needle-x · failed_gate") for n, v in props
+    )
+
+
+def test_threshold_gates_show_the_metric_the_threshold_and_its_own_ci() -> None:
+    """Drift's KLD gate: no 'baseline = threshold', no 'Δ = KLD − threshold' (issue 16, item 5)."""
+    from evalsvc.gates import threshold_gate
+    from evalsvc.reports import summary_rows
+
+    rng = np.random.default_rng(1)
+    outcome = threshold_gate(rng.gamma(2.0, 0.01, 60), metric="kld_mean", threshold=0.05,
+                             higher_is_better=False)
+    res = _result()
+    res.candidates[0].suites.append(SuiteResult(
+        suite="drift-x", kind="drift", version="1", outcome=outcome, n_errors=0, n_planned=60,
+        gated=True, details={"gate": {"gate": "threshold", "threshold": 0.05,
+                                      "higher_is_better": False}}))
+    report = build_report(res)
+    (row,) = [r for r in summary_rows(report) if r["suite"] == "drift-x"]
+    ci = outcome.details["ci_metric"]
+    assert row["baseline"] == "—" and row["delta"] == "—"
+    assert row["candidate_value"] == f"{outcome.candidate:.3f}"
+    assert row["ci"] == f"[{ci[0]:.3f}, {ci[1]:.3f}]" and row["margin"] == "threshold < 0.05"
+    md = to_markdown(report)
+    assert "| drift-x | kld_mean | — |" in md and "Threshold gates" in md

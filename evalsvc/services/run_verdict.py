@@ -1,0 +1,314 @@
+"""The run page's decision: its banner (verdict, blocking gates, reasons, next step) and its
+gates table on one shared, oriented scale.
+
+Contract: reads a stored run and its JSON report and returns plain dicts for the dashboard's
+templates (no HTML here). Every verdict and reason shown is the report's own (the runner's
+``evalsvc.gates.decide``); this module only arranges them and suggests the next step, whose
+sample size comes from the planning service (``evalsvc plan``) when it can size the suite.
+
+The shared scale: each gate's interval is drawn in units of its own margin (or threshold),
+oriented so that **right is better**, with 0 at "as good as the baseline" and −1 at the
+margin boundary. A non-inferiority gate at Δ and margin δ sits at ±Δ/δ (sign flipped for
+lower-is-better metrics); a threshold gate at −1 + (threshold − value)/|threshold| for a
+lower-is-better metric (so KLD 0 is 0 and KLD = threshold is −1), mirrored for higher-is-better.
+One scale lets a reader compare every row at a glance: left of the dashed line fails.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from evalsvc.db import Store
+from evalsvc.domain import RunInfo
+from evalsvc.reports import endpoint_label
+from evalsvc.reports._gatecols import gate_view, is_informational, is_threshold
+
+__all__ = ["banner", "gate_table"]
+
+#: The scale's range, in margins: intervals beyond it are clipped (with an arrow).
+_SCALE_MIN, _SCALE_MAX = -6.0, 3.0
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    f = float(x)
+    return f if math.isfinite(f) else None
+
+
+def _higher_is_better(s: dict[str, Any]) -> bool:
+    d = s.get("details") or {}
+    hib = d.get("higher_is_better", (d.get("gate") or {}).get("higher_is_better", True))
+    return bool(hib)
+
+
+def _scaled(s: dict[str, Any]) -> dict[str, Any] | None:
+    """The gate on the shared scale: ``lo``, ``hi``, ``at`` (the estimate) in margins,
+    oriented (right is better), and the unit used; None when there is nothing to draw."""
+    hib = _higher_is_better(s)
+    if is_threshold(s):
+        d = s.get("details") or {}
+        thr = _num(d.get("threshold", (d.get("gate") or {}).get("threshold")))
+        ci = d.get("ci_metric") or [None, None]
+        value = _num(s.get("candidate"))
+        if thr is None or value is None:
+            return None
+        unit = abs(thr) or 1.0
+
+        def pos(v: float) -> float:
+            return -1.0 + ((v - thr) if hib else (thr - v)) / unit
+
+        ends = [_num(c) for c in ci]
+        lo_v = ends[0] if ends[0] is not None else value
+        hi_v = ends[1] if ends[1] is not None else value
+        a, b = pos(lo_v), pos(hi_v)
+        return {"lo": min(a, b), "hi": max(a, b), "at": pos(value), "unit": unit,
+                "boundary": -1.0}
+    delta = _num(s.get("delta"))
+    ci = [_num(c) for c in (s.get("ci") or [None, None])]
+    margin = _num(s.get("margin"))
+    if delta is None or ci[0] is None or ci[1] is None:
+        return None
+    sign = 1.0 if hib else -1.0
+    if margin:
+        unit = margin
+        boundary = -1.0
+    else:
+        # Margin 0 (a superiority test): scale by the interval itself; the boundary is 0.
+        unit = max(abs(ci[0]), abs(ci[1]), 1e-9)
+        boundary = 0.0
+    a, b = sign * ci[0] / unit, sign * ci[1] / unit
+    return {"lo": min(a, b), "hi": max(a, b), "at": sign * delta / unit, "unit": unit,
+            "boundary": boundary}
+
+
+def _x(v: float, lo: float, hi: float) -> float:
+    """Percent of the drawing's width for scale value ``v`` (clipped)."""
+    v = min(max(v, lo), hi)
+    return round(100.0 * (v - lo) / (hi - lo), 2)
+
+
+def _tick_label(t: int) -> str:
+    if t == 0:
+        return "0"
+    if t == -1:
+        return "−δ"
+    return f"{t:+d}δ".replace("-", "−")
+
+
+def gate_table(report: dict[str, Any] | None) -> dict[str, Any]:
+    """Rows of the run page's gates table and the shared axis they are drawn on."""
+    rows: list[dict[str, Any]] = []
+    scaled_all: list[dict[str, Any]] = []
+    for cand in (report or {}).get("candidates") or []:
+        for s in cand.get("suites") or []:
+            view = gate_view(s)
+            sc = _scaled(s)
+            informational = is_informational(s)
+            mde, margin = _num(s.get("mde")), _num(s.get("margin"))
+            d = s.get("details") or {}
+            # Underpowered matters only for a gate that did not fail (docs/statistics.md §1).
+            mde_flag = s.get("verdict") != "fail" and (
+                bool(d.get("underpowered"))
+                or (not is_threshold(s) and mde is not None and margin is not None and mde > margin)
+            )
+            row = {
+                "candidate": endpoint_label(cand),
+                "role": cand.get("role"),
+                "suite": s.get("suite"),
+                "kind": s.get("kind"),
+                "verdict": s.get("verdict"),
+                "gated": s.get("gated", True),
+                "informational": informational,
+                "metric": s.get("metric"),
+                "type": view["type"],
+                "view": view,
+                "p_value": s.get("p_value"),
+                "n": s.get("n"),
+                "n_planned": s.get("n_planned"),
+                "n_errors": s.get("n_errors"),
+                "mde": mde,
+                "mde_flag": mde_flag,
+                "before_holm": d.get("verdict_before_holm"),
+                "reasons": s.get("reasons") or [],
+                "scaled": sc,
+            }
+            rows.append(row)
+            if sc is not None:
+                scaled_all.append(sc)
+    lo = min([-2.0, *(sc["lo"] for sc in scaled_all)])
+    hi = max([1.0, *(sc["hi"] for sc in scaled_all)])
+    lo, hi = max(math.floor(lo - 0.25), _SCALE_MIN), min(math.ceil(hi + 0.25), _SCALE_MAX)
+    for row in rows:
+        sc = row["scaled"]
+        if sc is None:
+            row["bar"] = None
+            continue
+        row["bar"] = {
+            "lo": _x(sc["lo"], lo, hi),
+            "hi": _x(sc["hi"], lo, hi),
+            "at": _x(sc["at"], lo, hi),
+            "margin": _x(sc["boundary"], lo, hi),
+            "zero": _x(0.0, lo, hi),
+            "clipped_left": sc["lo"] < lo,
+            "clipped_right": sc["hi"] > hi,
+        }
+    ticks = [{"x": _x(float(t), lo, hi), "label": _tick_label(t), "value": t}
+             for t in range(int(lo), int(hi) + 1)]
+    return {
+        "rows": rows,
+        "axis": {"lo": lo, "hi": hi, "ticks": ticks, "margin": _x(-1.0, lo, hi),
+                 "zero": _x(0.0, lo, hi)},
+    }
+
+
+# ---------------------------------------------------------------------------------- banner
+
+
+def _plan_n(store: Store, run: RunInfo, suite: str) -> dict[str, Any] | None:
+    """What ``evalsvc plan --suite SUITE --pilot-run RUN`` says, when it can size the suite."""
+    from evalsvc.services.planning import plan
+    from evalsvc.services.runs import UsageError
+
+    opts = run.spec.options
+    try:
+        (row,) = plan(suites=[suite], margin=opts.margin, alpha=opts.alpha, pilot_run=run.id,
+                      store=store)
+    except UsageError:  # a suite file that is not in the catalog, or no pilot report
+        return None
+    except Exception:  # a hint must never break the page that shows the verdict
+        return None
+    if row.get("required_items") is None:
+        return None
+    return {"items": int(row["required_items"]), "planned": row.get("planned_items")}
+
+
+def _scaled_n(s: dict[str, Any]) -> int | None:
+    """Items at which the MDE would shrink to the margin (MDE ∝ 1/√n, the planning formulas'
+    normal approximation: docs/statistics.md §4 "Power and planning")."""
+    mde, margin, n = _num(s.get("mde")), _num(s.get("margin")), s.get("n")
+    if not mde or not margin or not isinstance(n, int) or n <= 0:
+        return None
+    return int(math.ceil(n * (mde / margin) ** 2))
+
+
+def _next_step(
+    code: str, s: dict[str, Any] | None, run: RunInfo, store: Store, role: str | None
+) -> dict[str, Any] | None:
+    """The next step for one blocking reason: a sentence and, where useful, a command."""
+    suite = (s or {}).get("suite")
+    short = run.id[:12]
+    if code in ("underpowered", "ci_includes_margin") and suite:
+        planned = _plan_n(store, run, suite)
+        cmd = f"evalsvc plan --suite {suite} --pilot-run {short}"
+        if planned is not None:
+            return {"text": f"{code.replace('_', ' ')}: `{cmd}` says n = {planned['items']} items "
+                            f"(this run: n = {(s or {}).get('n')})", "command": cmd,
+                    "n": planned["items"]}
+        approx = _scaled_n(s or {})
+        if approx is not None:
+            return {"text": f"{code.replace('_', ' ')}: about n = {approx} items would bring the "
+                            f"MDE ({_num((s or {}).get('mde')):.3g}) down to the margin; "
+                            f"re-run with `--samples {approx}`",
+                    "command": f"--samples {approx}", "n": approx}
+        return {"text": f"{code.replace('_', ' ')}: run more items of {suite} (`--samples N`, "
+                        f"sized with `evalsvc plan --suite {suite}`)", "command": None}
+    if code == "insufficient_data" and suite:
+        msg = " ".join(r.get("message", "") for r in (s or {}).get("reasons") or [])
+        m = re.search(r"minimum of (\d+)", msg)
+        need = f"at least {m.group(1)} items" if m else "more items"
+        return {"text": f"{suite} cannot decide at this size: re-run it with {need} "
+                        f"(`--samples`)", "command": None}
+    if code == "uninformative_baseline" and suite:
+        return {"text": f"the baseline solves too few items of {suite} to show a drop of the "
+                        "margin: use more items, or a suite (level) the baseline solves",
+                "command": None}
+    if code in ("failed_gate", "failed_slice") and suite:
+        return {"text": f"do not ship this candidate: open {suite}'s details and flips to see "
+                        "where it breaks", "command": None,
+                "href": f"/runs/{run.id}/suites/{suite}?candidate={role or 'candidate:0'}"}
+    if code == "holm_adjusted" and suite:
+        return {"text": f"{suite} failed on its own but not after the correction across suites: "
+                        "re-run it alone, or with more items, to confirm", "command": None}
+    if code == "error_budget":
+        return {"text": "too many requests errored: fix the endpoint (see the suite's error "
+                        "examples) and re-run", "command": None}
+    if code == "no_gated_suites":
+        return {"text": "add a gated suite: nothing here can pass", "command": None}
+    return None
+
+
+def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The decision at the top of the run page.
+
+    ``verdict`` and ``status``; ``headline`` (ship / do not ship / cannot tell yet);
+    ``blocking``: one entry per suite that keeps the run from passing (candidate, suite,
+    verdict, its reasons, its next step); ``info``: reasons that do not block (passes, not gated
+    suites); ``next``: the distinct next steps, most important first.
+    """
+    verdict = (report or {}).get("verdict") or run.verdict
+    status = run.status.value
+    out: dict[str, Any] = {"verdict": verdict, "status": status, "blocking": [], "info": [],
+                           "next": [], "error": run.error}
+    if report is None:
+        out["headline"] = (
+            "no verdict yet: the run is " + status if status in ("queued", "running")
+            else f"no verdict: the run ended {status}" + (f" ({run.error})" if run.error else "")
+        )
+        if status in ("error", "cancelled"):
+            out["next"].append({"text": "fix what stopped it (above) and re-run; the samples "
+                                        "stored so far are kept", "command": None})
+        return out
+    out["headline"] = {
+        "pass": "Ship: every gated suite of every candidate passes.",
+        "fail": "Do not ship: a gate fails.",
+        "inconclusive": "Cannot tell yet: no gate fails, but not every gate passes.",
+        "error": "No verdict: the evidence is incomplete.",
+    }.get(str(verdict), str(verdict))
+    by_key = {(c.get("role"), s.get("suite")): s
+              for c in report.get("candidates") or [] for s in c.get("suites") or []}
+    labels = {c.get("role"): endpoint_label(c) for c in report.get("candidates") or []}
+    seen_next: set[str] = set()
+    for cand in report.get("candidates") or []:
+        role = cand.get("role")
+        for s in cand.get("suites") or []:
+            if not s.get("gated", True) or s.get("verdict") == "pass":
+                continue
+            steps = []
+            for r in s.get("reasons") or []:
+                step = _next_step(str(r.get("code")), s, run, store, role)
+                if step is not None and step["text"] not in seen_next:
+                    seen_next.add(step["text"])
+                    steps.append(step)
+            out["blocking"].append({
+                "candidate": labels.get(role, role), "role": role, "suite": s.get("suite"),
+                "verdict": s.get("verdict"), "reasons": s.get("reasons") or [], "next": steps,
+            })
+            out["next"].extend(steps)
+    # Fails first, then inconclusive gates.
+    out["blocking"].sort(key=lambda b: 0 if b["verdict"] == "fail" else 1)
+    out["next"].sort(key=lambda n: 0 if n.get("href") else 1)
+    for r in report.get("reasons") or []:
+        code = r.get("code")
+        if code in ("passed", "not_gated"):
+            out["info"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
+        elif code in ("error_budget", "no_gated_suites", "infrastructure_error"):
+            if any(b["role"] == r.get("candidate") and b["suite"] == r.get("suite")
+                   and b["suite"] is not None for b in out["blocking"]):
+                continue  # that suite is listed already, with this reason among its own
+            s = by_key.get((r.get("candidate"), r.get("suite")))
+            step = _next_step(str(code), s, run, store, r.get("candidate"))
+            out["blocking"].insert(0, {"candidate": labels.get(r.get("candidate")),
+                                       "role": r.get("candidate"), "suite": r.get("suite"),
+                                       "verdict": "error" if code != "no_gated_suites"
+                                       else "inconclusive",
+                                       "reasons": [r], "next": [step] if step else []})
+            if step and step["text"] not in seen_next:
+                seen_next.add(step["text"])
+                out["next"].insert(0, step)
+    if verdict == "pass":
+        out["next"] = [{"text": "ship it: every gated suite passes (the findings below say by "
+                                "how much)", "command": None}]
+    return out

@@ -1,0 +1,204 @@
+"""Every verdict follows from its gates and says why, in the terminal, the JSON report and the
+dashboard's decision banner (issue 16); no dashboard page, the API docs included, sends a
+request beyond loopback; static files are compressed and cached; unknown pages answer 404.
+
+The drift case of issue 16 runs on the real local endpoints: ``reasoning-smoke`` beside a user's
+drift suite with ``n: 6`` and ``gate: {threshold: 0.002}``. At n = 6 the drift gate is below the
+kind's minimum n and cannot decide; before the fix its inferiority p-value still entered Holm's
+correction and the run read ``fail`` with no failing gate (``compare`` exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.reports import report_schema
+
+from .conftest import Server, SyntheticRun, Watched
+
+pytestmark = pytest.mark.timeout(1800)
+
+EXIT = {"pass": 0, "fail": 1, "inconclusive": 3, "error": 4}
+
+DRIFT_STRICT = """\
+name: drift-strict
+kind: drift
+description: A user's strict drift gate on too few passages (issue 16).
+seed: 2719
+params:
+  n: 6
+  min_chars: 400
+  top_k: 20
+gate:
+  threshold: 0.002
+"""
+
+
+def _on_loopback(url: str) -> bool:
+    parts = urlsplit(url)
+    if parts.scheme in ("data", "blob", "about"):
+        return True
+    return parts.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def _record_requests(w: Watched) -> list[str]:
+    seen: list[str] = []
+    w.page.on("request", lambda req: seen.append(req.url))
+    return seen
+
+
+def _check_report_follows_its_gates(report: dict[str, Any]) -> None:
+    import jsonschema
+
+    jsonschema.validate(report, report_schema())
+    assert report["reasons"], "the run says why"
+    for cand in report["candidates"]:
+        assert cand["reasons"], "each candidate says why"
+        gated = [s for s in cand["suites"] if s["gated"]]
+        verdicts = {s["verdict"] for s in gated}
+        for s in cand["suites"]:
+            assert s["reasons"], f"{s['suite']} says why"
+        # The candidate is a function of its gated suites (docs/statistics.md §1).
+        if "fail" in verdicts:
+            assert cand["verdict"] == "fail"
+        elif verdicts == {"pass"}:
+            assert cand["verdict"] == "pass"
+        else:
+            assert cand["verdict"] == "inconclusive"
+    if report["verdict"] == "fail":
+        assert any(s["verdict"] == "fail" for c in report["candidates"] for s in c["suites"]
+                   if s["gated"])
+
+
+@pytest.mark.endpoints
+def test_an_undecided_drift_gate_cannot_fail_the_run(
+    local_endpoints: Any,
+    dash_db_url: str,
+    dash_store: Store,
+    dash_server: Server,
+    page: Watched,
+    tmp_path: Path,
+    shot: Any,
+) -> None:
+    suite_file = tmp_path / "drift-strict.yaml"
+    suite_file.write_text(DRIFT_STRICT)
+    cand = next(iter(dict(local_endpoints.candidates).values()))
+    out, md, junit = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.xml"
+    r = subprocess.run(
+        [sys.executable, "-m", "evalsvc.cli.main", "compare", local_endpoints.baseline, cand,
+         "--suite", "reasoning-smoke", "--suite", str(suite_file), "--concurrency", "4",
+         "--json", str(out), "--markdown", str(md), "--junit", str(junit),
+         "--database-url", dash_db_url],
+        capture_output=True, text=True, timeout=1500,
+    )
+    report = json.loads(out.read_text())
+    verdict = report["verdict"]
+    # The exit code is the verdict's, and the verdict follows from the gates.
+    assert r.returncode == EXIT[verdict], r.stderr
+    _check_report_follows_its_gates(report)
+    suites = {s["suite"]: s for s in report["candidates"][0]["suites"]}
+    strict = suites["drift-strict"]
+    assert strict["n"] == 6 and strict["verdict"] == "inconclusive"
+    assert [x["code"] for x in strict["reasons"]][0] == "insufficient_data"
+    assert "minimum" in strict["reasons"][0]["message"]
+    # Whatever this host's reasoning gate reads, the run is not a fail unless a gate failed; and
+    # the undecided drift gate blocks a pass, so the run is never a pass either.
+    if suites["reasoning-smoke"]["verdict"] != "fail":
+        assert verdict == "inconclusive" and r.returncode == 3
+    codes = {(x["suite"], x["code"]) for x in report["reasons"]}
+    assert ("drift-strict", "insufficient_data") in codes
+    # The terminal and the Markdown say why too.
+    said = " ".join(r.stderr.split())
+    assert "drift-strict · insufficient_data" in said
+    assert "`insufficient_data`" in md.read_text()
+    assert "insufficient_data" in junit.read_text()
+
+    # The run page opens with the decision: verdict, the blocking gates with their reasons and
+    # the next step.
+    run_id = report["run_id"]
+    seen = _record_requests(page)
+    page.page.goto(f"{dash_server.url}/runs/{run_id}", wait_until="networkidle")
+    shot(page.page, "run-decision", full=False)
+    banner = page.page.locator("#decision")
+    assert banner.locator(".decision-head .badge").inner_text() == verdict
+    blocking = banner.locator("#blocking > li[data-suite='drift-strict']")
+    assert blocking.count() == 1
+    assert blocking.get_attribute("data-verdict") == "inconclusive"
+    assert blocking.locator("li[data-code='insufficient_data']").count() == 1
+    assert "at least 10 items" in banner.locator("#next-step").inner_text()
+    for s in suites.values():
+        if s["gated"] and s["verdict"] != "pass":
+            assert banner.locator(f"#blocking > li[data-suite='{s['suite']}']").count() == 1
+    # The threshold gate is labelled as such: no baseline value, no Δ, the metric's own CI.
+    row = page.page.locator("#gates tbody tr[data-suite='drift-strict']")
+    cells = row.locator("td")
+    assert "threshold gate" in cells.nth(3).inner_text()
+    assert cells.nth(4).inner_text() == "—" and cells.nth(6).inner_text() == "—"
+    assert "threshold < 0.002" in cells.nth(7).inner_text()
+    # Its suite pages stay on loopback too.
+    for name in suites:
+        page.page.goto(f"{dash_server.url}/runs/{run_id}/suites/{name}?candidate=candidate:0",
+                       wait_until="networkidle")
+    assert [u for u in seen if not _on_loopback(u)] == []
+    assert page.problems() == [], page.problems()
+
+
+def test_no_request_leaves_loopback_and_static_files_are_compressed(
+    page: Watched, dash_server: Server, synthetic_run: SyntheticRun, many_runs: dict[str, Any],
+) -> None:
+    base = dash_server.url
+    seen = _record_requests(page)
+    statics: dict[str, dict[str, str]] = {}
+    page.page.on(
+        "response",
+        lambda resp: statics.__setitem__(urlsplit(resp.url).path, resp.headers)
+        if "/static/" in resp.url or resp.url.endswith(".js") else None,
+    )
+    run = synthetic_run.id
+    pages = [
+        f"{base}/",
+        f"{base}/runs/{run}",
+        f"{base}/runs/{run}/suites/needle-synthetic?candidate=candidate:0",
+        f"{base}/runs/{run}/suites/reasoning-smoke?candidate=candidate:0",
+        f"{base}/runs/{run}/flips",
+        f"{base}/trends",
+        f"{base}/compare?a={many_runs['ids'][0]}&b={run}",
+        f"{base}/docs",
+        f"{base}/redoc",
+    ]
+    for url in pages:
+        page.page.goto(url, wait_until="networkidle")
+    # ReDoc drew its page, footer included (where its CDN logo used to be).
+    page.page.wait_for_selector("text=API docs by Redocly", timeout=60_000)
+    page.page.goto(f"{base}/docs", wait_until="networkidle")
+    page.page.wait_for_selector(".swagger-ui .info", timeout=60_000)
+    outside = [u for u in seen if not _on_loopback(u)]
+    assert outside == [], outside
+    assert page.problems() == [], page.problems()
+
+    # Vendored bundles are sent gzipped and cached; evalsvc's own files revalidate.
+    echarts = statics["/static/vendor/echarts.min.js"]
+    assert echarts.get("content-encoding") == "gzip"
+    assert "max-age=604800" in echarts.get("cache-control", "")
+    assert statics["/static/dashboard.css"].get("cache-control") == "no-cache"
+    redoc = statics["/redoc/redoc.standalone.js"]
+    assert redoc.get("content-encoding") == "gzip" and "max-age" in redoc.get("cache-control", "")
+    swagger = statics["/static/api-docs/swagger-ui/swagger-ui-bundle.js"]
+    assert swagger.get("content-encoding") == "gzip"
+
+    # An unknown HTML path gets the dashboard's 404 page; API paths keep their JSON.
+    page.allowed_status.add(404)
+    resp = page.page.goto(f"{base}/no/such/page", wait_until="networkidle")
+    assert resp is not None and resp.status == 404
+    assert page.page.locator("header.top .brand").count() == 1
+    assert "/no/such/page" in page.page.inner_text("main")
+    api = page.page.request.get(f"{base}/api/v1/no-such-route")
+    assert api.status == 404 and api.json() == {"detail": "Not Found"}
