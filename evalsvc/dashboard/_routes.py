@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from evalsvc import __version__
 from evalsvc.api._deps import IMPLIED_SCOPES, Principal, StateDep, StoreDep, principal_for_token
+from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import dashboard as svc
 
@@ -100,8 +101,11 @@ router = APIRouter(include_in_schema=False)
 
 
 def _page(request: Request, template: str, viewer: Principal | None, **context: Any) -> HTMLResponse:
+    # Every page shows stored URLs and errors: credentials stored before the userinfo rule (or
+    # in ?password=-like parameters) are redacted here, once for every page.
     html = _env.get_template(template).render(
-        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON, **context
+        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON,
+        **redact_urls_in(context),
     )
     return HTMLResponse(html)
 
@@ -249,7 +253,7 @@ def report_download(run_id: str, fmt: str, store: StoreDep, viewer: Viewer) -> R
         return PlainTextResponse(f"run {run_id!r} has no report (yet)", status_code=404)
     name = f"evalsvc-{run_id[:12]}"
     if fmt == "json":
-        body, ctype = json.dumps(report, indent=2), "application/json"
+        body, ctype = json.dumps(redact_urls_in(report), indent=2), "application/json"
     elif fmt == "xml":
         body, ctype = to_junit(report), "application/xml"
     elif fmt == "md":
@@ -298,7 +302,8 @@ def compare_page(
 def live(store: StoreDep, viewer: Viewer, ids: str = "") -> JSONResponse:
     """Status and progress of the given runs (comma-separated ids); the pages poll this."""
     wanted = [i for i in ids.split(",") if i and len(i) <= 64 and i.isalnum()]
-    return JSONResponse(svc.live_status(store, wanted), headers={"Cache-Control": "no-store"})
+    return JSONResponse(redact_urls_in(svc.live_status(store, wanted)),
+                        headers={"Cache-Control": "no-store"})
 
 
 # ------------------------------------------------------------------------------ install
