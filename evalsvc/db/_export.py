@@ -89,7 +89,9 @@ def export_samples(store: Store, run_id: str, *, format: ExportFormat, out: Path
         text_columns = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
         for column in text_columns:
             frame[column] = frame[column].map(csv_cell)
-        frame.to_csv(out, index=False)
+        # RFC 4180 line ends: with them the writer also quotes a field holding a bare CR, which
+        # it leaves unquoted with "\n" line ends (and readers then split the row there).
+        frame.to_csv(out, index=False, lineterminator="\r\n")
     else:
         raise ValueError(f"unknown export format {format!r}; use one of {EXPORT_FORMATS}")
     return len(frame)
