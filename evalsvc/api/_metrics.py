@@ -1,6 +1,8 @@
 """Prometheus metrics of one API app (a registry per app, so several apps can share a process).
 
-Contract: ``GET /metrics`` (no auth: aggregates and endpoint URLs only, the usual scrape target)
+Contract: ``GET /metrics`` (no auth: aggregates and endpoint URLs only, the usual scrape target;
+URLs pass through ``evalsvc.endpoints.redact_url``, so credentials stored before the userinfo
+rule never appear in a label)
 is computed from the store at scrape time by one collector (``evalsvc.db.metrics_snapshot``: one
 read transaction, a handful of aggregate queries), so every API replica reports the whole fleet:
 every worker, scheduler and in-process ``compare`` sharing the database. When the database does
@@ -42,6 +44,7 @@ from prometheus_client.registry import Collector
 from evalsvc.db import Histogram, MetricsSnapshot, Store, StoreError, metrics_snapshot
 from evalsvc.db._metrics import ERROR_KINDS, OTHER_KIND, RATE_WINDOW
 from evalsvc.domain import EXIT_CODES
+from evalsvc.endpoints import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +95,13 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
             "evalsvc_gate_timestamp_seconds", "Latest gate: when it was stored (Unix time).", labels=GATE_LABELS
         ),
     }
-    for g in snap.gates:
-        labels = [g.baseline, g.candidate, g.suite, g.metric]
+    seen: set[tuple[str, ...]] = set()
+    # Newest first, so two URLs that differ only in credentials keep their latest gate.
+    for g in sorted(snap.gates, key=lambda g: -g.timestamp):
+        labels = [redact_url(g.baseline), redact_url(g.candidate), g.suite, g.metric]
+        if tuple(labels) in seen:
+            continue
+        seen.add(tuple(labels))
         gated = "true" if g.gated else "false"
         for v in VERDICTS:
             verdict.add_metric([*labels, gated, v], 1.0 if g.verdict == v else 0.0)
@@ -137,7 +145,8 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     per_endpoint: dict[str, dict[str, int]] = {}
     for (url, kind), n in snap.endpoint_samples.items():
-        per_endpoint.setdefault(url, {})[kind] = n
+        kinds = per_endpoint.setdefault(redact_url(url), {})
+        kinds[kind] = kinds.get(kind, 0) + n  # URLs differing only in credentials add up
     for url, kinds in sorted(per_endpoint.items()):
         samples.add_metric([url], sum(kinds.values()))
         # Every kind, zeros included: a panel shows "no timeouts", not "no data".

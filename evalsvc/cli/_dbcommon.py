@@ -26,6 +26,8 @@ from evalsvc.db import (
     StoreError,
 )
 
+from ._safe import plain
+
 EXIT_CONFIG = 2
 EXIT_INFRA = 4
 
@@ -41,7 +43,7 @@ DatabaseUrlOption = Annotated[
 
 
 def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {plain(message)}", err=True)  # may quote a stored name or model id
     raise typer.Exit(code)
 
 

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, Tim
 from rich.progress import Progress as RichProgress
 from rich.table import Table
 
+from evalsvc.cli._safe import term
 from evalsvc.domain import EXIT_CODES, RunOptions, RunSpec
 from evalsvc.settings import Settings
 
@@ -74,7 +75,7 @@ VERDICT_STYLE = {
 
 
 def _die(message: str, code: int) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {term(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
@@ -116,7 +117,7 @@ class _RichProgress:
     ) -> None:
         for role in roles:
             self.tasks[(suite, role)] = self.progress.add_task(
-                f"{suite} · {self.labels.get(role, role)}",
+                f"{term(suite)} · {term(self.labels.get(role, role))}",
                 total=n_items,
                 completed=n_done.get(role, 0),
             )
@@ -127,13 +128,13 @@ class _RichProgress:
             self.progress.advance(task)
 
     def message(self, text: str) -> None:
-        self.progress.console.log(text)
+        self.progress.console.log(term(text))
 
 
 def _verdict_table(report: dict[str, Any]) -> Table:
     from evalsvc.reports import summary_rows
 
-    table = Table(title=f"evalsvc · run {report['run_id']}", show_lines=False)
+    table = Table(title=f"evalsvc · run {term(report['run_id'])}", show_lines=False)
     # Compact enough for an 80-column CI log; the MDE is in the JSON and Markdown reports. The
     # margin is the one the gate used (the suite's policy, or the submitter's tighter one); a
     # threshold gate (drift) shows the metric, the CI of the metric itself and the threshold.
@@ -149,17 +150,14 @@ def _verdict_table(report: dict[str, Any]) -> Table:
         delta_ci = (
             f"value {r['ci']}" if r["gate_type"] == "threshold" else f"{r['delta']} {r['ci']}"
         )
+        # Candidate and suite names and the model id are untrusted text: escaped for rich.
         table.add_row(
-            r["candidate"],
-            r["suite"],
-            r["metric"],
-            r["baseline"],
-            r["candidate_value"],
-            delta_ci,
-            r["margin"],
-            r["p"],
-            r["n"],
-            f"[{VERDICT_STYLE.get(v, '')}]{r['verdict']}[/]" + (" *" if marked else ""),
+            *(term(r[k]) for k in ("candidate", "suite", "metric", "baseline", "candidate_value")),
+            term(delta_ci),
+            term(r["margin"]),
+            term(r["p"]),
+            term(r["n"]),
+            f"[{VERDICT_STYLE.get(v, '')}]{term(r['verdict'])}[/]" + (" *" if marked else ""),
         )
     return table
 
@@ -174,17 +172,19 @@ def _print_headlines(report: dict[str, Any]) -> None:
         for s in cand["suites"]:
             line = headline(s)
             if line:
-                err.print(f"  {name} · {s['suite']}: {line}", highlight=False)
+                err.print(f"  {term(name)} · {term(s['suite'])}: {term(line)}", highlight=False)
     for cand in report["candidates"]:
         name = endpoint_label(cand)
         reasons = cand.get("reasons") or []
         if not reasons:
             continue
         v = cand.get("verdict", "")
-        err.print(f"* {name}: [{VERDICT_STYLE.get(v, '')}]{v}[/], because", highlight=False)
+        err.print(
+            f"* {term(name)}: [{VERDICT_STYLE.get(v, '')}]{term(v)}[/], because", highlight=False
+        )
         for r in reasons:
             where = f"{r['suite']} · " if r.get("suite") else ""
-            err.print(f"  - {where}{r['code']}: {r['message']}", highlight=False, markup=False)
+            err.print(f"  - {term(where)}{term(r['code'])}: {term(r['message'])}", highlight=False)
 
 
 def _write_outputs(
@@ -267,6 +267,7 @@ def compare(
 
     from evalsvc.cli._dbcommon import store_exit_code
     from evalsvc.db import StoreError
+    from evalsvc.endpoints import redact_url
     from evalsvc.runner import CapabilityError, InfrastructureError
     from evalsvc.services import runs
 
@@ -304,9 +305,9 @@ def compare(
         raise _die(_one_line(exc), EXIT_CODES["usage"]) from exc
     except StoreError as exc:
         raise _die(str(exc), store_exit_code(exc)) from exc
-    labels = {"baseline": f"baseline {refs[0].name or refs[0].url}"}
+    labels = {"baseline": f"baseline {refs[0].name or redact_url(refs[0].url)}"}
     labels.update(
-        {f"candidate:{i}": f"candidate {r.name or r.url}" for i, r in enumerate(refs[1:])}
+        {f"candidate:{i}": f"candidate {r.name or redact_url(r.url)}" for i, r in enumerate(refs[1:])}
     )
     columns = (
         TextColumn("{task.description}"),
@@ -343,15 +344,19 @@ def compare(
         raise ended_without_verdict(stopped, EXIT_CODES["error"]) from exc
     except StoreError as exc:  # read-only or full database mid-run: stop now, say so
         raise ended_without_verdict(exc, store_exit_code(exc)) from exc
+    # The report files first: nothing printed below can lose them.
+    _write_outputs(report, json_out, junit, markdown)
     err.print(_verdict_table(report))
     _print_headlines(report)
     for w in report.get("warnings", []):
-        err.print(f"[yellow]warning:[/] {w}")
+        err.print(f"[yellow]warning:[/] {term(w)}")
     if report.get("error"):
-        err.print(f"[bold magenta]error:[/] {report['error']}")
+        err.print(f"[bold magenta]error:[/] {term(report['error'])}")
     verdict = report["verdict"]
-    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {report['run_id']})")
-    _write_outputs(report, json_out, junit, markdown)
+    err.print(
+        f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{term(verdict)}[/]  "
+        f"(run {term(report['run_id'])})"
+    )
     raise typer.Exit(runs.exit_code(verdict))
 
 
@@ -397,7 +402,7 @@ def _compare_remote(
     run_id: str | None = None
 
     def no_verdict(message: str, code: int = EXIT_CODES["error"]) -> int:
-        err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {term(message)}", highlight=False, soft_wrap=True)
         with contextlib.suppress(Exception):
             _write_outputs(
                 error_report(
@@ -444,42 +449,87 @@ def _compare_remote(
             return no_verdict(f"interrupted while submitting to {server}; check `GET /runs`")
         if resp.status_code >= 400:
             try:
-                detail = resp.json().get("detail", resp.text)
-            except ValueError:
-                detail = resp.text
+                detail = _api_json(resp, server).get("detail", "")
+            except NotTheApi as exc:
+                # A proxy's or SSO's page, not the API's answer: never quote it (an internal
+                # page could be read back this way), and it is infrastructure, not a bad run.
+                return no_verdict(str(exc))
             code = EXIT_CODES["usage"] if resp.status_code in (400, 404, 409, 413, 422) else 4
             if resp.status_code in (401, 403):
                 code = EXIT_CODES["usage"]  # a missing or weak token is configuration
             return no_verdict(
                 f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}", code
             )
-        run_id = str(resp.json()["id"])
-        err.print(f"submitted run {run_id} to {server}")
+        try:
+            answer = _api_json(resp, server)
+            if resp.status_code not in (200, 201, 202) or not isinstance(answer.get("id"), str):
+                raise NotTheApi(_not_the_api(resp, server, "no run id"))
+        except NotTheApi as exc:
+            return no_verdict(str(exc))
+        run_id = str(answer["id"])
+        err.print(f"submitted run {term(run_id)} to {term(server)}")
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         try:
-            status = _follow_remote(http, f"{base}/runs/{run_id}", deadline)
+            status = _follow_remote(http, f"{base}/runs/{run_id}", deadline, server)
             if status is None:
                 return cancel(f"no verdict within --wait-timeout {wait_timeout:g} s")
             report = (
-                http.get(f"{base}/runs/{run_id}/report").json()
+                _api_json(http.get(f"{base}/runs/{run_id}/report"), server, ok=True)
                 if status["status"] == "completed"
                 else None
             )
         except KeyboardInterrupt:
             return cancel("interrupted")
+        except NotTheApi as exc:
+            return no_verdict(f"{exc} (while waiting for run {run_id})")
         except httpx.HTTPError as exc:
             return no_verdict(f"lost contact with {server} while waiting for run {run_id}: {exc}")
     if report is None:
         return no_verdict(f"run {run_id} ended {status.get('status')}: {status.get('error')}")
+    _write_outputs(report, json_out, junit, markdown)  # first: printing cannot lose them
     err.print(_verdict_table(report))
     _print_headlines(report)
-    _write_outputs(report, json_out, junit, markdown)
     verdict = report["verdict"]
-    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {run_id})")
+    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{term(verdict)}[/]  (run {term(run_id)})")
     return exit_code(verdict)
 
 
-def _follow_remote(http: Any, url: str, deadline: float | None) -> dict[str, Any] | None:
+class NotTheApi(Exception):
+    """The ``--server`` answer is not the evalsvc API's JSON (an SSO page, a redirect, a proxy's
+    error page): an infrastructure error (exit 4); ``str()`` says what came back."""
+
+
+def _not_the_api(resp: Any, server: str, why: str) -> str:
+    ctype = resp.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    where = " (redirect; give the API's own base URL)" if resp.is_redirect else ""
+    return (
+        f"{server} did not answer as the evalsvc API: HTTP {resp.status_code} "
+        f"{resp.reason_phrase} with {ctype}, {why}{where}"
+    )
+
+
+def _api_json(resp: Any, server: str, *, ok: bool = False) -> dict[str, Any]:
+    """The JSON object of an API answer, or ``NotTheApi`` (the body is never quoted). ``ok``:
+    anything but 2xx is refused too (a 4xx/5xx JSON error says why in one line)."""
+    if ok and not 200 <= resp.status_code < 300:
+        detail = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(resp.json().get("detail") or "")[:300]
+        if detail:
+            raise NotTheApi(f"{server} answered HTTP {resp.status_code}: {detail}")
+        raise NotTheApi(_not_the_api(resp, server, "not an API answer"))
+    try:
+        value = resp.json()
+    except ValueError:
+        raise NotTheApi(_not_the_api(resp, server, "not JSON")) from None
+    if not isinstance(value, dict):
+        raise NotTheApi(_not_the_api(resp, server, "not a JSON object"))
+    return value
+
+
+def _follow_remote(
+    http: Any, url: str, deadline: float | None, server: str = ""
+) -> dict[str, Any] | None:
     """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
     progress; None when ``deadline`` (monotonic) passes first."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -488,17 +538,16 @@ def _follow_remote(http: Any, url: str, deadline: float | None) -> dict[str, Any
         state = bar.add_task("queued", total=None)
         tasks: dict[tuple[str, str], TaskID] = {}
         while True:
-            resp = http.get(url)
-            resp.raise_for_status()
-            run = resp.json()
-            bar.update(state, description=f"run {run['status']}")
+            run = _api_json(http.get(url), server, ok=True)
+            bar.update(state, description=f"run {term(run['status'])}")
             progress = run.get("progress") or {}
             items, done = progress.get("items") or {}, progress.get("done") or {}
             for suite, roles in sorted(done.items()):
                 for role, n in sorted(roles.items()):
                     key = (suite, role)
                     if key not in tasks:
-                        tasks[key] = bar.add_task(f"{suite} · {role}", total=items.get(suite))
+                        tasks[key] = bar.add_task(f"{term(suite)} · {term(role)}",
+                                                  total=items.get(suite))
                     bar.update(tasks[key], completed=n, total=items.get(suite))
             if run.get("status") in ("completed", "error", "cancelled"):
                 return dict(run)
@@ -529,7 +578,8 @@ def suites_list(
         members = r.get("suites")
         desc = str(r["description"] or "") + (f" ({', '.join(members)})" if members else "")
         items = r.get("items")
-        table.add_row(str(r["name"]), str(r["kind"]), "" if items is None else str(items), desc)
+        table.add_row(term(r["name"]), term(r["kind"]), "" if items is None else str(items),
+                      term(desc))
     Console().print(table)
     from evalsvc.suites import broken_kinds
 
@@ -582,13 +632,13 @@ def plan(
         table.add_column(col, overflow="fold")
     for r in rows:
         table.add_row(
-            r["suite"],
+            term(r["suite"]),
             "—" if r["margin"] is None else f"{r['margin']:g}",
             f"{r['discordance']:.3f}" if r.get("discordance") is not None else "",
             str(r.get("required_items", "")),
             str(r.get("planned_items", "")),
             f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "",
-            r.get("note", ""),
+            term(r.get("note", "")),
         )
     Console().print(table)
 
@@ -613,7 +663,7 @@ def endpoints_add(
 ) -> None:
     """Register an endpoint under NAME (a taken name is refused unless --replace)."""
     from evalsvc.db import Conflict
-    from evalsvc.endpoints import EgressPolicy, EgressRefused
+    from evalsvc.endpoints import EgressPolicy, EgressRefused, redact_url
     from evalsvc.services import registry
     from evalsvc.services.runs import UsageError
 
@@ -634,7 +684,7 @@ def endpoints_add(
             "the endpoint's runs.",
             markup=False,
         )
-    err.print(f"registered {ref.name} → {ref.url}")
+    err.print(f"registered {term(ref.name)} → {term(redact_url(ref.url))}")
 
 
 @endpoints_app.command("list")
@@ -658,7 +708,7 @@ def endpoints_list(
     for col in ("name", "url", "model", "api key env"):
         table.add_column(col)
     for r in refs:
-        table.add_row(r.name or "", r.url, r.model or "", r.api_key_env or "")
+        table.add_row(*(term(v or "") for v in (r.name, r.url, r.model, r.api_key_env)))
     Console().print(table)
 
 

@@ -21,9 +21,11 @@ from rich.table import Table
 
 from evalsvc.db import Store, StoreError
 from evalsvc.domain import RunInfo, RunStatus
+from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
 
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
+from ._safe import term
 
 app = typer.Typer(no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)
@@ -67,7 +69,8 @@ def _summary(run: RunInfo) -> dict[str, Any]:
 
 
 def _emit_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    # Stored URLs and errors may predate the userinfo rule: never print their credentials.
+    sys.stdout.write(json.dumps(redact_urls_in(value), indent=2, default=str) + "\n")
 
 
 @app.command("list")
@@ -100,15 +103,16 @@ def list_runs(
     for col in ("id", "created", "status", "verdict", "baseline", "candidates", "suites"):
         table.add_column(col, overflow="fold")
     for r in runs:
-        s = _summary(r)
+        s = redact_urls_in(_summary(r))
+        # Names, URLs and suites come from submitters: escaped for rich (markup, controls).
         table.add_row(
             r.id[: history.MIN_PREFIX],
             fmt_time(r.created_at),
             s["status"],
-            s["verdict"] or "-",
-            s["baseline"],
-            ", ".join(s["candidates"]),
-            ", ".join(s["suites"]),
+            term(s["verdict"] or "-"),
+            term(s["baseline"]),
+            term(", ".join(s["candidates"])),
+            term(", ".join(s["suites"])),
         )
     _out.print(table)
 
@@ -121,21 +125,21 @@ def show(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
     if as_json:
         _emit_json(info.model_dump(mode="json", exclude={"lease_owner", "lease_expires_at"}))
         return
-    s = _summary(info)
+    s = redact_urls_in(_summary(info))
     for key in ("id", "status", "verdict", "baseline", "candidates", "suites", "labels"):
         value = s[key]
         if isinstance(value, list):
             value = ", ".join(value)
         elif isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
-        _out.print(f"{key:>11}: {value if value is not None else '-'}")
+        _out.print(f"{key:>11}: {term(value) if value is not None else '-'}")
     _out.print(f"{'created':>11}: {fmt_time(info.created_at)}")
     _out.print(f"{'finished':>11}: {fmt_time(info.finished_at)}")
     for p in history.progress(info):
         planned = "?" if p.planned is None else p.planned
-        _out.print(f"{'progress':>11}: {p.suite} · {p.role}: {p.done}/{planned}")
+        _out.print(f"{'progress':>11}: {term(p.suite)} · {term(p.role)}: {p.done}/{planned}")
     if info.error:
-        _out.print(f"{'error':>11}: {info.error}")
+        _out.print(f"{'error':>11}: {term(s['error'])}")
 
 
 @app.command("cancel")
@@ -181,7 +185,7 @@ def report(
         ended = f": {info.error}" if info.error else ""
         fail(f"run {info.id} is {info.status.value}; no report{ended}", EXIT_CONFIG)
     text = {
-        ReportFormat.json: lambda: json.dumps(stored, indent=2) + "\n",
+        ReportFormat.json: lambda: json.dumps(redact_urls_in(stored), indent=2) + "\n",
         ReportFormat.junit: lambda: to_junit(stored),
         ReportFormat.markdown: lambda: to_markdown(stored),
     }[format]()

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from evalsvc.db import Store, StoreError
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import registry
 
 from ._dbcommon import (
@@ -31,6 +32,7 @@ from ._dbcommon import (
     open_store,
     with_store,
 )
+from ._safe import term
 
 app = typer.Typer(name="schedules", help="Cron schedules that queue runs.", no_args_is_help=True)
 
@@ -154,18 +156,20 @@ def list_(
     finally:
         store.close()
     if as_json:
-        typer.echo(json.dumps(schedules, default=str, indent=2))
+        # Templates stored before the userinfo rule may hold credentials in their URLs.
+        typer.echo(json.dumps(redact_urls_in(schedules), default=str, indent=2))
         return
     table = Table("name", "cron (UTC)", "next fire", "last fire", "suites", "id", "last error")
-    for s in schedules:
+    for s in redact_urls_in(schedules):
+        # Names, suites and errors are user- and endpoint-provided text: escaped for rich.
         table.add_row(
-            s["name"] if s["enabled"] else f"{s['name']} (disabled)",
-            s["cron"],
+            term(s["name"] if s["enabled"] else f"{s['name']} (disabled)"),
+            term(s["cron"]),
             fmt_time(s["next_fire_time"]),
             fmt_time(s["last_fire_time"]),
-            ", ".join(s["template"].get("suites", [])),
-            s["id"],
-            f"{fmt_time(s['last_error_at'])} {s['last_error']}" if s.get("last_error") else "",
+            term(", ".join(s["template"].get("suites", []))),
+            term(s["id"]),
+            term(f"{fmt_time(s['last_error_at'])} {s['last_error']}") if s.get("last_error") else "",
         )
     Console().print(table)
 

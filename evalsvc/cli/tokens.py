@@ -25,6 +25,7 @@ from ._dbcommon import (
     open_store,
     with_store,
 )
+from ._safe import term
 
 app = typer.Typer(name="tokens", help="Bearer tokens of the REST API.", no_args_is_help=True)
 
@@ -74,8 +75,8 @@ def list_(
     table = Table("name", "scopes", "created", "last used", "revoked")
     for t in tokens:
         table.add_row(
-            t["name"],
-            ", ".join(t["scopes"]),
+            term(t["name"]),
+            term(", ".join(t["scopes"])),
             fmt_time(t["created_at"]),
             fmt_time(t["last_used_at"]),
             fmt_time(t["revoked_at"]),

@@ -1,18 +1,25 @@
 """Routes of the web dashboard (HTML pages, report downloads, the live-status JSON).
 
 Contract: every page needs the ``read`` scope (see the package docstring); an unauthenticated
-browser is redirected to ``/login``. Unknown runs, suites or candidates answer 404 pages; bad
+browser is redirected to ``/login``. The two forms (``POST /login``, ``POST /logout``) are
+protected against cross-site requests: an ``Origin`` (or, without one, ``Referer``) naming
+another host is refused, and the form must carry the double-submit token that every page sets
+in the ``evalsvc_csrf`` cookie (SameSite=Strict, HttpOnly) and in its forms (OWASP CSRF
+Prevention Cheat Sheet: "Verifying Origin with standard headers", "Double Submit Cookie").
+Unknown runs, suites or candidates answer 404 pages; bad
 filter values are reported on the page and ignored. Responses carry a CSP that only allows
 scripts from ``/static``.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 import jinja2
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
@@ -23,6 +30,7 @@ from starlette.responses import Response
 
 from evalsvc import __version__
 from evalsvc.api._deps import IMPLIED_SCOPES, Principal, StateDep, StoreDep, principal_for_token
+from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import dashboard as svc
 
@@ -30,6 +38,7 @@ from ._static import CachedStatic
 
 _HERE = Path(__file__).resolve().parent
 COOKIE_NAME = "evalsvc_token"
+CSRF_COOKIE = "evalsvc_csrf"
 _ANON = Principal(name="anonymous (auth off)", scopes=IMPLIED_SCOPES["admin"])
 
 #: Scripts only from this server; styles may be set inline by the chart library's tooltips.
@@ -104,11 +113,54 @@ router = APIRouter(include_in_schema=False)
 _JSON_PATHS = ("/api/", "/ui/", "/static/", "/openapi", "/metrics", "/healthz", "/docs/")
 
 
+def _csrf_token(request: Request) -> str:
+    """The browser's double-submit token: its cookie's value, or a new random one."""
+    current = request.cookies.get(CSRF_COOKIE, "")
+    if len(current) == 43 and current.replace("-", "").replace("_", "").isalnum():
+        return current
+    return secrets.token_urlsafe(32)  # 32 bytes: 43 URL-safe characters
+
+
 def _page(request: Request, template: str, viewer: Principal | None, **context: Any) -> HTMLResponse:
+    csrf = _csrf_token(request)
+    # Every page shows stored URLs and errors: credentials stored before the userinfo rule (or
+    # in ?password=-like parameters) are redacted here, once for every page.
     html = _env.get_template(template).render(
-        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON, **context
+        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON, csrf=csrf,
+        **redact_urls_in(context),
     )
-    return HTMLResponse(html)
+    resp = HTMLResponse(html)
+    if request.cookies.get(CSRF_COOKIE) != csrf:
+        resp.set_cookie(CSRF_COOKIE, csrf, httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", path="/")
+    return resp
+
+
+class CrossSiteRequest(Exception):
+    """A form post that did not come from this dashboard's own pages."""
+
+
+def _check_same_origin(request: Request, form: dict[str, list[str]]) -> None:
+    """Refuse (``CrossSiteRequest``) a form post from another site: its ``Origin`` (else its
+    ``Referer``) must name this host, and its ``csrf`` field must equal the ``evalsvc_csrf``
+    cookie. Browsers send Origin on every cross-site POST; the token covers clients that send
+    neither header, and a SameSite=Strict cookie is never sent by another site's form."""
+    host = request.headers.get("host", "").lower()
+    origin = request.headers.get("origin")
+    source = origin if origin is not None else request.headers.get("referer")
+    # "null": a sandboxed frame, a data: URL or a redirect from another origin.
+    if source is not None and (source == "null" or urlsplit(source).netloc.lower() != host):
+        raise CrossSiteRequest("a form posted from another site is refused")
+    sent = (form.get("csrf") or [""])[0]
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    if not sent or not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
+        raise CrossSiteRequest("form token missing or stale: reload the page and try again")
+
+
+def _refused(request: Request, exc: CrossSiteRequest) -> HTMLResponse:
+    resp = _page(request, "error.html", None, title="Refused", message=str(exc))
+    resp.status_code = status.HTTP_403_FORBIDDEN
+    return resp
 
 
 def _not_found(request: Request, viewer: Principal | None, message: str) -> HTMLResponse:
@@ -136,6 +188,10 @@ def login_form(request: Request, state: StateDep, next: str = "/") -> HTMLRespon
 @router.post("/login")
 async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        _check_same_origin(request, form)
+    except CrossSiteRequest as exc:
+        return _refused(request, exc)
     token = (form.get("token") or [""])[0].strip()
     next_url = _safe_next((form.get("next") or ["/"])[0])
     message = None
@@ -168,7 +224,12 @@ async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
 
 
 @router.post("/logout")
-def logout() -> Response:
+async def logout(request: Request) -> Response:
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        _check_same_origin(request, form)
+    except CrossSiteRequest as exc:
+        return _refused(request, exc)
     resp = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     resp.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
     return resp
@@ -254,7 +315,7 @@ def report_download(run_id: str, fmt: str, store: StoreDep, viewer: Viewer) -> R
         return PlainTextResponse(f"run {run_id!r} has no report (yet)", status_code=404)
     name = f"evalsvc-{run_id[:12]}"
     if fmt == "json":
-        body, ctype = json.dumps(report, indent=2), "application/json"
+        body, ctype = json.dumps(redact_urls_in(report), indent=2), "application/json"
     elif fmt == "xml":
         body, ctype = to_junit(report), "application/xml"
     elif fmt == "md":
@@ -303,7 +364,8 @@ def compare_page(
 def live(store: StoreDep, viewer: Viewer, ids: str = "") -> JSONResponse:
     """Status and progress of the given runs (comma-separated ids); the pages poll this."""
     wanted = [i for i in ids.split(",") if i and len(i) <= 64 and i.isalnum()]
-    return JSONResponse(svc.live_status(store, wanted), headers={"Cache-Control": "no-store"})
+    return JSONResponse(redact_urls_in(svc.live_status(store, wanted)),
+                        headers={"Cache-Control": "no-store"})
 
 
 # ------------------------------------------------------------------------------ install

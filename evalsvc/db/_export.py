@@ -2,7 +2,8 @@
 
 One row per sample, joined with the endpoint snapshot of its role (URL, model). ``data`` is
 kept as a JSON string in Parquet/CSV (its keys differ by suite kind, so it has no fixed
-column schema) and as an object in JSON Lines.
+column schema) and as an object in JSON Lines. CSV text cells that a spreadsheet would run as a
+formula (``= + - @``, tab, CR first) get a leading apostrophe (``evalsvc.textsafe.csv_cell``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pandas as pd
 # egress: the one URL redaction helper (stdlib only, no I/O), so exports of runs stored before
 # the userinfo rule never show a credential (docs/security.md).
 from evalsvc.endpoints._urls import redact_text, redact_url
+from evalsvc.textsafe import csv_cell
 
 from ._store import Store
 
@@ -81,7 +83,15 @@ def export_samples(store: Store, run_id: str, *, format: ExportFormat, out: Path
     if format == "parquet":
         frame.to_parquet(out, index=False)
     elif format == "csv":
-        frame.to_csv(out, index=False)
+        # Spreadsheets run cells that start with = + - @ as formulas (CSV injection); model
+        # outputs and ids are untrusted text, so such cells get a leading apostrophe (OWASP).
+        # Numeric columns are untouched: a negative score is a number, not a formula.
+        text_columns = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
+        for column in text_columns:
+            frame[column] = frame[column].map(csv_cell)
+        # RFC 4180 line ends: with them the writer also quotes a field holding a bare CR, which
+        # it leaves unquoted with "\n" line ends (and readers then split the row there).
+        frame.to_csv(out, index=False, lineterminator="\r\n")
     else:
         raise ValueError(f"unknown export format {format!r}; use one of {EXPORT_FORMATS}")
     return len(frame)

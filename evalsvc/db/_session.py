@@ -24,6 +24,9 @@ from sqlalchemy import event, exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from evalsvc.endpoints._urls import redact_text
+from evalsvc.endpoints._urls import redact_url as _redact_any_url
+
 from ._errors import (
     Conflict,
     DatabaseConfigError,
@@ -39,11 +42,11 @@ _BEGIN_OPTION = "evalsvc_sqlite_begin"
 
 
 def redact_url(url: str | sa.URL) -> str:
-    """The URL without its password, for messages and logs (a malformed URL: a placeholder)."""
-    try:
-        return sa.make_url(url).render_as_string(hide_password=True)
-    except exc.ArgumentError:
-        return "<malformed database URL>"
+    """The URL without credentials, for messages, logs and ``/healthz``: the one redaction of
+    ``evalsvc.endpoints`` (userinfo and ``?password=``-like parameters, any case)."""
+    if isinstance(url, sa.URL):
+        url = url.render_as_string(hide_password=False)
+    return _redact_any_url(url)
 
 
 #: PostgreSQL SQLSTATEs of a database that refuses writes: read_only_sql_transaction, disk_full,
@@ -71,7 +74,7 @@ def create_engine(url: str) -> Engine:
     except (exc.ArgumentError, exc.NoSuchModuleError, ImportError) as err:
         shown = redact_url(url)
         raise DatabaseConfigError(
-            f"invalid database URL {shown}: {str(err).splitlines()[0]} (expected e.g. "
+            f"invalid database URL {shown}: {redact_text(str(err).splitlines()[0])} (expected e.g. "
             "sqlite:///path/to/evalsvc.db or postgresql+psycopg://user@host:5432/dbname)"
         ) from err
 
@@ -139,7 +142,8 @@ def translate_error(err: exc.SQLAlchemyError, url: str | sa.URL) -> StoreError:
     """Map a SQLAlchemy error to the domain error a caller can act on."""
     orig = getattr(err, "orig", None)
     detail = str(orig if orig is not None else err).strip().splitlines()
-    first = detail[0] if detail else type(err).__name__
+    # Driver messages may quote a connection string; never show its credentials.
+    first = redact_text(detail[0]) if detail else type(err).__name__
     if isinstance(err, exc.IntegrityError):
         return Conflict(first)
     sqlstate = getattr(orig, "sqlstate", None)

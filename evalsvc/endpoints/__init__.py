@@ -16,7 +16,13 @@ from evalsvc.endpoints._client import (
 )
 from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
 from evalsvc.endpoints._probe import CAPABILITIES, probe
-from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text, redact_url
+from evalsvc.endpoints._urls import (
+    UrlError,
+    check_endpoint_url,
+    redact_text,
+    redact_url,
+    redact_urls_in,
+)
 
 __all__ = [
     "CAPABILITIES",
@@ -32,6 +38,7 @@ __all__ = [
     "probe",
     "redact_text",
     "redact_url",
+    "redact_urls_in",
     "root_url",
     "status_line",
 ]

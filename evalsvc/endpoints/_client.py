@@ -207,7 +207,7 @@ class EndpointClient:
             return EndpointError(f"timeout: {type(exc).__name__} on {url}")
         if isinstance(exc, EgressRefused):
             return EndpointError(f"refused by the egress policy: {exc}")
-        return EndpointError(f"{type(exc).__name__}: {exc or 'connection failed'} ({url})")
+        return EndpointError(f"{failure_class(exc)} ({url})")
 
     async def _send(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, bytes]:
         """One request with retries, a total deadline per attempt, and the body capped."""
@@ -356,7 +356,7 @@ class EndpointClient:
         except EndpointError as exc:
             out = Completion(error=str(exc))
         except Exception as exc:  # noqa: BLE001 - a failed request must become a recorded error
-            out = Completion(error=f"{type(exc).__name__}: {exc}")
+            out = Completion(error=failure_class(exc))
         out.latency_s = time.perf_counter() - start
         return out
 
@@ -398,6 +398,23 @@ class EndpointClient:
             raise self._failure(exc, url, "stream") from exc
         out.text = "".join(pieces)
         return out
+
+
+def failure_class(exc: BaseException) -> str:
+    """One line naming what failed, never quoting the peer: h11 and h2 put the offending status
+    or header line into their messages (``illegal status line: bytearray(b'... secret_key=...')``)
+    and a parser's message can quote the body, and run errors are shown to every reader.
+    Socket errors (refused, reset, TLS verification) are the local OS's or ssl's words and are
+    kept, on one line and redacted."""
+    name = type(exc).__name__
+    if isinstance(exc, httpx.ProtocolError):
+        return f"protocol error: the answer is not valid HTTP ({name})"
+    if isinstance(exc, httpx.DecodingError):
+        return f"decoding error: the body does not decode per its Content-Encoding ({name})"
+    if isinstance(exc, httpx.NetworkError | OSError):
+        detail = " ".join(str(exc).split())[:200]
+        return f"{name}: {redact_text(detail) or 'connection failed'}"
+    return f"{name} (details withheld: they could quote the endpoint's answer)"
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> bytes:

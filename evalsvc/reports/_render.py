@@ -23,6 +23,7 @@ from evalsvc import __version__
 from evalsvc.domain import EndpointRef, Provenance
 from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import RunResult
+from evalsvc.textsafe import visible_controls
 
 from ._findings import findings
 from ._gatecols import gate_view, reason_lines, reasons_of
@@ -127,7 +128,9 @@ _XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 
 def md_text(value: Any) -> str:
     """``value`` as inert Markdown text on one line (for endpoint-provided strings)."""
-    text = " ".join(str(value).split())
+    # ESC and the other controls are written as visible escapes: a report.md shown with `cat`
+    # or in a terminal pager must not clear the screen or fake a verdict (evalsvc.textsafe).
+    text = visible_controls(" ".join(str(value).split()))
     text = html.escape(text, quote=False)
     text = _MD_SPECIAL.sub(r"\\\1", text)
     return text.replace("://", "\\://")  # no bare autolinks either

@@ -114,6 +114,12 @@ def parse_filters(
             problems.append(f"label: {label!r} is not key=value")
     start = day(since, "from")
     end = day(until, "to")
+    if end is not None:
+        try:
+            end += timedelta(days=1)  # "to" is inclusive
+        except OverflowError:  # 9999-12-31: the day after is past datetime's range
+            problems.append(f"to: {until!r} is past the last date this dashboard can filter on")
+            end = None
     return (
         RunFilters(
             endpoint=endpoint or None,
@@ -122,7 +128,7 @@ def parse_filters(
             status=status or None,
             label=pair,
             since=start,
-            until=end + timedelta(days=1) if end else None,  # "to" is inclusive
+            until=end,
         ),
         problems,
     )

@@ -121,10 +121,17 @@ def server_policy() -> EgressPolicy:
         raise UsageError(str(exc)) from None
 
 
-def check_server_spec(spec: RunSpec, *, store: Store, policy: EgressPolicy | None = None) -> None:
+def check_server_spec(
+    spec: RunSpec, *, store: Store, policy: EgressPolicy | None = None, names: bool = True
+) -> None:
     """Refuse (``UsageError``) a spec a server-mode process must not execute: URLs with
     userinfo or outside the egress policy, and credentials on anything but an endpoint an admin
     registered with that URL and that ``api_key_env`` (under the allowed prefix).
+
+    ``names`` (at submission): an endpoint's ``name`` that is a registered endpoint's name must
+    come with that endpoint's URL, or a run testing one URL could pose as a registered endpoint
+    in every view that shows names (runs list, reports, metrics). Workers skip it: a run queued
+    before an admin moved a registration to another URL still runs what was submitted.
 
     Called at submission (REST runs and schedules) and again by the worker before it connects,
     so a run stored before these rules, or edited in the database, cannot exfiltrate a secret.
@@ -136,6 +143,8 @@ def check_server_spec(spec: RunSpec, *, store: Store, policy: EgressPolicy | Non
         try:
             check_endpoint_url(ref.url)
             policy.check_url(ref.url)
+            if names and ref.name:
+                _check_name_matches(ref, store)
             if ref.api_key_env is not None:
                 registered = store.get_endpoint(ref.name) if ref.name else None
                 if (
@@ -153,6 +162,15 @@ def check_server_spec(spec: RunSpec, *, store: Store, policy: EgressPolicy | Non
             problems.append(f"{role}: {exc}")
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def _check_name_matches(ref: EndpointRef, store: Store) -> None:
+    registered = store.get_endpoint(ref.name) if ref.name else None
+    if registered is not None and registered.url.rstrip("/") != ref.url.rstrip("/"):
+        raise EgressRefused(
+            f"name {ref.name!r} is a registered endpoint with another URL: give the name alone "
+            "to test the registered endpoint, or another label for this URL"
+        )
 
 
 def compare(
@@ -243,7 +261,7 @@ def execute_stored_run(
     try:
         suites = load_suites(run.spec)
         policy = server_policy()
-        check_server_spec(run.spec, store=store, policy=policy)
+        check_server_spec(run.spec, store=store, policy=policy, names=False)
     except UsageError as exc:
         store.finish_run(
             run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id

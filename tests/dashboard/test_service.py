@@ -4,6 +4,7 @@ PostgreSQL (``EVALSVC_TEST_DATABASE_URL``), statistics checked against scipy/sta
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from scipy import stats
@@ -160,10 +161,14 @@ def test_pages_follow_the_api_auth(db_url: str) -> None:
         client.cookies.clear()
         # Login: a bad token is refused on the page; a good one sets the cookie and redirects
         # to a local path only (never to another site).
-        bad = client.post("/login", content="token=nope&next=/", follow_redirects=False,
+        # (The form's CSRF token comes with the sign-in page, as in a browser.)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', client.get("/login").text)
+        assert csrf is not None
+        bad = client.post("/login", content=f"token=nope&next=/&csrf={csrf[1]}",
+                          follow_redirects=False,
                           headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert bad.status_code == 401 and "invalid or revoked" in bad.text
-        ok = client.post("/login", content=f"token={token}&next=//evil.example/",
+        ok = client.post("/login", content=f"token={token}&next=//evil.example/&csrf={csrf[1]}",
                          follow_redirects=False,
                          headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert ok.status_code == 303 and ok.headers["location"] == "/"

@@ -1,5 +1,6 @@
 """``/healthz`` and ``/metrics``: no authentication (probes and Prometheus scrapers carry no
-token; neither exposes more than the database URL without its password and aggregate counts).
+token; neither exposes more than aggregate counts and URLs without credentials: userinfo and
+``?password=``-like parameters are redacted by ``evalsvc.endpoints.redact_url``).
 """
 
 from __future__ import annotations
