@@ -50,6 +50,7 @@ from evalsvc.stats._power import (
     required_n,
     required_n_mean,
 )
+from evalsvc.stats._retention import RetentionTest, retention_t, retention_test
 from evalsvc.stats._sequential import (
     SequentialSimulation,
     confidence_sequence,
@@ -66,6 +67,7 @@ __all__ = [
     "MarginTest",
     "MeanTest",
     "PairedBinaryCounts",
+    "RetentionTest",
     "SequentialSimulation",
     "as_binary_vector",
     "as_vector",
@@ -75,6 +77,8 @@ __all__ = [
     "cluster_robust_mean",
     "confidence_sequence",
     "holm",
+    "retention_t",
+    "retention_test",
     "weighted_holm",
     "mcnemar_exact",
     "mde_mean",
