@@ -50,7 +50,13 @@ from evalsvc.stats._power import (
     required_n,
     required_n_mean,
 )
-from evalsvc.stats._retention import RetentionTest, retention_t, retention_test
+from evalsvc.stats._retention import (
+    RetentionTest,
+    retention_mde,
+    retention_required_n,
+    retention_t,
+    retention_test,
+)
 from evalsvc.stats._sequential import (
     SequentialSimulation,
     confidence_sequence,
@@ -77,6 +83,8 @@ __all__ = [
     "cluster_robust_mean",
     "confidence_sequence",
     "holm",
+    "retention_mde",
+    "retention_required_n",
     "retention_t",
     "retention_test",
     "weighted_holm",

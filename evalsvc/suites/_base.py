@@ -34,6 +34,7 @@ from evalsvc.gates import (
     generic_default,
     resolve,
 )
+from evalsvc.stats import mde_paired_binary, required_n
 
 Emit = Callable[[Sample], Awaitable[None]]
 
@@ -209,6 +210,17 @@ class Suite(ABC):
         theirs (reasoning: family × level, needle: length, depth, length × depth). Default:
         none."""
         return {}
+
+    def required_pairs(
+        self, margin: float, discordance: float, alpha: float, power: float
+    ) -> int:
+        """Gated pairs to pass a candidate as good as the baseline with ``power`` (``evalsvc
+        plan``); the default is the paired binary score test's (Nam 1997)."""
+        return required_n(margin, discordance, alpha, power)
+
+    def mde_pairs(self, n: int, discordance: float, alpha: float, power: float) -> float:
+        """The gate's minimum detectable effect at ``n`` pairs (``evalsvc plan``)."""
+        return mde_paired_binary(n, discordance, alpha, power)
 
     def stage_sizes(self) -> list[int] | None:
         """Item counts after which the runner gates and stops once every candidate's gate has

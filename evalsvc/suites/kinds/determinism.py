@@ -62,7 +62,7 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdict
-from evalsvc.stats import retention_test
+from evalsvc.stats import retention_mde, retention_required_n, retention_test
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._paths import catalog_dir
 
@@ -328,6 +328,15 @@ class DeterminismSuite(Suite):
         while sizes[-1] * 2 < p.max_n:
             sizes.append(sizes[-1] * 2)
         return [*sizes, p.max_n]
+
+    def required_pairs(
+        self, margin: float, discordance: float, alpha: float, power: float
+    ) -> int:
+        # The retention test at α/looks (evalsvc.stats.retention_required_n).
+        return retention_required_n(margin, discordance, alpha, power, looks=self.looks())
+
+    def mde_pairs(self, n: int, discordance: float, alpha: float, power: float) -> float:
+        return retention_mde(n, discordance, alpha, power, looks=self.looks())
 
     def looks(self) -> int:
         """Planned looks of the staged design (1 without stages): each tests at α/looks."""
@@ -647,7 +656,7 @@ def retention_gate(
     ub = statistics.fmean(unstable_b) if n else float("nan")
     uc = statistics.fmean(unstable_c) if n else float("nan")
     test_name = (
-        "stable-answer retention: cluster-robust (CR1) Johnson-corrected t of s_c − (1 − δ)·s_b, "
+        "stable-answer retention: cluster-robust (CR1) skewness-corrected t of s_c − (1 − δ)·s_b, "
         f"Fieller-type interval, α/{looks} per look"
     )
     if n == 0:
