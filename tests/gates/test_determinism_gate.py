@@ -197,7 +197,7 @@ def test_aa_never_fails_beyond_alpha_on_any_host(q: float) -> None:
 def test_error_rates_at_the_margin_stay_within_alpha(q: float) -> None:
     """A candidate that keeps exactly 90% of the baseline's stable answers (alter 0.125 on 80% of
     the pairs): the staged gate fails it and passes it each at most α of the time (with four
-    looks at α/4, Johnson's skewness correction, measured 0.02–0.05)."""
+    looks at α/4 and the skewness correction, measured 0.028–0.053 in 2000 runs)."""
     sims = 1500
     r = staged(q, 0.125, sims=sims, seed=17 + int(q * 100))
     assert r.fail <= ALPHA + _mc(ALPHA, sims)
@@ -206,7 +206,7 @@ def test_error_rates_at_the_margin_stay_within_alpha(q: float) -> None:
 
 # Power of the catalog design against a candidate changing 30% of its concurrent answers (the
 # planted proxy measured 28% on the stable host), and the mean probes used; docs §6a's table.
-POWER = {0.0: (1.0, 13), 0.15: (0.99, 24), 0.3: (0.98, 36), 0.45: (0.94, 50), 0.6: (0.80, 64)}
+POWER = {0.0: (1.0, 13), 0.15: (1.0, 24), 0.3: (0.999, 36), 0.45: (0.965, 47), 0.6: (0.861, 62)}
 
 
 @pytest.mark.parametrize("q", HOSTS)
@@ -214,7 +214,8 @@ def test_planted_candidate_fails_on_any_host(q: float) -> None:
     power, probes = POWER[q]
     r = staged(q, 0.3, sims=600, seed=29 + int(q * 100))
     assert r.fail >= power - 0.04
-    assert r.passed == 0.0
+    # A false pass is an α-level error at the margin and rarer beyond it (2 of 600 at 60%).
+    assert r.passed <= 0.01
     assert r.mean_probes <= probes + 6
 
 
@@ -244,12 +245,12 @@ def test_the_absolute_statistic_saturates_and_retention_does_not() -> None:
 def test_test_suite_design_decides_on_noisy_hosts() -> None:
     """The real-endpoint test's host suite (6 pairs per probe, 5 of 6 concurrent; stages 8, 16,
     32, 64): the planted proxy (half of the concurrent answers, ≈ 40% of the pairs) fails on a
-    stable host at the first stage and at 30% / 60% unstable with high power; bf16 itself never
+    stable host by the second stage and at 30% / 60% unstable with high power; bf16 itself never
     fails. The noisy-baseline test's design (6 pairs per probe, all concurrent, independent noise
     45% vs 65%; stages 16 … 128) fails the noisier candidate."""
     host = (8, 16, 32, 64)
     stable = staged(0.0, 0.4, stages=host, per=6, concurrent=5 / 6, sims=400, seed=1)
-    assert stable.fail == 1.0 and stable.decided_by[8] >= 0.95
+    assert stable.fail == 1.0 and stable.decided_by[16] >= 0.95
     for q, power in ((0.3, 0.95), (0.6, 0.8)):
         r = staged(q, 0.4, stages=host, per=6, concurrent=5 / 6, sims=400, seed=2)
         assert r.fail >= power, (q, r)
@@ -272,3 +273,35 @@ def test_test_suite_design_decides_on_noisy_hosts() -> None:
                 fails += t < 0
                 break
     assert fails / sims >= 0.95
+
+
+def test_planning_formula_matches_its_simulation_and_its_mde() -> None:
+    """``evalsvc plan``'s size for the retention test (independent noise at rate q, discordance
+    2q(1 − q)): at the planned pairs a candidate as unstable as the baseline passes with about the
+    asked power (simulated with the test itself), and the MDE at that n is the margin."""
+    from evalsvc.stats import retention_mde, retention_required_n
+
+    q = 0.3
+    psi = 2 * q * (1 - q)
+    n = retention_required_n(MARGIN, psi, ALPHA, 0.8, looks=4)
+    z = stats.norm.ppf(1 - ALPHA / 4) + stats.norm.ppf(0.8)
+    sd = math.sqrt(q * (1 - q) * (1 + 0.9**2))
+    assert n == math.ceil((z * sd / (MARGIN * (1 - q))) ** 2)
+    assert retention_mde(n, psi, ALPHA, 0.8, looks=4) == pytest.approx(MARGIN, abs=0.002)
+    rng = np.random.default_rng(12)
+    sims = 800
+    passes = sum(
+        retention_test((rng.random(n) >= q).astype(float), (rng.random(n) >= q).astype(float),
+                       margin=MARGIN, looks=4).verdict == "pass"
+        for _ in range(sims)
+    )
+    assert passes / sims == pytest.approx(0.8, abs=0.05)
+
+
+def test_catalog_stages_and_looks() -> None:
+    suite = resolve(["determinism"])[0]
+    assert suite.stage_sizes() == [12, 24, 48, 96]
+    smoke = resolve(["determinism-smoke"])[0]
+    assert smoke.stage_sizes() is None
+    over = suite.with_overrides(samples=40, seed=None)
+    assert over.stage_sizes() == [40, 80, 96]  # --samples sets the first stage; the cap stays

@@ -7,9 +7,9 @@ it decides. Two runs through loopback fault proxies in front of the real bf16 en
 1. **Planted batch dependence on the host's own bf16.** A proxy that changes the answer (swaps a
    confident token for the runner-up) on half of the chat requests arriving while another is in
    flight **fails**, and bf16 against itself never fails. Where bf16 is stable under load (the
-   AMD development host) the first stage decides; where it is 30–60% unstable (Intel AMX hosts:
-   31%) the stages grow up to the cap (simulated power of this suite's design: 1.00 at 0%, 0.99
-   at 30%, 0.92 at 60% unstable; ``test_test_suite_design_decides_on_noisy_hosts``).
+   AMD development host) the first or second stage decides; where it is 30–60% unstable (Intel AMX hosts:
+   31%) the stages grow up to the cap (simulated power of this suite's design: 1.00 at 0%, 0.997
+   at 30%, 0.88 at 60% unstable; ``tests/gates/test_determinism_gate.py``).
 2. **A noisy baseline made here**, so that the noisy-host case runs on every host: the baseline
    is a proxy that changes 45% of the concurrent answers, independently per request (random
    token swaps); an equally noisy copy of it never fails against it, and a candidate changing

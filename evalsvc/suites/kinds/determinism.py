@@ -31,12 +31,20 @@ its output differs from the prompt's **modal output** on that endpoint (the most
 among its batch-1 reference and every batched sample of the prompt; the plain and the
 prefixed variants apart; a tie goes to the reference). The candidate's indicator is paired with
 the baseline's under the same traffic — the baseline's own instability is the noise floor — and
-gated as a lower-is-better paired binary non-inferiority test (margin 0.10: at most 10 points
-more unstable answers than the baseline), samples of one prompt forming a cluster. Per-condition
-identity to the batch-1 output, distinct outputs per prompt and tie/confident flips stay in the
-report. A response without the logprobs the suite asked for is reported as a finding
-(``details.missing_logprobs``): its flips cannot be classified. ``gate.threshold`` in the YAML
-switches to an absolute threshold on the candidate's unstable rate.
+gated on **stable-answer retention**: the share of the baseline's stable answers the candidate
+keeps, ``R = stable_c / stable_b``, must not fall below ``1 − δ`` (δ = 0.10), samples of one
+prompt forming a cluster (``evalsvc.stats.retention_test``). A difference of unstable rates
+would saturate on a noisy baseline (an answer that already varies cannot vary more: a fault that
+changes 28% of the answers adds 28 points at 0% baseline instability, 11 at 60%); the retention
+it leaves, about ``1 − 0.28``, is the same on every host, and on a stable host the reported loss
+``1 − R`` equals the difference of unstable rates. Staged sizing (``max_n``): the runner gates
+after ``n``, ``2n``, … probes up to the cap and stops once every candidate passes or fails; each
+look tests at α/looks, and ``details.stages`` says how far it went and why it stopped.
+Per-condition identity to the batch-1 output, unstable rates, distinct outputs per prompt and
+tie/confident flips stay in the report (not gated per condition). A response without the
+logprobs the suite asked for is reported as a finding (``details.missing_logprobs``): its flips
+cannot be classified. ``gate.threshold`` in the YAML switches to an absolute threshold on the
+candidate's unstable rate (one look, at the first stage's size).
 
 Contract: ``run()`` is overridden (the traffic shape is the measurement); it emits a sample per
 (probe, condition, repeat) including the two references, and ``expected_samples()`` counts them.
@@ -300,8 +308,10 @@ class DeterminismSuite(Suite):
         rationale=(
             "Share of greedy answers under load that differ from the prompt's modal answer on "
             "the same endpoint, paired with the baseline under the same traffic (prompt, "
-            "condition, repeat): the baseline's own batch variance is the noise floor. At most "
-            "10 points more unstable answers than the baseline are accepted."
+            "condition, repeat): the baseline's own batch variance is the noise floor. The "
+            "candidate must keep at least 90% of the baseline's stable answers (on a stable "
+            "baseline: at most 10 points more unstable answers), a ratio that a noisy baseline "
+            "does not saturate; staged until the gate decides, α split over the looks."
         ),
         sources=(
             "Horace He & Thinking Machines Lab, 'Defeating Nondeterminism in LLM Inference' "
