@@ -170,7 +170,26 @@ def _determinism(d: dict[str, Any]) -> list[str]:
             f"{pair(cond, 'first_divergence_median', lambda x: _num(x, 0))} | "
             f"{pair(cond, 'max_logprob_delta', _num)} | {flips(cond)} |"
         )
-    return [*lines, ""]
+    lines.append("")
+    ret = d.get("retention")
+    if ret is not None:
+        stable = d.get("stable_rate") or {}
+        lo, hi = (d.get("retention_ci") or [None, None])[:2]
+        lines += [
+            f"Stable answers kept: {_pct(stable.get('candidate'))} of the candidate's against "
+            f"{_pct(stable.get('baseline'))} of the baseline's, a retention of {_num(ret)} "
+            f"[{_num(lo)}, {_num(hi)}] (the gate needs more than 1 − margin).",
+            "",
+        ]
+    stages = d.get("stages")
+    if isinstance(stages, dict):
+        lines += [
+            f"Staged: looks after {', '.join(str(x) for x in stages.get('stages') or [])} probes "
+            f"(cap {stages.get('cap')}, each at α/{stages.get('looks')}); "
+            f"{stages.get('reason')}.",
+            "",
+        ]
+    return lines
 
 
 def _speed(d: dict[str, Any]) -> list[str]:

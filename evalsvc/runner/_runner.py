@@ -257,6 +257,7 @@ async def execute(
 
         plans: dict[str, list[Item]] = {}
         sequential: dict[str, dict[str, Any]] = {}
+        staged: dict[str, dict[str, Any]] = {}
         for suite in suites:
             progress.message(f"planning {suite.name}")
             try:
@@ -302,7 +303,13 @@ async def execute(
                         *(run_on(r, c, its) for r, c in zip(roles, clients, strict=True))
                     )
 
-            if options.sequential and suite.sequential_ok:
+            stages = suite.stage_sizes()
+            if stages and not options.sequential:
+                staged[suite.name] = await _run_staged(
+                    suite, items, stages, run_batch, collected, roles, options, stored
+                )
+                plans[suite.name] = items[: staged[suite.name]["items_used"]]
+            elif options.sequential and suite.sequential_ok:
                 sequential[suite.name] = await _run_sequential(
                     suite, items, run_batch, collected, roles, options, stored
                 )
@@ -323,6 +330,8 @@ async def execute(
             for sres in cand.suites:
                 if sres.suite in sequential:
                     sres.details["sequential"] = sequential[sres.suite]
+                if sres.suite in staged:
+                    sres.details["stages"] = staged[sres.suite]
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     result.duration_s = time.perf_counter() - started
@@ -376,6 +385,67 @@ async def _run_sequential(
         "batch": batch,
         "stopped_early": used < len(items),
         "decisions": decisions,
+    }
+
+
+async def _run_staged(
+    suite: Suite,
+    items: list[Item],
+    stages: list[int],
+    run_batch: Callable[[list[Item]], Awaitable[None]],
+    collected: list[Sample],
+    roles: list[str],
+    options: RunOptions,
+    stored: Callable[[], Awaitable[list[Sample]]] | None,
+) -> dict[str, Any]:
+    """Send a kind's planned stages (``Suite.stage_sizes``) until every candidate's gate decides.
+
+    After each stage the suite's own gate (:func:`gate_outcome`, the test the verdict uses) is
+    evaluated on everything sent so far; the run stops at the first stage where every candidate
+    passes or fails, else at the cap. The kind keeps this valid by testing each look at
+    α/len(stages) (determinism: ``evalsvc.stats.retention_test``), so the final verdict is the
+    last look's, not a fresh test after peeking.
+    """
+    gate = suite.resolve_gate(options)
+    if gate.margin is None:  # a threshold gate tests once, at the first stage's size
+        stages = stages[:1]
+    previous = await stored() if stored else []
+    used = 0
+    history: list[dict[str, Any]] = []
+    reason = "cap"
+    for size in stages:
+        size = min(size, len(items))
+        if size > used:
+            await run_batch(items[used:size])
+            used = size
+        mine = [s for s in previous + collected if s.suite == suite.name]
+        base = [s for s in mine if s.endpoint == "baseline"]
+        verdicts: dict[str, str] = {}
+        for role in roles[1:]:
+            analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
+            verdicts[role] = gate_outcome(gate, analysis, seed=suite.spec.seed).verdict
+        history.append({"items": used, "verdicts": verdicts})
+        if all(v in ("pass", "fail") for v in verdicts.values()):
+            reason = "decided"
+            break
+        if used >= len(items):
+            break
+    cap = min(stages[-1], len(items))
+    undecided = [r for r, v in history[-1]["verdicts"].items() if v not in ("pass", "fail")]
+    why = (
+        f"stopped after {used} of at most {cap} items: every candidate's gate decided"
+        if reason == "decided"
+        else f"stopped at the cap of {cap} items with {', '.join(undecided)} still undecided"
+    )
+    return {
+        "stages": [min(s, len(items)) for s in stages],
+        "items_used": used,
+        "cap": cap,
+        "looks": len(stages),
+        "alpha_per_look": gate.alpha / len(stages),
+        "stopped": reason,
+        "reason": why,
+        "history": history,
     }
 
 
@@ -544,6 +614,10 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
             seed=seed,
         )
     assert gate.margin is not None  # resolve() gives every non-inferiority gate a margin
+    if analysis.gate_test is not None:
+        # The kind's own test (determinism: stable-answer retention over a staged design).
+        outcome = analysis.gate_test(gate, seed)
+        return _underpowered(outcome, gate.margin)
     outcome = evaluate_gate(
         analysis.baseline,
         analysis.candidate,
@@ -571,11 +645,15 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
             seed=seed,
         )
         outcome = apply_guard(outcome, guard)
-    if outcome.mde is not None and outcome.mde > gate.margin and outcome.verdict != "fail":
+    return _underpowered(outcome, gate.margin)
+
+
+def _underpowered(outcome: GateOutcome, margin: float) -> GateOutcome:
+    if outcome.mde is not None and outcome.mde > margin and outcome.verdict != "fail":
         # At this n even a candidate identical to the baseline would rarely pass: say so.
         note = (
             f"underpowered: the MDE at n = {outcome.n} is {outcome.mde:.2f}, larger than the "
-            f"margin {gate.margin:g}, so this size can rarely pass; size it with `evalsvc plan`"
+            f"margin {margin:g}, so this size can rarely pass; size it with `evalsvc plan`"
         )
         outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome

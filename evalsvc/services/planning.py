@@ -13,7 +13,6 @@ from evalsvc.db import Store
 from evalsvc.domain import RunOptions
 from evalsvc.gates import GatePolicyError
 from evalsvc.services.runs import UsageError, gate_limits
-from evalsvc.stats import mde_paired_binary, required_n
 from evalsvc.suites import SuiteError, resolve
 
 
@@ -62,6 +61,12 @@ def plan(
             "planned_items": suite.item_count(),
             "gate": gate.to_dict(),
         }
+        stages = suite.stage_sizes()
+        if stages:
+            # Staged kinds (determinism) grow from the first stage to the cap until the gate
+            # decides, each look at α/len(stages).
+            row["stages"] = stages
+            row["max_items"] = stages[-1]
         psi = discordance if discordance is not None else pilot.get(suite.name)
         if gate.threshold is not None:
             row["note"] = f"threshold gate ({gate.metric} vs {gate.threshold:g}): no margin to plan"
@@ -89,7 +94,7 @@ def plan(
             # condition and repeat). Pairs of one item are correlated, so for such kinds the
             # item count below is a lower bound.
             per = suite.pairs_per_item()
-            pairs = required_n(m, psi, a, power)
+            pairs = suite.required_pairs(m, psi, a, power)
             row["required_items"] = -(-pairs // per)
             if per != 1:
                 row["pairs_per_item"] = per
@@ -98,8 +103,16 @@ def plan(
                     f"{per} gated pairs per item, correlated within an item: a lower bound"
                 )
             if row["planned_items"]:
-                row["mde_at_planned"] = mde_paired_binary(
-                    row["planned_items"] * per, psi, a, power
+                row["mde_at_planned"] = suite.mde_pairs(row["planned_items"] * per, psi, a, power)
+            if stages:
+                row["mde_at_cap"] = suite.mde_pairs(stages[-1] * per, psi, a, power)
+                stage = next((s for s in stages if s >= row["required_items"]), None)
+                row["note"] = (
+                    f"{per} gated pairs per item, correlated within an item: a lower bound. "
+                    f"Staged: the run gates after {', '.join(map(str, stages))} items and stops "
+                    "once the gate decides; "
+                    + (f"a candidate as good as the baseline should pass by the {stage}-item "
+                       "stage" if stage else "beyond the cap it stays inconclusive")
                 )
         rows.append(row)
     return rows

@@ -50,6 +50,13 @@ from evalsvc.stats._power import (
     required_n,
     required_n_mean,
 )
+from evalsvc.stats._retention import (
+    RetentionTest,
+    retention_mde,
+    retention_required_n,
+    retention_t,
+    retention_test,
+)
 from evalsvc.stats._sequential import (
     SequentialSimulation,
     confidence_sequence,
@@ -66,6 +73,7 @@ __all__ = [
     "MarginTest",
     "MeanTest",
     "PairedBinaryCounts",
+    "RetentionTest",
     "SequentialSimulation",
     "as_binary_vector",
     "as_vector",
@@ -75,6 +83,10 @@ __all__ = [
     "cluster_robust_mean",
     "confidence_sequence",
     "holm",
+    "retention_mde",
+    "retention_required_n",
+    "retention_t",
+    "retention_test",
     "weighted_holm",
     "mcnemar_exact",
     "mde_mean",

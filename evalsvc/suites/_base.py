@@ -26,7 +26,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
-from evalsvc.gates import GateDefaults, GateLimits, ResolvedGate, generic_default, resolve
+from evalsvc.gates import (
+    GateDefaults,
+    GateLimits,
+    GateOutcome,
+    ResolvedGate,
+    generic_default,
+    resolve,
+)
+from evalsvc.stats import mde_paired_binary, required_n
 
 Emit = Callable[[Sample], Awaitable[None]]
 
@@ -88,6 +96,10 @@ class Analysis:
     first_tokens: list[tuple[str | None, str | None] | None] | None = None
     """Per pair: the first word-level token where the two outputs differ (baseline's,
     candidate's), ``None`` when they agree; reported for flips in a failed slice."""
+    gate_test: Callable[[ResolvedGate, int], GateOutcome] | None = None
+    """The kind's own non-inferiority test on these arrays, given the resolved gate and the
+    seed (determinism: stable-answer retention, ``evalsvc.stats.retention_test``); ``None``:
+    the generic ``evalsvc.gates.evaluate_gate`` of ``gate.kind``. Threshold gates ignore it."""
 
 
 class Suite(ABC):
@@ -198,6 +210,23 @@ class Suite(ABC):
         theirs (reasoning: family × level, needle: length, depth, length × depth). Default:
         none."""
         return {}
+
+    def required_pairs(
+        self, margin: float, discordance: float, alpha: float, power: float
+    ) -> int:
+        """Gated pairs to pass a candidate as good as the baseline with ``power`` (``evalsvc
+        plan``); the default is the paired binary score test's (Nam 1997)."""
+        return required_n(margin, discordance, alpha, power)
+
+    def mde_pairs(self, n: int, discordance: float, alpha: float, power: float) -> float:
+        """The gate's minimum detectable effect at ``n`` pairs (``evalsvc plan``)."""
+        return mde_paired_binary(n, discordance, alpha, power)
+
+    def stage_sizes(self) -> list[int] | None:
+        """Item counts after which the runner gates and stops once every candidate's gate has
+        decided (the last is the cap ``plan()`` generates); ``None``: one stage, all items.
+        The kind's gate must stay valid over these looks (determinism splits α over them)."""
+        return None
 
     def expected_samples(self, items: Sequence[Item]) -> int:
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""

@@ -11,6 +11,12 @@ forwarded to the upstream ``.../v1`` unchanged (probe, ``/tokenize``, ``/metrics
   flight* is altered with probability ``alter_p`` (seeded, per arrival): its first confident
   token (top-2 logprob margin above 1 nat) is swapped for the runner-up, a planted
   batch-dependence far beyond numerical noise. Requests alone on the server pass untouched;
+- ``/noisy/v1/...``     a noisy *baseline* under load: a chat answer to a request that arrived
+  while another was in flight is changed with probability ``alter_p``, independently per request
+  (seeded): the token at a random position is swapped for its runner-up, so the changed answers
+  vary from request to request like batch-dependent numerics (an Intel AMX host's bf16 is about
+  31% unstable under the determinism suite's traffic). Several proxies with their own rates and
+  seeds make a noisy baseline, an equally noisy copy and a noisier candidate;
 - ``/match/v1/...``       a chat answer to a request whose body contains ``match`` (e.g. one
   reasoning family's question wording) is replaced by ``wrong`` (its logprobs by one token that
   spells it): a planted slice collapse that does not depend on the host's kernels.
@@ -89,6 +95,10 @@ class _Handler(BaseHTTPRequestHandler):
             for choice in payload.get("choices") or []:
                 _replace_answer(choice, self.server.wrong)
                 self.server.damaged += 1
+        elif mode == "noisy" and alter and route.startswith("v1/chat/completions"):
+            for choice in payload.get("choices") or []:
+                if _swap_random_token(choice, self.server.noise_rng):
+                    self.server.damaged += 1
         elif mode == "concurrent" and alter and route.startswith("v1/chat/completions"):
             for choice in payload.get("choices") or []:
                 if _swap_confident_token(choice):
@@ -109,6 +119,24 @@ def _swap_confident_token(choice: dict[str, Any]) -> bool:
             message["content"] = "".join(t["token"] for t in content)
             return True
     return False
+
+
+def _swap_random_token(choice: dict[str, Any], rng: random.Random) -> bool:
+    content = ((choice.get("logprobs") or {}).get("content")) or []
+    swappable = [
+        i for i, tok in enumerate(content)
+        if any(t["token"] != tok["token"] for t in tok.get("top_logprobs") or [])
+    ]
+    if not swappable:
+        return False
+    i = rng.choice(swappable)
+    tok = content[i]
+    other = next(t for t in sorted(tok["top_logprobs"], key=lambda t: -t["logprob"])
+                 if t["token"] != tok["token"])
+    content[i] = {**tok, "token": other["token"], "logprob": other["logprob"]}
+    message = choice.get("message") or {}
+    message["content"] = "".join(t["token"] for t in content)
+    return True
 
 
 def _replace_answer(choice: dict[str, Any], wrong: str) -> None:
@@ -132,6 +160,7 @@ class FaultProxy(ThreadingHTTPServer):
         self.client = httpx.Client(timeout=600)
         self.lock = threading.Lock()
         self.rng = random.Random(seed)
+        self.noise_rng = random.Random(f"{seed}:noise")
         self.alter_p = alter_p
         self.match = match
         self.wrong = wrong

@@ -6,7 +6,13 @@ import pytest
 
 from evalsvc.services.planning import plan
 from evalsvc.services.runs import UsageError
-from evalsvc.stats import mde_paired_binary, power_paired_binary, required_n
+from evalsvc.stats import (
+    mde_paired_binary,
+    power_paired_binary,
+    required_n,
+    retention_mde,
+    retention_required_n,
+)
 
 
 def test_plan_matches_required_n() -> None:
@@ -28,11 +34,14 @@ def test_plan_needs_a_discordance_and_known_suites() -> None:
 
 def test_plan_counts_pairs_for_kinds_with_several_per_item() -> None:
     """determinism gates one pair per (probe, condition, repeat): the plan converts pairs to
-    probes and says the conversion is a lower bound."""
+    probes and says the conversion is a lower bound. It is staged (12 → 96 probes, α/4 per
+    look) and gated on stable-answer retention, so the plan uses that test's size."""
     (row,) = plan(suites=["determinism"], margin=0.1, alpha=0.05, discordance=0.3)
     per = row["pairs_per_item"]
     assert per == 2 * 5  # 2 repeats x (mixed, c2, c8, c32, prefix_warm)
-    assert row["required_pairs"] == required_n(0.1, 0.3, 0.05, 0.8)
+    assert row["stages"] == [12, 24, 48, 96] and row["max_items"] == 96
+    assert row["required_pairs"] == retention_required_n(0.1, 0.3, 0.05, 0.8, looks=4)
     assert row["required_items"] == -(-row["required_pairs"] // per)
-    assert row["mde_at_planned"] == mde_paired_binary(row["planned_items"] * per, 0.3, 0.05, 0.8)
-    assert "lower bound" in row["note"]
+    assert row["mde_at_planned"] == retention_mde(row["planned_items"] * per, 0.3, 0.05, 0.8, looks=4)
+    assert row["mde_at_cap"] < row["mde_at_planned"]
+    assert "lower bound" in row["note"] and "48-item stage" in row["note"]

@@ -124,7 +124,10 @@ def test_summarize_and_analyze_pair_by_prompt_condition_repeat() -> None:
     # Baseline p0: A, A, A2 -> mode A; candidate p0: A, A3, A3 -> mode A3.
     assert analysis.baseline == [0.0, 1.0, 0.0]
     assert analysis.candidate == [0.0, 0.0, 0.0]
-    assert analysis.slices == {"condition": ["mixed", "mixed", "mixed"]}
+    # Per-condition figures are reported, not gated (an absolute per-condition test saturates
+    # on a noisy baseline); the gate is the kind's retention test.
+    assert analysis.slices is None
+    assert analysis.gate_test is not None
     assert analysis.n_errors == 1
     assert analysis.clusters == ["p0", "p0", "p1"]
     assert analysis.details["candidate"]["conditions"]["mixed"]["confident_flips"] == 2

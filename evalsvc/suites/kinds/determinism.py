@@ -31,12 +31,20 @@ its output differs from the prompt's **modal output** on that endpoint (the most
 among its batch-1 reference and every batched sample of the prompt; the plain and the
 prefixed variants apart; a tie goes to the reference). The candidate's indicator is paired with
 the baseline's under the same traffic — the baseline's own instability is the noise floor — and
-gated as a lower-is-better paired binary non-inferiority test (margin 0.10: at most 10 points
-more unstable answers than the baseline), samples of one prompt forming a cluster. Per-condition
-identity to the batch-1 output, distinct outputs per prompt and tie/confident flips stay in the
-report. A response without the logprobs the suite asked for is reported as a finding
-(``details.missing_logprobs``): its flips cannot be classified. ``gate.threshold`` in the YAML
-switches to an absolute threshold on the candidate's unstable rate.
+gated on **stable-answer retention**: the share of the baseline's stable answers the candidate
+keeps, ``R = stable_c / stable_b``, must not fall below ``1 − δ`` (δ = 0.10), samples of one
+prompt forming a cluster (``evalsvc.stats.retention_test``). A difference of unstable rates
+would saturate on a noisy baseline (an answer that already varies cannot vary more: a fault that
+changes 28% of the answers adds 28 points at 0% baseline instability, 11 at 60%); the retention
+it leaves, about ``1 − 0.28``, is the same on every host, and on a stable host the reported loss
+``1 − R`` equals the difference of unstable rates. Staged sizing (``max_n``): the runner gates
+after ``n``, ``2n``, … probes up to the cap and stops once every candidate passes or fails; each
+look tests at α/looks, and ``details.stages`` says how far it went and why it stopped.
+Per-condition identity to the batch-1 output, unstable rates, distinct outputs per prompt and
+tie/confident flips stay in the report (not gated per condition). A response without the
+logprobs the suite asked for is reported as a finding (``details.missing_logprobs``): its flips
+cannot be classified. ``gate.threshold`` in the YAML switches to an absolute threshold on the
+candidate's unstable rate (one look, at the first stage's size).
 
 Contract: ``run()`` is overridden (the traffic shape is the measurement); it emits a sample per
 (probe, condition, repeat) including the two references, and ``expected_samples()`` counts them.
@@ -45,12 +53,14 @@ Contract: ``run()`` is overridden (the traffic shape is the measurement); it emi
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import statistics
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -59,7 +69,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
-from evalsvc.gates import ALPHA, GateDefaults
+from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdict
+from evalsvc.stats import retention_mde, retention_required_n, retention_test
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._paths import catalog_dir
 
@@ -123,7 +134,11 @@ class DeterminismParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     n: int = Field(default=8, ge=1, le=limits.MAX_ITEMS)
-    """Probe prompts (``--samples``)."""
+    """Probe prompts of the first stage (``--samples``)."""
+    max_n: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
+    """Cap of the staged design: the run gates after ``n``, ``2n``, ``4n``, … probes (the last
+    stage is ``max_n``) and stops at the first stage where every candidate's gate decides; each
+    look tests at α/stages. ``None`` (or ``≤ n``): one stage of ``n`` probes."""
     max_tokens: int = Field(default=48, ge=1, le=limits.MAX_TOKENS)
     top_logprobs: int = Field(default=5, ge=2, le=20)
     """Alternatives per generated token (≥ 2 to measure the top-2 margin)."""
@@ -293,8 +308,10 @@ class DeterminismSuite(Suite):
         rationale=(
             "Share of greedy answers under load that differ from the prompt's modal answer on "
             "the same endpoint, paired with the baseline under the same traffic (prompt, "
-            "condition, repeat): the baseline's own batch variance is the noise floor. At most "
-            "10 points more unstable answers than the baseline are accepted."
+            "condition, repeat): the baseline's own batch variance is the noise floor. The "
+            "candidate must keep at least 90% of the baseline's stable answers (on a stable "
+            "baseline: at most 10 points more unstable answers), a ratio that a noisy baseline "
+            "does not saturate; staged until the gate decides, α split over the looks."
         ),
         sources=(
             "Horace He & Thinking Machines Lab, 'Defeating Nondeterminism in LLM Inference' "
@@ -311,6 +328,29 @@ class DeterminismSuite(Suite):
 
     def item_count(self) -> int:
         return self.params.n
+
+    def stage_sizes(self) -> list[int] | None:
+        """Probes after each look: ``n, 2n, 4n, …``, the last one ``max_n`` (the cap)."""
+        p = self.params
+        if p.max_n is None or p.max_n <= p.n:
+            return None
+        sizes = [p.n]
+        while sizes[-1] * 2 < p.max_n:
+            sizes.append(sizes[-1] * 2)
+        return [*sizes, p.max_n]
+
+    def required_pairs(
+        self, margin: float, discordance: float, alpha: float, power: float
+    ) -> int:
+        # The retention test at α/looks (evalsvc.stats.retention_required_n).
+        return retention_required_n(margin, discordance, alpha, power, looks=self.looks())
+
+    def mde_pairs(self, n: int, discordance: float, alpha: float, power: float) -> float:
+        return retention_mde(n, discordance, alpha, power, looks=self.looks())
+
+    def looks(self) -> int:
+        """Planned looks of the staged design (1 without stages): each tests at α/looks."""
+        return len(self.stage_sizes() or [0])
 
     def traffic_concurrency(self) -> int:
         p = self.params
@@ -350,7 +390,7 @@ class DeterminismSuite(Suite):
         start = random.Random(f"{self.spec.seed}:prefix").randrange(len(corpus) - p.prefix_chars)
         document = corpus[start : start + p.prefix_chars]
         items = []
-        for i in range(p.n):
+        for i in range((self.stage_sizes() or [p.n])[-1]):
             question = probe_prompt(self.spec.seed, i)
             prefixed = (
                 f"Read the following notes.\n\n{document}\n\nNow, setting the notes aside: "
@@ -594,10 +634,88 @@ class DeterminismSuite(Suite):
             clusters=clusters if len(set(clusters)) < len(clusters) else None,
             n_errors=errors,
             details=details,
-            slices={"condition": conditions} if b else None,
+            # Per-condition figures stay in the details; a per-condition gate would test the
+            # absolute difference, which a noisy baseline saturates (section 6a of
+            # docs/statistics.md), at one look of a staged design.
             keys=ids,
             first_tokens=tokens,
+            gate_test=partial(
+                retention_gate, b, c, clusters if len(set(clusters)) < len(clusters) else None,
+                self.looks(),
+            ),
         )
+
+
+def retention_gate(
+    unstable_b: Sequence[float],
+    unstable_c: Sequence[float],
+    clusters: Sequence[str] | None,
+    looks: int,
+    gate: ResolvedGate,
+    seed: int = 0,
+) -> GateOutcome:
+    """The determinism gate: stable-answer retention ``R = stable_c / stable_b`` at relative
+    margin δ (``evalsvc.stats.retention_test``), reported as the *loss* ``1 − R`` (lower is
+    better; equal to the difference of unstable rates when the baseline is fully stable), with
+    α split over the staged design's ``looks``."""
+    del seed  # the test is analytic
+    assert gate.margin is not None
+    b = [1.0 - x for x in unstable_b]
+    c = [1.0 - x for x in unstable_c]
+    n = len(b)
+    ub = statistics.fmean(unstable_b) if n else float("nan")
+    uc = statistics.fmean(unstable_c) if n else float("nan")
+    test_name = (
+        "stable-answer retention: cluster-robust (CR1) skewness-corrected t of s_c − (1 − δ)·s_b, "
+        f"Fieller-type interval, α/{looks} per look"
+    )
+    if n == 0:
+        return GateOutcome("inconclusive", gate.metric, ub, uc, float("nan"),
+                           (-math.inf, math.inf), None, gate.margin, gate.alpha, 0, None,
+                           test_name, {"reason": "no paired samples"})
+    res = retention_test(b, c, margin=gate.margin, alpha=gate.alpha, clusters=clusters,
+                         looks=looks)
+    verdict: Verdict = "inconclusive"
+    details: dict[str, Any] = {
+        "p_inferiority": res.p_fail,
+        "retention": res.retention,
+        "retention_ci": list(res.ci),
+        "stable_rate": {"baseline": res.stable_baseline, "candidate": res.stable_candidate},
+        "absolute_delta": uc - ub,
+        "looks": looks,
+        "alpha_per_look": gate.alpha / looks,
+        "n_clusters": res.n_clusters,
+        "design_effect": res.design_effect,
+        "t": res.t,
+        "discordance": sum(1 for x, y in zip(b, c, strict=True) if x != y) / n,
+        "statistic": (
+            "delta = 1 − R, the share of the baseline's stable answers the candidate loses under "
+            "the same traffic (R = candidate's stable rate / baseline's); CI at level "
+            f"1 − 2α/{looks}"
+        ),
+    }
+    if res.stable_baseline == 0:
+        details["reason"] = "the baseline has no stable answer: retention is not identified"
+    elif res.p_pass < gate.alpha:
+        verdict = "pass"
+    elif res.p_fail < gate.alpha:
+        verdict = "fail"
+    lo, hi = res.ci
+    return GateOutcome(
+        verdict=verdict,
+        metric=gate.metric,
+        baseline=ub,
+        candidate=uc,
+        delta=1.0 - res.retention,
+        ci=(1.0 - hi, 1.0 - lo),
+        p_value=res.p_pass,
+        margin=gate.margin,
+        alpha=gate.alpha,
+        n=n,
+        mde=res.mde,
+        test=test_name,
+        details=details,
+    )
 
 
 def _variant(sample: Sample) -> str:
