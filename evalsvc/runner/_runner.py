@@ -32,6 +32,8 @@ from evalsvc.gates import (
     baseline_guard,
     combine_verdicts,
     evaluate_gate,
+    recovery_gate,
+    recovery_summary,
     slice_gates,
     threshold_gate,
 )
@@ -337,10 +339,12 @@ async def _run_sequential(
     from evalsvc.stats import sequential_decision
 
     gate = suite.resolve_gate(options)
-    if gate.margin is None:  # a threshold gate has no paired boundary to stop at
+    if gate.margin is None or gate.recovery_min is not None:
+        # A threshold gate has no paired boundary to stop at; a recovery floor's boundary moves
+        # with the baseline's mean, which the confidence sequence does not model.
         await run_batch(items)
         return {"items_used": len(items), "items_planned": len(items), "batch": len(items),
-                "stopped_early": False, "decisions": {}, "note": "threshold gate: not sequential"}
+                "stopped_early": False, "decisions": {}, "note": "threshold or recovery-floor gate: not sequential"}
     margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
     previous = await stored() if stored else []
@@ -446,7 +450,8 @@ def _gate_one(
 ) -> SuiteResult:
     gate = suite.resolve_gate(options)
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
-    if gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+    outcome = with_recovery(outcome, gate, analysis, suite, seed=suite.spec.seed)
+    if gate.recovery_min is None and gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
         # Every slice with enough items gets the suite's own test; Holm across the suite and
         # its slices (evalsvc.gates.slice_gates).
         outcome = slice_gates(
@@ -497,8 +502,47 @@ def _gate_one(
     )
 
 
+def with_recovery(
+    outcome: GateOutcome, gate: ResolvedGate, analysis: Analysis, suite: Suite, *, seed: int
+) -> GateOutcome:
+    """Recovery (candidate ÷ baseline) with its interval beside Δ, in ``details["recovery"]``,
+    for suites that report it (``Suite.reports_recovery``: lm-eval tasks, gated logs) on a
+    paired higher-is-better score; a recovery-floor gate has it already."""
+    if "recovery" in outcome.details or not getattr(suite, "reports_recovery", False):
+        return outcome
+    if not (analysis.paired and gate.higher_is_better and gate.threshold is None):
+        return outcome
+    if gate.kind == "ratio" or not analysis.baseline:
+        return outcome
+    summary = recovery_summary(analysis.baseline, analysis.candidate, alpha=gate.alpha, seed=seed)
+    return replace(outcome, details={**outcome.details, "recovery": summary})
+
+
 def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOutcome:
     """The suite's gate on ``analysis`` as ``gate`` resolved it, with the baseline guard."""
+    if gate.recovery_min is not None and gate.threshold is None:
+        outcome = recovery_gate(
+            analysis.baseline,
+            analysis.candidate,
+            metric=gate.metric,
+            recovery_min=gate.recovery_min,
+            alpha=gate.alpha,
+            seed=seed,
+        )
+        if gate.kind == "binary" and analysis.baseline:
+            guard = baseline_guard(
+                analysis.baseline,
+                n_candidate=len(analysis.candidate),
+                margin=min(max(outcome.margin, 1e-9), 0.999),
+                alpha=gate.alpha,
+                higher_is_better=True,
+                paired=True,
+                clusters=analysis.clusters,
+                floor=gate.baseline_floor,
+                seed=seed,
+            )
+            outcome = apply_guard(outcome, guard)
+        return outcome
     if gate.threshold is not None:
         return threshold_gate(
             analysis.candidate,

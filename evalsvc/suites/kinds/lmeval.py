@@ -82,6 +82,7 @@ class LmevalSuite(Suite):
     requires = frozenset({"completions", "echo"})
     metric = "accuracy"
     gate_kind = "binary"
+    reports_recovery = True
     gate_default = GateDefaults.paired_noninferiority(
         "lmeval",
         margin=0.03,
