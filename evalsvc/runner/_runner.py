@@ -451,7 +451,8 @@ def _gate_one(
     gate = suite.resolve_gate(options)
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
     outcome = with_recovery(outcome, gate, analysis, suite, seed=suite.spec.seed)
-    if gate.recovery_min is None and gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+    margin_gate = gate.recovery_min is None
+    if margin_gate and gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
         # Every slice with enough items gets the suite's own test; Holm across the suite and
         # its slices (evalsvc.gates.slice_gates).
         outcome = slice_gates(
