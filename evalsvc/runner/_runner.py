@@ -589,3 +589,19 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
         )
         outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome
+
+
+def gate_samples(
+    run_id: str,
+    baseline: EndpointRef,
+    candidates: Sequence[EndpointRef],
+    provs: Sequence[Provenance],
+    suites: Sequence[Suite],
+    plans: dict[str, list[Item]],
+    samples: list[Sample],
+    options: RunOptions,
+) -> RunResult:
+    """Gate samples that exist already (``evalsvc gate-logs``): the same per-suite gates,
+    slices, error budget and verdict combination as :func:`execute`, without sending anything."""
+    return _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
+
