@@ -234,6 +234,15 @@ def compare(
     alpha: Annotated[
         float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")
     ] = None,
+    recovery_min: Annotated[
+        float | None,
+        typer.Option(
+            "--recovery-min",
+            min=0.0,
+            max=1.0,
+            help="Raise the recovery floor of suites gated by one (tighten only).",
+        ),
+    ] = None,
     sequential: Annotated[
         bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")
     ] = False,
@@ -276,6 +285,7 @@ def compare(
             concurrency=concurrency,
             margin=margin,
             alpha=alpha,
+            recovery_min=recovery_min,
             sequential=sequential,
             request_timeout_s=timeout,
         )

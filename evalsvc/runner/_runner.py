@@ -198,6 +198,17 @@ def check_capabilities(
         )
 
 
+async def check_preflight(suites: Sequence[Suite], baseline: Provenance) -> None:
+    """Every suite's own pre-run checks (``Suite.preflight``: an lm-eval task that does not
+    exist, its data or tokenizer missing...), before any item is sent; ``CapabilityError``
+    (exit 2) with every reason."""
+    problems: list[str] = []
+    for suite in suites:
+        problems += [f"suite {suite.name}: {p}" for p in await suite.preflight(baseline)]
+    if problems:
+        raise CapabilityError("; ".join(problems) + " (refused before sending any item)")
+
+
 async def execute(
     *,
     run_id: str,
@@ -237,6 +248,7 @@ async def execute(
             if on_probed:
                 on_probed(role, ref, prov)
         check_capabilities(suites, refs, provs)
+        await check_preflight(suites, provs[0])
         warnings = _tokenizer_warnings(refs, provs)
         collected: list[Sample] = []
 

@@ -200,6 +200,12 @@ class Suite(ABC):
 
         await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
 
+    async def preflight(self, provenance: Provenance) -> list[str]:
+        """Problems that make this suite unrunnable on an endpoint with ``provenance`` (the
+        baseline's), found before any item is sent: each one line, with the reason. The runner
+        refuses the run (exit 2) when any suite reports one. Default: none."""
+        return []
+
     def slice_of(self, sample: Sample) -> dict[str, str]:
         """The slices a (baseline) sample belongs to, ``{dimension: label}``; kinds declare
         theirs (reasoning: family × level, needle: length, depth, length × depth). Default:
