@@ -258,3 +258,29 @@ def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
         timeout=120,
     )
     assert report["run_id"][:8] in listed.stdout
+
+
+def test_inspect_eval_zip_reads_like_the_json_log(tmp_path: Path, store: Store) -> None:
+    """The ``.eval`` format: a zip of ``header.json`` (the log without samples) and one
+    ``samples/<id>_epoch_<n>.json`` per sample; built here from the hand-written JSON logs."""
+    import zipfile
+
+    paths = []
+    for name in ("inspect_baseline", "inspect_candidate"):
+        log = json.loads((FIXTURES / f"{name}.json").read_text())
+        samples = log.pop("samples")
+        path = tmp_path / f"{name}.eval"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("header.json", json.dumps(log))
+            for s in samples:
+                z.writestr(f"samples/{s['id']}_epoch_{s['epoch']}.json", json.dumps(s))
+        paths.append(path)
+    zipped = gate_logs(*paths, store=store)["candidates"][0]["suites"][0]
+    plain = gate_logs(
+        FIXTURES / "inspect_baseline.json", FIXTURES / "inspect_candidate.json", store=store
+    )["candidates"][0]["suites"][0]
+    for key in ("verdict", "baseline", "candidate", "ci", "n", "n_errors", "recovery"):
+        assert zipped[key] == plain[key], key
+    (tmp_path / "bad.eval").write_bytes(b"not a zip")
+    with pytest.raises(UsageError, match="not a zip file"):
+        gate_logs(tmp_path / "bad.eval", paths[1], store=store)
