@@ -106,6 +106,10 @@ class LmevalParams(BaseModel):
     capabilities: list[str] = Field(default=["completions", "echo"])
     """API features the task needs (loglikelihood needs ``echo``; chat tasks ``chat``)."""
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
+    keep_logs: str | None = None
+    """Copy lm-eval's ``--output_path`` (samples files written with ``--log_samples``) of each
+    endpoint to ``<keep_logs>/<suite>/<role>/`` (``baseline``, ``candidate-0``...), so the same
+    logs can be re-gated later with ``evalsvc gate-logs``. Default: they are deleted."""
 
 
 class LmevalSuite(Suite):
@@ -289,6 +293,9 @@ class LmevalSuite(Suite):
             try:
                 python = await asyncio.to_thread(lmeval_python)
                 records = await self._run_lmeval(python, client, workdir, len(items))
+                if self.params.keep_logs:
+                    keep = Path(self.params.keep_logs) / self.name / role.replace(":", "-")
+                    await asyncio.to_thread(_keep, workdir / "out", keep)
             except LmevalError as exc:
                 error = str(exc)
             finally:
@@ -388,6 +395,14 @@ class LmevalSuite(Suite):
         # The per-document metric is a parameter (acc, acc_norm, exact_match): gate that one.
         assert self.gate_default is not None
         return replace(self.gate_default, metric=self.params.metric)
+
+
+def _keep(output: Path, target: Path) -> None:
+    """Replace ``target`` with a copy of lm-eval's output directory."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(output, target)
 
 
 def read_samples(
