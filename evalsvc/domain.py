@@ -146,6 +146,8 @@ class RunOptions(BaseModel):
     concurrency: int = Field(default=8, ge=1, le=limits.MAX_CONCURRENCY)
     margin: float | None = None
     alpha: float | None = None
+    recovery_min: float | None = None
+    """Raise the recovery floor of suites gated by one (tighten only; docs/statistics.md)."""
     sequential: bool = False
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0)
     """Above this share of errored samples on any endpoint/suite the run is an infrastructure error."""

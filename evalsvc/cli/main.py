@@ -237,6 +237,15 @@ def compare(
     alpha: Annotated[
         float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")
     ] = None,
+    recovery_min: Annotated[
+        float | None,
+        typer.Option(
+            "--recovery-min",
+            min=0.0,
+            max=1.0,
+            help="Raise the recovery floor of suites gated by one (tighten only).",
+        ),
+    ] = None,
     sequential: Annotated[
         bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")
     ] = False,
@@ -280,6 +289,7 @@ def compare(
             concurrency=concurrency,
             margin=margin,
             alpha=alpha,
+            recovery_min=recovery_min,
             sequential=sequential,
             request_timeout_s=timeout,
         )
@@ -357,6 +367,140 @@ def compare(
         f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{term(verdict)}[/]  "
         f"(run {term(report['run_id'])})"
     )
+    raise typer.Exit(runs.exit_code(verdict))
+
+
+@app.command("gate-logs")
+def gate_logs(
+    baseline: Annotated[
+        Path,
+        typer.Argument(
+            help="Baseline log: an lm-eval --output_path directory (--log_samples), a "
+            "samples_<task>_*.jsonl file, or an Inspect log (.json or .eval)."
+        ),
+    ],
+    candidate: Annotated[Path, typer.Argument(help="Candidate log, in the same format.")],
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="Per-document metric (lm-eval: acc, exact_match...; Inspect: the scorer). "
+            "Default: the log's first."
+        ),
+    ] = None,
+    slice_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slice",
+            help="Gate every value of this column too (lm-eval: a doc field; Inspect: a "
+            "metadata field). Repeatable.",
+        ),
+    ] = None,
+    filter_name: Annotated[
+        str | None,
+        typer.Option("--filter", help="lm-eval filter to gate (default: the log's first)."),
+    ] = None,
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Non-inferiority margin δ (default 0.03).")
+    ] = None,
+    recovery_min: Annotated[
+        float | None,
+        typer.Option(
+            "--recovery-min",
+            min=0.0,
+            max=1.0,
+            help="Gate on recovery (candidate ÷ baseline) ≥ this instead of a margin.",
+        ),
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(min=0.0, max=0.5, help="Significance level (default 0.05).")
+    ] = None,
+    baseline_floor: Annotated[
+        float | None,
+        typer.Option(help="The baseline's score must be above this (chance level) to pass."),
+    ] = None,
+    max_error_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of unpaired or errored documents above which the verdict is error.",
+        ),
+    ] = 0.05,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
+        ),
+    ] = None,
+) -> None:
+    """Gate two existing evaluation logs, paired by document id.
+
+    Exit 0 pass, 1 fail, 2 usage, 3 inconclusive, 4 error."""
+    from pydantic import ValidationError
+
+    from evalsvc.cli._dbcommon import store_exit_code
+    from evalsvc.db import StoreError
+    from evalsvc.services import gatelogs, runs
+
+    gate = {
+        k: v
+        for k, v in {
+            "margin": margin,
+            "alpha": alpha,
+            "recovery_min": recovery_min,
+            "baseline_floor": baseline_floor,
+        }.items()
+        if v is not None
+    }
+    try:
+        options = RunOptions(max_error_rate=max_error_rate)
+    except ValidationError as exc:
+        raise _die(_one_line(exc), EXIT_CODES["usage"]) from exc
+    store = _open_store(db)
+    try:
+        report = gatelogs.gate_logs(
+            baseline,
+            candidate,
+            store=store,
+            metric=metric,
+            slices=slice_by or [],
+            filter_name=filter_name,
+            gate=gate,
+            options=options,
+        )
+    except runs.UsageError as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    except StoreError as exc:
+        raise _die(str(exc), store_exit_code(exc)) from exc
+    err.print(_verdict_table(report))
+    _print_headlines(report)
+    for cand in report["candidates"]:
+        for s in cand["suites"]:
+            pairs = (s.get("details") or {}).get("log_pairs") or {}
+            unpaired = [
+                f"{pairs[k]} {k.replace('_', ' ')}"
+                for k in ("only_baseline", "only_candidate", "errored")
+                if pairs.get(k)
+            ]
+            if unpaired:
+                err.print(
+                    f"  {s['suite']}: {pairs.get('paired', 0)} paired documents; not paired: "
+                    + ", ".join(unpaired),
+                    highlight=False,
+                )
+    if report.get("error"):
+        err.print(f"[bold magenta]error:[/] {report['error']}")
+    verdict = report["verdict"]
+    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{verdict}[/]  (run {report['run_id']})")
+    _write_outputs(report, json_out, junit, markdown)
     raise typer.Exit(runs.exit_code(verdict))
 
 

@@ -3,7 +3,8 @@
 Contract: owns the decision of *how* a suite is gated (:func:`resolve` → :class:`ResolvedGate`,
 from the kind's declared :class:`GateDefaults`, the suite YAML's policy and the submitter's
 tighten-only options), the non-inferiority and threshold decision rules, the
-informative-baseline guard, slice gates and the combination of verdicts across gates. Pure
+informative-baseline guard, slice gates, recovery (candidate ÷ baseline) with its interval and
+the recovery-floor gate, and the combination of verdicts across gates. Pure
 functions over arrays; it may call :mod:`evalsvc.stats` and nothing else in evalsvc (no I/O, no
 database, no network). The runner calls :func:`resolve` once per suite, then
 :func:`evaluate_gate` / :func:`threshold_gate`, :func:`baseline_guard`, stores
@@ -46,6 +47,7 @@ from evalsvc.gates._gate import (
 )
 from evalsvc.gates._guard import apply_guard, baseline_guard, min_informative_correct
 from evalsvc.gates._outcome import GateOutcome, Verdict
+from evalsvc.gates._recovery import RECOVERY_RESAMPLES, recovery_gate, recovery_summary
 from evalsvc.gates._resolve import (
     GateLimits,
     GatePolicyError,
@@ -70,6 +72,7 @@ __all__ = [
     "KURTIC_SOURCE",
     "LLAMA_CPP_KLD_SOURCE",
     "MIN_N_CONTINUOUS",
+    "RECOVERY_RESAMPLES",
     "VLLM_CI_SOURCE",
     "GateDefaults",
     "GateLimits",
@@ -85,6 +88,8 @@ __all__ = [
     "generic_default",
     "holm_inferiority",
     "min_informative_correct",
+    "recovery_gate",
+    "recovery_summary",
     "resolve",
     "slice_gates",
     "threshold_gate",

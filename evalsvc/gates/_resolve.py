@@ -76,6 +76,10 @@ class ResolvedGate:
     policy_margin: float | None
     policy_alpha: float
     origin: dict[str, str] = field(default_factory=dict)
+    recovery_min: float | None = None
+    """A recovery floor (candidate mean ÷ baseline mean ≥ this) that decides the gate instead of
+    the margin (``gate: {recovery_min: 0.99}``); ``None``: the margin decides."""
+    policy_recovery_min: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,7 +94,12 @@ class ResolvedGate:
             "gated": self.gated,
             "baseline_floor": self.baseline_floor,
             "slice_min_items": self.slice_min_items,
-            "policy": {"margin": self.policy_margin, "alpha": self.policy_alpha},
+            "recovery_min": self.recovery_min,
+            "policy": {
+                "margin": self.policy_margin,
+                "alpha": self.policy_alpha,
+                "recovery_min": self.policy_recovery_min,
+            },
             "origin": dict(self.origin),
         }
 
@@ -121,6 +130,13 @@ def _check_margin(value: Any, what: str, kind: str, higher: bool) -> float:
     if kind == "ratio" and higher and m >= 1:
         raise GatePolicyError(f"{what} must be < 1 for a relative margin, got {value!r}")
     return m
+
+
+def _check_recovery(value: Any, what: str) -> float:
+    r = _finite(value, what)
+    if not 0.0 < r <= 1.0:
+        raise GatePolicyError(f"{what} must be in (0, 1], got {value!r}")
+    return r
 
 
 def check_run_options(options: Any) -> None:
@@ -181,7 +197,27 @@ def resolve(
             raise GatePolicyError(f"{name}: a non-inferiority gate needs a margin")
         policy_margin = _check_margin(raw_margin, f"{name}: gate.margin", d.kind, d.higher_is_better)
 
+    policy_recovery: float | None = None
+    raw_recovery = getattr(suite_gate, "recovery_min", None) if suite_gate is not None else None
+    if raw_recovery is not None:
+        if gate == "threshold":
+            raise GatePolicyError(f"{name}: gate.recovery_min and gate.threshold are exclusive")
+        if d.kind == "ratio" or not d.higher_is_better:
+            raise GatePolicyError(
+                f"{name}: gate.recovery_min needs a higher-is-better paired score (accuracy-like), "
+                f"not {d.metric} ({d.kind}, {'higher' if d.higher_is_better else 'lower'} is better)"
+            )
+        policy_recovery = _check_recovery(raw_recovery, f"{name}: gate.recovery_min")
+        origin["recovery_min"] = SUITE_POLICY
+        origin["margin"] = "not applicable (the recovery floor decides this gate)"
+
     if limits is not None:
+        # A recovery floor r is a relative margin 1 − r of the baseline's score: the same bound.
+        if policy_recovery is not None and 1.0 - policy_recovery > limits.max_margin:
+            raise GatePolicyError(
+                f"{name}: its recovery floor {policy_recovery:g} is below the server's minimum "
+                f"{1.0 - limits.max_margin:g} (1 − EVALSVC_GATE_MAX_MARGIN)"
+            )
         if policy_margin is not None and policy_margin > limits.max_margin:
             raise GatePolicyError(
                 f"{name}: its gate margin {policy_margin:g} exceeds the server's maximum "
@@ -229,6 +265,28 @@ def resolve(
         else:
             alpha = a
             origin["alpha"] = SUBMITTER
+    recovery = policy_recovery
+    sub_recovery = getattr(options, "recovery_min", None) if options is not None else None
+    if sub_recovery is not None:
+        r = _check_recovery(sub_recovery, "recovery_min (--recovery-min / options.recovery_min)")
+        if policy_recovery is None:
+            # The submitter cannot change a gate's form (a margin gate into a recovery floor
+            # could loosen it); the floor applies to suites whose policy is a recovery floor.
+            origin["recovery_min"] = (
+                f"not applicable (this suite is gated by a margin); the submitter's {r:g} is unused"
+            )
+        elif r < policy_recovery:
+            if gated:
+                raise GatePolicyError(
+                    f"recovery_min {r:g} would loosen {name}'s gate (policy recovery floor "
+                    f"{policy_recovery:g}); a submitter may only tighten a gate (a higher floor)"
+                )
+            origin["recovery_min"] = (
+                f"{SUITE_POLICY} (the submitter's looser {r:g} is ignored: informational gate)"
+            )
+        else:
+            recovery = r
+            origin["recovery_min"] = SUBMITTER
     check_run_options(options)
     return ResolvedGate(
         suite_kind=d.suite_kind,
@@ -245,4 +303,6 @@ def resolve(
         policy_margin=policy_margin,
         policy_alpha=policy_alpha,
         origin=origin,
+        recovery_min=recovery,
+        policy_recovery_min=policy_recovery,
     )

@@ -233,7 +233,12 @@ def _gate_line(d: dict[str, Any]) -> list[str]:
         return []
     origin = gate.get("origin") or {}
     policy = gate.get("policy") or {}
-    if gate.get("threshold") is not None:
+    if gate.get("recovery_min") is not None:
+        r = f"recovery floor {_num(gate['recovery_min'], 3)} ({origin.get('recovery_min', '—')}"
+        if gate.get("recovery_min") != policy.get("recovery_min"):
+            r += f"; policy {_num(policy.get('recovery_min'), 3)}"
+        parts = [r + ")"]
+    elif gate.get("threshold") is not None:
         side = "above" if gate.get("higher_is_better") else "below"
         parts = [f"{gate.get('metric')} {side} {_num(gate['threshold'], 4)} ({origin.get('threshold', '—')})"]
     else:
@@ -246,6 +251,43 @@ def _gate_line(d: dict[str, Any]) -> list[str]:
         a += f"; policy {_num(policy.get('alpha'), 3)}"
     parts.append(a + ")")
     return ["Gate: " + ", ".join(parts) + ".", ""]
+
+
+def recovery_text(d: dict[str, Any]) -> str | None:
+    """``recovery 0.992 [0.972, 1.011] (90% CI)`` from ``details["recovery"]``; ``None`` if absent."""
+    r = d.get("recovery")
+    if not isinstance(r, dict) or r.get("estimate") is None:
+        return None
+    lo, hi = (r.get("ci") or [None, None])[:2]
+    level = r.get("ci_level")
+    interval = (
+        f"[{_num(lo, 3)}, {_num(hi, 3)}]" if lo is not None and hi is not None else "[unbounded]"
+    )
+    text = f"recovery {_num(r['estimate'], 3)} {interval}"
+    if isinstance(level, (int, float)):
+        text += f" ({level:.0%} CI)"
+    floor = d.get("recovery_min")
+    if floor is not None:
+        text += f", floor {_num(floor, 3)}"
+    return text
+
+
+def _recovery(d: dict[str, Any]) -> list[str]:
+    text = recovery_text(d)
+    if text is None:
+        return []
+    r = d["recovery"]
+    how = (
+        f"{r.get('method', '')}; Fieller {_interval((r.get('fieller') or {}).get('ci'))}, "
+        f"bootstrap {_interval((r.get('bootstrap') or {}).get('ci'))}"
+    )
+    return [f"Recovery (candidate ÷ baseline): {text[len('recovery '):]} — {how}.", ""]
+
+
+def _interval(ci: Any) -> str:
+    if not isinstance(ci, list) or len(ci) != 2 or None in ci:
+        return "[unbounded]"
+    return f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}]"
 
 
 def _guard(d: dict[str, Any]) -> list[str]:
@@ -274,7 +316,7 @@ def findings(suite: dict[str, Any]) -> list[str]:
         )
         body.append("")
     slice_lines = _slices(d)
-    body = _gate_line(d) + _guard(d) + slice_lines + body
+    body = _gate_line(d) + _recovery(d) + _guard(d) + slice_lines + body
     said = bool(_guard(d)) or any(line.startswith("**Slice failed") for line in slice_lines)
     if d.get("reason") and not said:
         from evalsvc.reports._render import md_text  # egress: a reason may quote an endpoint
@@ -287,6 +329,14 @@ def findings(suite: dict[str, Any]) -> list[str]:
 def headline(suite: dict[str, Any]) -> str | None:
     """One line per suite for the terminal, beside the verdict table (None: nothing to add)."""
     d = suite.get("details") or {}
+    line = _headline(suite, d)
+    recovery = recovery_text(d)
+    if recovery is not None:
+        return f"{line}; {recovery}" if line else recovery
+    return line
+
+
+def _headline(suite: dict[str, Any], d: dict[str, Any]) -> str | None:
     kind = suite.get("kind")
     if kind == "speed" and d.get("summary"):
         return str(d["summary"])

@@ -69,6 +69,9 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "candidate": o["candidate"],
                     "delta": o["delta"],
                     "ci": o["ci"],
+                    # candidate ÷ baseline with its interval (lm-eval tasks, gated logs, recovery
+                    # floors); None for suites that do not report it.
+                    "recovery": (o.get("details") or {}).get("recovery"),
                     "p_value": o["p_value"],
                     "margin": o["margin"],
                     "alpha": o["alpha"],

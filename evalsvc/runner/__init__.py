@@ -16,6 +16,7 @@ from evalsvc.runner._runner import (
     SuiteResult,
     check_capabilities,
     execute,
+    gate_samples,
     probe_all,
     role_of,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "SuiteResult",
     "check_capabilities",
     "execute",
+    "gate_samples",
     "probe_all",
     "role_of",
 ]

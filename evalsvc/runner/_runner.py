@@ -37,6 +37,8 @@ from evalsvc.gates import (
     combine_candidates,
     decide,
     evaluate_gate,
+    recovery_gate,
+    recovery_summary,
     slice_gates,
     threshold_gate,
 )
@@ -205,6 +207,17 @@ def check_capabilities(
         )
 
 
+async def check_preflight(suites: Sequence[Suite], baseline: Provenance) -> None:
+    """Every suite's own pre-run checks (``Suite.preflight``: an lm-eval task that does not
+    exist, its data or tokenizer missing...), before any item is sent; ``CapabilityError``
+    (exit 2) with every reason."""
+    problems: list[str] = []
+    for suite in suites:
+        problems += [f"suite {suite.name}: {p}" for p in await suite.preflight(baseline)]
+    if problems:
+        raise CapabilityError("; ".join(problems) + " (refused before sending any item)")
+
+
 async def execute(
     *,
     run_id: str,
@@ -244,6 +257,7 @@ async def execute(
             if on_probed:
                 on_probed(role, ref, prov)
         check_capabilities(suites, refs, provs)
+        await check_preflight(suites, provs[0])
         warnings = _tokenizer_warnings(refs, provs)
         collected: list[Sample] = []
 
@@ -355,10 +369,12 @@ async def _run_sequential(
     from evalsvc.stats import sequential_decision
 
     gate = suite.resolve_gate(options)
-    if gate.margin is None:  # a threshold gate has no paired boundary to stop at
+    if gate.margin is None or gate.recovery_min is not None:
+        # A threshold gate has no paired boundary to stop at; a recovery floor's boundary moves
+        # with the baseline's mean, which the confidence sequence does not model.
         await run_batch(items)
         return {"items_used": len(items), "items_planned": len(items), "batch": len(items),
-                "stopped_early": False, "decisions": {}, "note": "threshold gate: not sequential"}
+                "stopped_early": False, "decisions": {}, "note": "threshold or recovery-floor gate: not sequential"}
     margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
     previous = await stored() if stored else []
@@ -551,7 +567,9 @@ def _gate_one(
 ) -> SuiteResult:
     gate = suite.resolve_gate(options)
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
-    if gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+    outcome = with_recovery(outcome, gate, analysis, suite, seed=suite.spec.seed)
+    margin_gate = gate.recovery_min is None
+    if margin_gate and gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
         # Every slice with enough items gets the suite's own test; Holm across the suite and
         # its slices (evalsvc.gates.slice_gates).
         outcome = slice_gates(
@@ -602,8 +620,47 @@ def _gate_one(
     )
 
 
+def with_recovery(
+    outcome: GateOutcome, gate: ResolvedGate, analysis: Analysis, suite: Suite, *, seed: int
+) -> GateOutcome:
+    """Recovery (candidate ÷ baseline) with its interval beside Δ, in ``details["recovery"]``,
+    for suites that report it (``Suite.reports_recovery``: lm-eval tasks, gated logs) on a
+    paired higher-is-better score; a recovery-floor gate has it already."""
+    if "recovery" in outcome.details or not getattr(suite, "reports_recovery", False):
+        return outcome
+    if not (analysis.paired and gate.higher_is_better and gate.threshold is None):
+        return outcome
+    if gate.kind == "ratio" or not analysis.baseline:
+        return outcome
+    summary = recovery_summary(analysis.baseline, analysis.candidate, alpha=gate.alpha, seed=seed)
+    return replace(outcome, details={**outcome.details, "recovery": summary})
+
+
 def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOutcome:
     """The suite's gate on ``analysis`` as ``gate`` resolved it, with the baseline guard."""
+    if gate.recovery_min is not None and gate.threshold is None:
+        outcome = recovery_gate(
+            analysis.baseline,
+            analysis.candidate,
+            metric=gate.metric,
+            recovery_min=gate.recovery_min,
+            alpha=gate.alpha,
+            seed=seed,
+        )
+        if gate.kind == "binary" and analysis.baseline:
+            guard = baseline_guard(
+                analysis.baseline,
+                n_candidate=len(analysis.candidate),
+                margin=min(max(outcome.margin, 1e-9), 0.999),
+                alpha=gate.alpha,
+                higher_is_better=True,
+                paired=True,
+                clusters=analysis.clusters,
+                floor=gate.baseline_floor,
+                seed=seed,
+            )
+            outcome = apply_guard(outcome, guard)
+        return outcome
     if gate.threshold is not None:
         return threshold_gate(
             analysis.candidate,
@@ -657,3 +714,19 @@ def _underpowered(outcome: GateOutcome, margin: float) -> GateOutcome:
         )
         outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome
+
+
+def gate_samples(
+    run_id: str,
+    baseline: EndpointRef,
+    candidates: Sequence[EndpointRef],
+    provs: Sequence[Provenance],
+    suites: Sequence[Suite],
+    plans: dict[str, list[Item]],
+    samples: list[Sample],
+    options: RunOptions,
+) -> RunResult:
+    """Gate samples that exist already (``evalsvc gate-logs``): the same per-suite gates,
+    slices, error budget and verdict combination as :func:`execute`, without sending anything."""
+    return _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
+

@@ -59,6 +59,10 @@ class GatePolicy(BaseModel):
     slice_min_items: int | None = Field(default=None, ge=1)
     """Fewest paired items a slice (reasoning family × level, needle length × depth...) needs for
     its own gate (default: the kind's)."""
+    recovery_min: float | None = Field(default=None, gt=0, le=1)
+    """A recovery floor instead of a margin: the candidate's mean score must be at least this
+    fraction of the baseline's (``0.99``: 99% recovery), shown by a one-sided interval (Fieller's
+    and a paired bootstrap's, both; ``evalsvc.gates.recovery_gate``)."""
     enabled: bool | None = None
     """A disabled gate still reports its metrics but never decides the verdict (default: the
     kind's ``required`` flag)."""
@@ -119,6 +123,9 @@ class Suite(ABC):
     ``evalsvc.gates.generic_default`` from the three class variables above."""
     exclusive: ClassVar[bool] = False
     """Exclusive suites (speed) run one endpoint at a time, never beside other traffic."""
+    reports_recovery: ClassVar[bool] = False
+    """Report recovery (candidate ÷ baseline mean, with its interval) beside Δ, as publishers of
+    quantized models do for benchmark tasks (lm-eval suites, gated logs)."""
     sequential_ok: ClassVar[bool] = True
     """Items are independent, so ``--sequential`` may send them in batches and stop early."""
     description: ClassVar[str] = ""
@@ -204,6 +211,12 @@ class Suite(ABC):
             await emit(sample)
 
         await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
+
+    async def preflight(self, provenance: Provenance) -> list[str]:
+        """Problems that make this suite unrunnable on an endpoint with ``provenance`` (the
+        baseline's), found before any item is sent: each one line, with the reason. The runner
+        refuses the run (exit 2) when any suite reports one. Default: none."""
+        return []
 
     def slice_of(self, sample: Sample) -> dict[str, str]:
         """The slices a (baseline) sample belongs to, ``{dimension: label}``; kinds declare

@@ -48,6 +48,36 @@ from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
+#: Bound on the preflight subprocess (importing lm-eval and building one task from local data).
+PREFLIGHT_TIMEOUT_S = 600.0
+
+# Run by lm-eval's own Python (argv: task, include dir or ""). Prints one JSON line: ok, or the
+# problem. Building the task loads its dataset (offline: local cache or data_files only).
+_PREFLIGHT = r"""
+import difflib, json, sys
+task, include = sys.argv[1], sys.argv[2] or None
+def out(**kw):
+    print(json.dumps(kw), flush=True)
+    sys.exit(0)
+try:
+    from lm_eval.tasks import TaskManager, get_task_dict
+except Exception as exc:
+    out(ok=False, problem=f"lm-eval cannot be imported: {type(exc).__name__}: {exc}")
+tm = TaskManager(include_path=include) if include else TaskManager()
+if task not in tm.all_tasks:
+    near = difflib.get_close_matches(task, tm.all_tasks, n=5, cutoff=0.6)
+    hint = f"; close names: {', '.join(near)}" if near else ""
+    out(ok=False, problem=f"lm-eval has no task {task!r}{hint} (`lm_eval --tasks list`)")
+try:
+    get_task_dict([task], tm)
+except Exception as exc:
+    msg = " ".join(str(exc).split())[:300]
+    out(ok=False, problem=f"task {task!r}: its data is not available offline "
+        f"({type(exc).__name__}: {msg}); download it into the Hugging Face cache first "
+        "(HF_HOME), or point the task's data_files at local files")
+out(ok=True)
+"""
+
 
 class LmevalParams(BaseModel):
     """Parameters of an lmeval suite (validated from the YAML ``params`` mapping)."""
@@ -66,6 +96,9 @@ class LmevalParams(BaseModel):
     num_fewshot: int | None = Field(default=None, ge=0, le=limits.MAX_PARAM_LIST)
     metric: str = "acc"
     """The per-document metric to pair (``acc``, ``acc_norm``, ``exact_match``...)."""
+    filter: str | None = None
+    """The lm-eval filter whose records are paired, for tasks with several (``gsm8k_cot``:
+    ``strict-match``, ``flexible-extract``). Default: the first in the samples file."""
     num_concurrent: int = Field(default=2, ge=1, le=limits.MAX_CONCURRENCY)
     max_length: int = Field(default=2048, ge=16, le=limits.MAX_CONTEXT_TOKENS)
     model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
@@ -73,6 +106,10 @@ class LmevalParams(BaseModel):
     capabilities: list[str] = Field(default=["completions", "echo"])
     """API features the task needs (loglikelihood needs ``echo``; chat tasks ``chat``)."""
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
+    keep_logs: str | None = None
+    """Copy lm-eval's ``--output_path`` (samples files written with ``--log_samples``) of each
+    endpoint to ``<keep_logs>/<suite>/<role>/`` (``baseline``, ``candidate-0``...), so the same
+    logs can be re-gated later with ``evalsvc gate-logs``. Default: they are deleted."""
 
 
 class LmevalSuite(Suite):
@@ -82,6 +119,7 @@ class LmevalSuite(Suite):
     requires = frozenset({"completions", "echo"})
     metric = "accuracy"
     gate_kind = "binary"
+    reports_recovery = True
     gate_default = GateDefaults.paired_noninferiority(
         "lmeval",
         margin=0.03,
@@ -116,9 +154,7 @@ class LmevalSuite(Suite):
         path = Path(raw)
         return path if path.is_absolute() else Path(catalog_dir()) / "data" / path
 
-    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
-        p = self.params
-        n = p.n or count_docs(self._include_dir(), p.task)
+    def _resolve_tokenizer(self, provenance: Provenance) -> str:
         if self._tokenizer is None:
             root = Path(provenance.root) if provenance.root else None
             if root is not None and (root / "tokenizer_config.json").is_file():
@@ -127,7 +163,72 @@ class LmevalSuite(Suite):
                 from evalsvc.local import home_dir
 
                 self._tokenizer = str(home_dir() / "models" / "bf16")
+        return self._tokenizer
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        p = self.params
+        n = p.n or count_docs(self._include_dir(), p.task)
+        self._resolve_tokenizer(provenance)
         return [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(n)]
+
+    async def preflight(self, provenance: Provenance) -> list[str]:
+        """Refuse, before any request, what would make lm-eval fail after the run started: a
+        tokenizer that is not a local directory (lm-eval runs offline), no Python with lm-eval,
+        a task lm-eval does not know (with close names), and a task whose data is not available
+        offline (lm-eval builds the task, which loads its dataset from the local cache or
+        ``data_files``; the hub is not contacted). One subprocess, bounded by
+        ``PREFLIGHT_TIMEOUT_S``."""
+        problems: list[str] = []
+        tokenizer = Path(self._resolve_tokenizer(provenance))
+        if not (
+            tokenizer.is_dir()
+            and any((tokenizer / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        ):
+            problems.append(
+                f"tokenizer {str(tokenizer)!r} is not a local Hugging Face tokenizer directory "
+                "(tokenizer.json / tokenizer_config.json); lm-eval runs offline, so set "
+                "params.tokenizer to one"
+            )
+        if self.params.n is None:
+            try:
+                count_docs(self._include_dir(), self.params.task)
+            except (LmevalError, OSError) as exc:
+                problems.append(str(exc))
+        try:
+            python = await asyncio.to_thread(lmeval_python)
+        except LmevalError as exc:
+            return [*problems, str(exc)]
+        problems += await asyncio.to_thread(self._check_task, python)
+        return problems
+
+    def _check_task(self, python: str) -> list[str]:
+        include = self._include_dir()
+        args = [python, "-c", _PREFLIGHT, self.params.task, str(include) if include else ""]
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
+            "HF_DATASETS_OFFLINE": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        try:
+            proc = subprocess.run(
+                args,
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=str(include or Path.cwd()),
+                timeout=PREFLIGHT_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            return [f"lm-eval could not load task {self.params.task!r} within {PREFLIGHT_TIMEOUT_S:g} s"]
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
+            return [f"lm-eval preflight of task {self.params.task!r} failed: {tail}"]
+        verdict = json.loads(lines[-1])
+        if verdict.get("ok"):
+            return []
+        return [str(verdict.get("problem"))]
 
     def command(
         self, python: str, client: EndpointClient, output: Path, n: int, base_url: str | None = None
@@ -192,6 +293,9 @@ class LmevalSuite(Suite):
             try:
                 python = await asyncio.to_thread(lmeval_python)
                 records = await self._run_lmeval(python, client, workdir, len(items))
+                if self.params.keep_logs:
+                    keep = Path(self.params.keep_logs) / self.name / role.replace(":", "-")
+                    await asyncio.to_thread(_keep, workdir / "out", keep)
             except LmevalError as exc:
                 error = str(exc)
             finally:
@@ -252,7 +356,7 @@ class LmevalSuite(Suite):
         if code != 0:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-6:]
             raise LmevalError(f"lm-eval exited {code} (log {log_path}): " + " | ".join(tail)[-600:])
-        return read_samples(output, self.params.task)
+        return read_samples(output, self.params.task, filter_name=self.params.filter)
 
     def analyze(
         self,
@@ -293,16 +397,37 @@ class LmevalSuite(Suite):
         return replace(self.gate_default, metric=self.params.metric)
 
 
-def read_samples(output: Path, task: str) -> dict[int, dict[str, Any]]:
-    """lm-eval's ``samples_<task>_*.jsonl`` under ``output`` as {doc_id: record}."""
+def _keep(output: Path, target: Path) -> None:
+    """Replace ``target`` with a copy of lm-eval's output directory."""
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(output, target)
+
+
+def read_samples(
+    output: Path, task: str, *, filter_name: str | None = None
+) -> dict[int, dict[str, Any]]:
+    """lm-eval's ``samples_<task>_*.jsonl`` under ``output`` as {doc_id: record}.
+
+    A task with several filters logs one record per (document, filter): only ``filter_name``'s
+    (default: the first filter in the file) are kept, never a mix of them."""
     files = sorted(output.rglob(f"samples_{task}_*.jsonl"))
     if not files:
         raise LmevalError(f"lm-eval wrote no samples_{task}_*.jsonl under {output}")
     records: dict[int, dict[str, Any]] = {}
+    chosen = filter_name
     for line in files[-1].read_text(encoding="utf-8").splitlines():
         if line.strip():
             rec = json.loads(line)
+            flt = rec.get("filter")
+            if chosen is None and flt is not None:
+                chosen = str(flt)
+            if flt is not None and str(flt) != chosen:
+                continue
             records[int(rec["doc_id"])] = rec
+    if filter_name is not None and not records:
+        raise LmevalError(f"lm-eval logged no records for filter {filter_name!r} of task {task}")
     return records
 
 
