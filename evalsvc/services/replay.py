@@ -167,7 +167,8 @@ def suite_from_requests(
                     raise UsageError(f"{log}:{lineno}: not JSON: {exc.msg}") from None
                 if not isinstance(record, dict):
                     raise UsageError(f"{log}:{lineno}: not a JSON object")
-                body = record.get("body") if isinstance(record.get("body"), dict) else record
+                inner = record.get("body")
+                body: dict[str, Any] = inner if isinstance(inner, dict) else record
                 summary.requests += 1
                 for key in body:
                     if key not in _KEPT_FIELDS:
@@ -185,7 +186,7 @@ def suite_from_requests(
                 unique[key] = {
                     "id": "req-" + hashlib.sha256(key.encode()).hexdigest()[:16],
                     "messages": messages,
-                    "max_tokens": int(limit) if ok_limit else None,
+                    "max_tokens": limit if ok_limit else None,
                     "turns": len(messages),
                     "occurrences": 1,
                     "order": len(unique),
