@@ -559,10 +559,6 @@ class DatasetSuite(Suite):
                 f"{where}: missing column{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)}; the data has columns: {', '.join(columns) or '(none)'}"
             )
-        if p.scorer == "choice" and p.choices is None and p.prompt.template and (
-            "choices" in template_fields(p.prompt.template) and "choices" not in columns
-        ):
-            raise DatasetError("prompt.template uses {choices}: set params.choices to its column")
         total = len(ds)
         if total == 0:
             raise DatasetError(f"{where}: the data has no rows")
