@@ -139,6 +139,39 @@ def test_parquet_multiple_choice(tmp_path: Path) -> None:
     assert {it.metadata["slices"]["region"] for it in items} == {"Europe", "World"}
 
 
+@pytest.mark.parametrize("fmt", ["json-list", "csv", "arrow-file", "saved-dir", "glob"])
+def test_every_local_format_gives_the_same_items(tmp_path: Path, fmt: str) -> None:
+    import datasets
+
+    rows = [json.loads(x) for x in QA.read_text().splitlines()][:30]
+    frame = pd.DataFrame(rows)
+    if fmt == "json-list":
+        (tmp_path / "d.json").write_text(json.dumps(rows))
+        path = "d.json"
+    elif fmt == "csv":
+        frame.to_csv(tmp_path / "d.csv", index=False)
+        path = "d.csv"
+    elif fmt in ("arrow-file", "saved-dir"):
+        datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+        arrow = next((tmp_path / "saved").glob("*.arrow"))
+        path = f"saved/{arrow.name}" if fmt == "arrow-file" else "saved"
+    else:
+        (tmp_path / "parts").mkdir()
+        frame[:15].to_parquet(tmp_path / "parts" / "a.parquet")
+        frame[15:].to_parquet(tmp_path / "parts" / "b.parquet")
+        path = "parts/*.parquet"
+    params = {"path": path, "id_column": "id", "prompt": {"template": "{question}"},
+              "reference": "answer", "scorer": "numeric", "n": 30}
+    suite = load_suite(str(write_yaml(tmp_path / "s.yaml", params)), allow_paths=True)
+    items = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+    by_id = {r["id"]: r for r in rows}
+    assert sorted(it.id for it in items) == sorted(by_id)
+    for it in items:
+        assert it.prompt == [{"role": "user", "content": by_id[it.id]["question"]}]
+        # CSV reads the answers as integers: the numeric scorer's reference is the same number.
+        assert float(it.expected[0]) == float(by_id[it.id]["answer"])
+
+
 @pytest.mark.parametrize(
     ("scorer", "extra", "output", "reference", "score"),
     [

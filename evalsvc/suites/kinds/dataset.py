@@ -115,7 +115,8 @@ class DatasetParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = None
-    """Local file (or directory or glob of one format). Relative: against the suite file."""
+    """Local file, directory or glob of one format, or a ``Dataset.save_to_disk`` directory.
+    Relative: against the suite file."""
     hub: str | None = Field(default=None, max_length=500)
     """Hugging Face hub dataset name (``org/name``); needs network unless cached."""
     config: str | None = None
@@ -212,6 +213,8 @@ def load_rows(params: DatasetParams, base_dir: Path | None) -> Any:
     """The ``datasets.Dataset`` the params name (memoized per file state / hub coordinates)."""
     if params.path is not None:
         path = resolve_path(params.path, base_dir)
+        if path.is_dir() and (path / "state.json").is_file():
+            return _load_saved(path)
         fmt = params.format or _FORMATS.get(path.suffix.lower())
         if fmt is None:
             raise DatasetError(
@@ -264,6 +267,22 @@ def load_rows(params: DatasetParams, base_dir: Path | None) -> Any:
                 f"huggingface.co unless already cached under {_datasets_cache()} (then set "
                 "HF_DATASETS_OFFLINE=1); or download the files and use params.path"
             ) from None
+        _CACHE[key] = ds
+    return _CACHE[key]
+
+
+def _load_saved(path: Path) -> Any:
+    """A directory written by ``Dataset.save_to_disk`` (Arrow files plus ``state.json``)."""
+    state = path / "state.json"
+    key = ("saved", str(path), state.stat().st_mtime_ns)
+    if key not in _CACHE:
+        datasets = _quiet_datasets()
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception as exc:  # noqa: BLE001 - any error reading the directory
+            raise DatasetError(f"{path}: cannot read the saved dataset: {_reason(exc)}") from None
+        if not isinstance(ds, datasets.Dataset):
+            raise DatasetError(f"{path}: holds several splits; point path at one of them")
         _CACHE[key] = ds
     return _CACHE[key]
 
