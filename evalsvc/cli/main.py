@@ -731,6 +731,50 @@ def suites_list(
         err.print(f"warning: suite kind plugin {name!r} not loaded: {reason}", markup=False)
 
 
+@suites_app.command("from-requests")
+def suites_from_requests(
+    log: Annotated[Path, typer.Argument(help="JSON Lines of chat-completions request bodies.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="The suite YAML to write.")],
+    n: Annotated[
+        int | None, typer.Option("-n", "--samples", help="Conversations to sample (default 200).")
+    ] = 200,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sample.")] = 0,
+    name: Annotated[str | None, typer.Option(help="Suite name (default: the file's stem).")] = None,
+    max_tokens: Annotated[
+        int, typer.Option(help="Cap on each replayed request's max_tokens.")
+    ] = 256,
+    scorer: Annotated[
+        str, typer.Option(help="How answers are compared: exact, normalized, numeric, choice.")
+    ] = "exact",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Turn a log of OpenAI chat requests into a replay suite gated on agreement with the baseline."""
+    from evalsvc.services.replay import suite_from_requests
+    from evalsvc.services.runs import UsageError
+
+    try:
+        summary = suite_from_requests(
+            log, out, n=n, seed=seed, name=name, max_tokens=max_tokens, scorer=scorer, force=force
+        )
+    except UsageError as exc:
+        raise _die(str(exc), EXIT_CODES["usage"]) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
+        return
+    err.print(
+        f"wrote {summary.suite} and {summary.data}: {summary.written} of {summary.unique} "
+        f"distinct conversations ({summary.requests} requests)",
+        highlight=False,
+    )
+    for why, count in summary.skipped.items():
+        err.print(f"  skipped {count}: {why}", highlight=False)
+    if summary.dropped_fields:
+        fields = ", ".join(f"{k} ({v})" for k, v in summary.dropped_fields.items())
+        err.print(f"  dropped fields: {fields}", highlight=False)
+    err.print(f"run it: evalsvc compare BASELINE CANDIDATE --suite {summary.suite}", highlight=False)
+
+
 @app.command()
 def plan(
     suite: Annotated[

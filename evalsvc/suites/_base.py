@@ -20,9 +20,10 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
@@ -79,6 +80,18 @@ class SuiteSpec(BaseModel):
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
     gate: GatePolicy = Field(default_factory=GatePolicy)
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def base_dir(self) -> Path | None:
+        """The directory of the YAML file this spec was read from (None when built in code):
+        kinds resolve relative data paths against it (the ``dataset`` kind's ``path``)."""
+        return self._base_dir
+
+    def located_at(self, base_dir: Path) -> SuiteSpec:
+        """Record the directory of the file the spec was read from; returns ``self``."""
+        self._base_dir = base_dir
+        return self
 
 
 @dataclass

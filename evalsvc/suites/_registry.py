@@ -242,7 +242,7 @@ def _load_file(path: Path) -> Suite | SuiteSet:
     if "suites" in data and "kind" not in data:
         return _suite_set(path, node, data)
     try:
-        spec = SuiteSpec.model_validate(data)
+        spec = SuiteSpec.model_validate(data).located_at(path.resolve().parent)
     except ValidationError as exc:
         raise SuiteError(_format_error(path, node, exc)) from exc
     for field_name, bound in (("name", 200), ("description", limits.MAX_DESCRIPTION)):

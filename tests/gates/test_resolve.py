@@ -19,11 +19,19 @@ from evalsvc.gates import (
 from evalsvc.suites import GatePolicy, SuiteSpec, catalog, suite_kinds
 from evalsvc.suites._base import Suite
 
-BUILTIN = {"needle", "reasoning", "determinism", "drift", "lmeval", "speed"}
+BUILTIN = {"needle", "reasoning", "determinism", "drift", "lmeval", "speed", "dataset"}
+
+
+# Kinds that cannot be built without parameters (the dataset kind needs its data).
+_REQUIRED: dict[str, dict[str, object]] = {
+    "dataset": {"path": "data/dataset/qa.jsonl", "prompt": {"template": "{question}"},
+                "reference": "answer", "n": 10},
+}
 
 
 def _suite(kind: str, gate: dict[str, object] | None = None, **params: object) -> Suite:
     cls = suite_kinds()[kind]
+    params = {**_REQUIRED.get(kind, {}), **params}
     spec = SuiteSpec(name=f"t-{kind}", kind=kind, params=dict(params), gate=GatePolicy(**(gate or {})))
     return cls(spec)
 

@@ -1,0 +1,248 @@
+"""Production replay: a log of OpenAI chat-completions requests becomes a ``dataset`` suite.
+
+Contract: ``suite_from_requests(log, out)`` reads ``log`` (JSON Lines: one chat-completions
+request body per line, or an OpenAI Batch API line ``{"custom_id", "method", "url", "body"}``),
+and writes ``out`` (the suite YAML) and, beside it, ``<out stem>.jsonl`` (the data). Nothing
+is sent anywhere.
+
+- Only the conversation is kept: each message's ``role`` and text ``content``, and the
+  request's ``max_tokens`` (or ``max_completion_tokens``). Every other field is dropped and
+  counted by name: identifying fields (``user``, ``metadata``, ``safety_identifier``, message
+  ``name``...) as well as sampling settings (the replay runs greedily so that two endpoints'
+  answers are comparable) and ``model`` (the endpoints under test answer).
+- ``developer`` messages become ``system`` messages (the same role under OpenAI's newer name).
+  Requests that cannot be replayed as plain text chat (image or audio parts, tool calls or tool
+  results, no messages) are skipped and counted by reason.
+- Requests with the same conversation are kept once (deduplicated on the canonical JSON of the
+  kept messages); ``occurrences`` records how often each appeared.
+- ``n`` conversations are sampled with ``Random(seed)`` (all when there are fewer), in the
+  order of the log.
+- The suite has no reference column: it gates **agreement** with the baseline's own answers
+  (``evalsvc.suites.kinds.dataset``), with the ``exact`` scorer unless another is given.
+
+A line that is not JSON, an unreadable log or an existing output (without ``force``) raises
+``UsageError`` (exit 2) before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalsvc import limits
+from evalsvc.services.runs import UsageError
+
+_KEPT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
+_AGREEMENT_SCORERS = ("exact", "normalized", "numeric", "choice")
+_TEXT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+@dataclass
+class ReplaySummary:
+    """What ``suite_from_requests`` read and wrote."""
+
+    suite: Path
+    data: Path
+    name: str
+    lines: int = 0
+    requests: int = 0
+    unique: int = 0
+    written: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    dropped_fields: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "suite": str(self.suite),
+            "data": str(self.data),
+            "name": self.name,
+            "lines": self.lines,
+            "requests": self.requests,
+            "unique": self.unique,
+            "written": self.written,
+            "skipped": dict(self.skipped),
+            "dropped_fields": dict(self.dropped_fields),
+        }
+
+
+def _text(content: Any) -> str | None:
+    """A message's content as text; None when it holds anything but text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                return None
+            if not isinstance(part.get("text"), str):
+                return None
+            parts.append(part["text"])
+        return "\n".join(parts)
+    return None
+
+
+def _conversation(body: dict[str, Any], dropped: Counter[str]) -> tuple[list[dict[str, str]] | None, str]:
+    """The replayable messages of one request body, or (None, why it is skipped)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return None, "no chat messages (not a chat-completions body)"
+    out: list[dict[str, str]] = []
+    for m in messages:
+        if not isinstance(m, dict):
+            return None, "a message is not an object"
+        if m.get("tool_calls") or m.get("function_call") or m.get("role") in ("tool", "function"):
+            return None, "tool calls or tool results"
+        role = _TEXT_ROLES.get(str(m.get("role")))
+        if role is None:
+            return None, f"unknown role {str(m.get('role'))[:40]!r}"
+        text = _text(m.get("content"))
+        if text is None:
+            return None, "non-text content (images, audio, files)"
+        for key in m:
+            if key not in ("role", "content"):
+                dropped[f"messages[].{key}"] += 1
+        out.append({"role": role, "content": text})
+    return out, ""
+
+
+def _slug(text: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return (slug or "replay")[:100]
+
+
+def suite_from_requests(
+    log: Path,
+    out: Path,
+    *,
+    n: int | None = 200,
+    seed: int = 0,
+    name: str | None = None,
+    max_tokens: int = 256,
+    scorer: str = "exact",
+    force: bool = False,
+) -> ReplaySummary:
+    """Write a replay suite (``out``) and its data (``out`` with ``.jsonl``) from a request log."""
+    if n is not None and not 1 <= n <= limits.MAX_ITEMS:
+        raise UsageError(f"-n must be between 1 and {limits.MAX_ITEMS}")
+    if not 1 <= max_tokens <= limits.MAX_TOKENS:
+        raise UsageError(f"--max-tokens must be between 1 and {limits.MAX_TOKENS}")
+    if scorer not in _AGREEMENT_SCORERS:
+        raise UsageError(
+            f"--scorer {scorer!r}: a replay has no reference; use one of "
+            f"{', '.join(_AGREEMENT_SCORERS)}"
+        )
+    if out.suffix not in (".yaml", ".yml"):
+        raise UsageError(f"{out}: the suite file must end in .yaml or .yml")
+    data_path = out.with_suffix(".jsonl")
+    for target in (out, data_path):
+        if target.exists() and not force:
+            raise UsageError(f"{target} exists; pass --force to overwrite it")
+    if data_path.resolve() == log.resolve():
+        raise UsageError(f"{data_path} is the request log itself; choose another -o")
+    summary = ReplaySummary(suite=out, data=data_path, name=_slug(name or out.stem))
+    dropped: Counter[str] = Counter()
+    skipped: Counter[str] = Counter()
+    unique: dict[str, dict[str, Any]] = {}
+    try:
+        fh = log.open("r", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{log}: cannot read: {exc.strerror or exc}") from None
+    with fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                summary.lines = lineno
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{log}:{lineno}: not JSON: {exc.msg}") from None
+                if not isinstance(record, dict):
+                    raise UsageError(f"{log}:{lineno}: not a JSON object")
+                inner = record.get("body")
+                body: dict[str, Any] = inner if isinstance(inner, dict) else record
+                summary.requests += 1
+                for key in body:
+                    if key not in _KEPT_FIELDS:
+                        dropped[key] += 1
+                messages, why = _conversation(body, dropped)
+                if messages is None:
+                    skipped[why] += 1
+                    continue
+                key = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+                if key in unique:
+                    unique[key]["occurrences"] += 1
+                    continue
+                limit = body.get("max_completion_tokens", body.get("max_tokens"))
+                ok_limit = isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+                unique[key] = {
+                    "id": "req-" + hashlib.sha256(key.encode()).hexdigest()[:16],
+                    "messages": messages,
+                    "max_tokens": limit if ok_limit else None,
+                    "turns": len(messages),
+                    "occurrences": 1,
+                    "order": len(unique),
+                }
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{log}: not UTF-8 text ({exc.reason})") from None
+    summary.unique = len(unique)
+    summary.skipped = dict(skipped)
+    summary.dropped_fields = dict(sorted(dropped.items()))
+    if not unique:
+        reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the log is empty"
+        raise UsageError(f"{log}: no replayable chat request ({reasons})")
+    rows = list(unique.values())
+    if n is not None and n < len(rows):
+        order = list(range(len(rows)))
+        random.Random(seed).shuffle(order)
+        rows = [rows[i] for i in sorted(order[:n])]
+    summary.written = len(rows)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with data_path.open("w", encoding="utf-8") as fh_out:
+        for row in rows:
+            row = {k: v for k, v in row.items() if k != "order"}
+            fh_out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    skipped_text = (
+        "; skipped " + ", ".join(f"{v} ({k})" for k, v in skipped.items()) if skipped else ""
+    )
+    spec = {
+        "name": summary.name,
+        "kind": "dataset",
+        "description": (
+            f"Replay of {summary.written} of {summary.unique} distinct conversations from "
+            f"{summary.requests} requests in {log.name} (seed {seed}){skipped_text}. Gated on "
+            "agreement with the baseline's own answers."
+        ),
+        "seed": seed,
+        "params": {
+            "path": data_path.name,
+            "id_column": "id",
+            "prompt": {"messages": "messages"},
+            "scorer": scorer,
+            "n": summary.written,
+            "max_tokens": max_tokens,
+            "max_tokens_column": "max_tokens",
+            "slices": ["prompt_length"],
+        },
+    }
+    out.write_text(
+        "# Written by `evalsvc suites from-requests`: edit freely (scorer, slices, gate).\n"
+        + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True),
+        encoding="utf-8",
+    )
+    # The suite must load as written (a scorer that needs a reference, a bad max_tokens...).
+    from evalsvc.suites import SuiteError, load_suite
+
+    try:
+        load_suite(str(out), allow_paths=True)
+    except SuiteError as exc:
+        raise UsageError(f"the written suite does not load: {exc}") from exc
+    return summary

@@ -1,0 +1,844 @@
+"""``dataset``: your own prompts from a file or a Hugging Face hub dataset, scored per row.
+
+Method: rows are read through Hugging Face ``datasets`` (local JSON, JSONL, CSV, Parquet or
+Arrow files; or a hub dataset by name, cached under ``<EVALSVC_HOME>/datasets``). ``n`` rows
+are drawn with a seeded permutation (the first ``n`` of ``Random(f"{seed}:dataset")``'s
+shuffle of the row indices, so ``--samples 50`` is a subset of ``--samples 100``). Each row
+becomes one item: its prompt is a chat-messages column or a template over columns, sent
+greedily (temperature 0). The output is scored by one of six scorers:
+
+- ``exact``: the stripped output equals the reference;
+- ``normalized``: equal after SQuAD's answer normalization (lower case, punctuation and
+  articles removed, whitespace collapsed: Rajpurkar et al. 2016, arXiv 1606.05250, the official
+  v1.1 evaluation script), applied to the text after the last "answer is" marker when there is
+  one;
+- ``numeric``: the committed number (``_extract.extract_number``) equals the reference within
+  ``tolerance``;
+- ``regex``: the first (or last, ``select``) match of ``pattern`` (its first group when it has
+  one), normalized, equals the normalized reference (lm-eval's ``regex`` filter);
+- ``choice``: multiple choice; the committed option label (``A``, ``B``...; or the unique
+  option text the output names) equals the reference (a label, a 0-based index or the option's
+  text); a ``choices`` column renders as lettered options through ``{choices}`` in the template;
+- ``contains``: the normalized reference occurs in the normalized output as whole words.
+
+A reference column may hold a list of acceptable answers (any one counts).
+
+**Without a reference** the metric is ``agreement`` with the baseline's own answer: the
+baseline's first answer (repeat 0) is the reference, compared under the scorer's extraction
+(the exact text, the normalized text, the number, the regex match, the option). The baseline
+answers every item a **second time** (repeat 1), and the gate pairs, per item, the baseline's
+agreement with itself (repeat 1 vs repeat 0) with the candidate's agreement with the baseline
+(candidate vs repeat 0). The baseline's agreement with its own reference pass would be 1 by
+construction, so without the second pass an unstable but unchanged model (bf16 batch variance,
+docs/statistics.md) would read as a regression; with it, a candidate identical to the baseline
+is exchangeable with the second pass and Δ is centred on 0. Two answers that both yield no
+number/option/match agree. In this mode a sample's own ``score`` is 1 when the scorer found an
+answer in it (always for ``exact``/``normalized``); ``analyze`` computes the agreement.
+
+Contract: everything is read and checked when the suite is loaded (a missing file or column,
+an unreadable file, a bad template, a reference that cannot be scored, an unknown scorer):
+``ValueError``, which the registry turns into a ``SuiteError`` naming the YAML file (exit 2),
+before any request. Relative paths resolve against the suite file's directory (or the catalog
+directory for a spec built in code). ``plan()`` sends nothing. Slices: any column's value and
+``prompt_length`` (quantile buckets of the prompt's characters, or fixed edges); items are
+independent rows, so no clusters. Hub datasets are fetched at load time; offline, the error
+says so (``HF_DATASETS_OFFLINE=1`` uses the cache only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import string
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from evalsvc import limits
+from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.settings import Settings
+from evalsvc.suites._base import (
+    Analysis,
+    Emit,
+    Suite,
+    first_divergent_token,
+    flips,
+    paired_scores,
+)
+from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites.kinds._extract import answer_span, extract_number
+
+Scorer = Literal["exact", "normalized", "numeric", "regex", "choice", "contains"]
+PROMPT_LENGTH = "prompt_length"
+"""The slice name of the prompt-length bucket (any other slice name is a column)."""
+_FORMATS = {
+    ".json": "json",
+    ".jsonl": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+}
+_ROLES = frozenset({"system", "user", "assistant"})
+
+
+class PromptSpec(BaseModel):
+    """How a row becomes a prompt: a chat-messages column, or a template over columns."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: str | None = None
+    """Column holding OpenAI chat messages (a list of ``{role, content}``)."""
+    template: str | None = Field(default=None, max_length=limits.MAX_PROMPT_CHARS)
+    """``str.format``-style template over columns (``"Q: {question}\\nA:"``); ``{choices}``
+    renders the ``choices`` column as lettered options. Plain field names only."""
+    system: str | None = Field(default=None, max_length=limits.MAX_PROMPT_CHARS)
+    """Optional system message (chat) or preamble (completions) before every prompt."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PromptSpec:
+        if (self.messages is None) == (self.template is None):
+            raise ValueError("give exactly one of prompt.messages (a column) or prompt.template")
+        return self
+
+
+class DatasetParams(BaseModel):
+    """Parameters of a dataset suite (validated from the YAML ``params`` mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = None
+    """Local file, directory or glob of one format, or a ``Dataset.save_to_disk`` directory.
+    Relative: against the suite file."""
+    hub: str | None = Field(default=None, max_length=500)
+    """Hugging Face hub dataset name (``org/name``); needs network unless cached."""
+    config: str | None = None
+    """Hub configuration (subset) name."""
+    split: str = "train"
+    revision: str | None = None
+    """Hub revision (a commit pins the data)."""
+    format: Literal["json", "csv", "parquet", "arrow"] | None = None
+    """File format; default from the extension (``.json``/``.jsonl``/``.csv``/``.parquet``/``.arrow``)."""
+    n: int | None = Field(default=200, ge=1, le=limits.MAX_ITEMS)
+    """Rows to sample (``--samples``); None: every row (at most ``MAX_ITEMS``)."""
+    prompt: PromptSpec
+    api: Literal["chat", "completions"] = "chat"
+    reference: str | None = None
+    """Reference column; None: the metric is agreement with the baseline's own answer."""
+    id_column: str | None = None
+    """Column of unique row ids (default: ``row-<index>``)."""
+    scorer: Scorer = "exact"
+    pattern: str | None = Field(default=None, max_length=1000)
+    """``regex``: the pattern (its first group, if any, is the answer)."""
+    select: Literal["first", "last"] = "first"
+    """``regex``: which match counts."""
+    tolerance: float = Field(default=1e-6, ge=0)
+    """``numeric``: largest absolute difference that still counts as equal."""
+    choices: str | None = None
+    """``choice``: column holding the list of options (rendered by ``{choices}``)."""
+    labels: str = Field(default="ABCDEFGHIJKLMNOPQRSTUVWXYZ", min_length=2)
+    """``choice``: option labels, in order."""
+    slices: list[str] = Field(default_factory=list, max_length=limits.MAX_PARAM_LIST)
+    """Slice dimensions: column names, or ``prompt_length``."""
+    length_buckets: int | list[int] = 3
+    """``prompt_length``: number of quantile buckets, or increasing character edges."""
+    max_tokens: int = Field(default=64, ge=1, le=limits.MAX_TOKENS)
+    max_tokens_column: str | None = None
+    """Column with a per-row ``max_tokens`` (replayed requests); capped at ``max_tokens``."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetParams:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError("give exactly one of path (a local file) or hub (a dataset name)")
+        if self.scorer == "regex":
+            if not self.pattern:
+                raise ValueError("scorer 'regex' needs a pattern")
+            try:
+                re.compile(self.pattern)
+            except re.error as exc:
+                raise ValueError(f"pattern {self.pattern!r} is not a regular expression: {exc}") from None
+        elif self.pattern is not None:
+            raise ValueError(f"pattern is only used by scorer 'regex', not {self.scorer!r}")
+        if self.scorer == "contains" and self.reference is None:
+            raise ValueError("scorer 'contains' needs a reference column")
+        if self.api == "completions" and self.prompt.messages is not None:
+            raise ValueError("api 'completions' needs prompt.template (messages are chat)")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError("labels must be distinct characters")
+        if isinstance(self.length_buckets, int):
+            if not 2 <= self.length_buckets <= 10:
+                raise ValueError("length_buckets: between 2 and 10 quantile buckets")
+        elif not self.length_buckets or sorted(set(self.length_buckets)) != self.length_buckets:
+            raise ValueError("length_buckets: character edges in increasing order")
+        return self
+
+
+class DatasetError(ValueError):
+    """A dataset suite cannot be built from its data (refused at load time, exit 2)."""
+
+
+# ---- loading --------------------------------------------------------------------------------
+
+_CACHE: dict[tuple[Any, ...], Any] = {}
+
+
+def _datasets_cache() -> Path:
+    return Settings().home / "datasets"
+
+
+def _quiet_datasets() -> Any:
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    return datasets
+
+
+def resolve_path(raw: str, base_dir: Path | None) -> Path:
+    """A data path: absolute as given, else under the suite file's directory (or the catalog)."""
+    path = Path(os.path.expanduser(raw))
+    if path.is_absolute():
+        return path
+    return (base_dir if base_dir is not None else catalog_dir()) / path
+
+
+def load_rows(params: DatasetParams, base_dir: Path | None) -> Any:
+    """The ``datasets.Dataset`` the params name (memoized per file state / hub coordinates)."""
+    if params.path is not None:
+        path = resolve_path(params.path, base_dir)
+        if path.is_dir() and (path / "state.json").is_file():
+            return _load_saved(path)
+        fmt = params.format or _FORMATS.get(path.suffix.lower())
+        if fmt is None:
+            raise DatasetError(
+                f"{path}: cannot tell the format from the extension {path.suffix!r}; set "
+                f"format to one of json, csv, parquet, arrow"
+            )
+        has_glob = any(ch in str(path) for ch in "*?[")
+        if not has_glob and not path.exists():
+            raise DatasetError(f"data file not found: {path}")
+        if not has_glob and path.is_file() and not os.access(path, os.R_OK):
+            raise DatasetError(f"{path}: cannot read (permission denied)")
+        try:
+            stat = path.stat() if not has_glob else None
+        except OSError as exc:
+            raise DatasetError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        key: tuple[Any, ...] = (
+            "file",
+            str(path),
+            fmt,
+            stat.st_mtime_ns if stat else None,
+            stat.st_size if stat else None,
+        )
+        if key not in _CACHE:
+            datasets = _quiet_datasets()
+            files = str(path / "*") if path.is_dir() else str(path)
+            try:
+                ds = datasets.load_dataset(
+                    fmt, data_files=files, split="train", cache_dir=str(_datasets_cache())
+                )
+            except Exception as exc:  # noqa: BLE001 - any parser error is "unreadable"
+                raise DatasetError(f"{path}: cannot read as {fmt}: {_reason(exc)}") from None
+            _CACHE[key] = ds
+        return _CACHE[key]
+    hub = str(params.hub)
+    key = ("hub", hub, params.config, params.split, params.revision)
+    if key not in _CACHE:
+        datasets = _quiet_datasets()
+        try:
+            ds = datasets.load_dataset(
+                hub,
+                params.config,
+                split=params.split,
+                revision=params.revision,
+                cache_dir=str(_datasets_cache()),
+            )
+        except Exception as exc:  # noqa: BLE001 - network, auth, missing split...
+            raise DatasetError(
+                f"hub dataset {hub!r} (config {params.config!r}, split {params.split!r}) could "
+                f"not be loaded: {_reason(exc)}. Hub datasets need network access to "
+                f"huggingface.co unless already cached under {_datasets_cache()} (then set "
+                "HF_DATASETS_OFFLINE=1); or download the files and use params.path"
+            ) from None
+        _CACHE[key] = ds
+    return _CACHE[key]
+
+
+def _load_saved(path: Path) -> Any:
+    """A directory written by ``Dataset.save_to_disk`` (Arrow files plus ``state.json``)."""
+    state = path / "state.json"
+    key = ("saved", str(path), state.stat().st_mtime_ns)
+    if key not in _CACHE:
+        datasets = _quiet_datasets()
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception as exc:  # noqa: BLE001 - any error reading the directory
+            raise DatasetError(f"{path}: cannot read the saved dataset: {_reason(exc)}") from None
+        if not isinstance(ds, datasets.Dataset):
+            raise DatasetError(f"{path}: holds several splits; point path at one of them")
+        _CACHE[key] = ds
+    return _CACHE[key]
+
+
+def _reason(exc: BaseException) -> str:
+    # datasets wraps parser errors (DatasetGenerationError from an ArrowInvalid...): the
+    # innermost cause says what is wrong with the file.
+    inner: BaseException = exc
+    while inner.__cause__ is not None and inner.__cause__ is not inner:
+        inner = inner.__cause__
+    text = f"{type(inner).__name__}: {inner}".strip()
+    return text[:500]
+
+
+# ---- scoring --------------------------------------------------------------------------------
+
+_PUNCT = set(string.punctuation)
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+
+
+def normalize(text: str) -> str:
+    """SQuAD v1.1's ``normalize_answer``: lower case, no punctuation, no articles, one space."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCT)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def _to_number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(str(value).replace(",", "").strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+class _Scorer:
+    """One scorer: ``key(output)`` extracts the answer; ``same(a, b)`` compares two keys;
+    ``ref_keys(reference)`` canonicalizes the reference (a list: any one counts)."""
+
+    def __init__(self, p: DatasetParams) -> None:
+        self.p = p
+        self.pattern = re.compile(p.pattern) if p.pattern else None
+
+    def key(self, output: str, choices: Sequence[str] = ()) -> str | None:
+        s = self.p.scorer
+        if s == "exact":
+            return output.strip()
+        if s in ("normalized", "contains"):
+            span = answer_span(output) if s == "normalized" else None
+            return normalize(span if span is not None else output)
+        if s == "numeric":
+            return extract_number(output)
+        if s == "regex":
+            assert self.pattern is not None
+            matches = list(self.pattern.finditer(output))
+            if not matches:
+                return None
+            m = matches[0] if self.p.select == "first" else matches[-1]
+            return normalize(m.group(1) if self.pattern.groups else m.group(0))
+        return self._choice(output, choices)
+
+    def _choice(self, output: str, choices: Sequence[str]) -> str | None:
+        labels = self.p.labels[: len(choices)] if choices else self.p.labels
+        # Labels are matched case-sensitively as whole words: "a" in prose is an article, "A"
+        # an option. After an explicit answer marker the first label wins, else the last one.
+        pattern = re.compile(r"(?<![\w])([" + re.escape(labels) + r"])(?![\w])")
+        span = answer_span(output)
+        if span is not None and (found := pattern.findall(span)):
+            return str(found[0])
+        if choices:
+            named = {labels[i] for i, c in enumerate(choices) if c and normalize(c) and
+                     f" {normalize(c)} " in f" {normalize(output)} "}
+            if len(named) == 1:
+                return named.pop()
+        found = pattern.findall(output)
+        return str(found[-1]) if found else None
+
+    def ref_keys(self, reference: Any, choices: Sequence[str] = ()) -> list[str]:
+        """The reference's acceptable keys; ``DatasetError`` when it cannot be scored."""
+        values = reference if isinstance(reference, list) else [reference]
+        out: list[str] = []
+        for value in values:
+            if value is None:
+                continue
+            s = self.p.scorer
+            if s == "exact":
+                out.append(str(value).strip())
+            elif s in ("normalized", "contains", "regex"):
+                out.append(normalize(str(value)))
+            elif s == "numeric":
+                if isinstance(value, bool) or _to_number(str(value)) is None:
+                    raise DatasetError(f"reference {value!r} is not a number (scorer 'numeric')")
+                out.append(str(value))
+            else:
+                out.append(self._ref_label(value, choices))
+        if not out:
+            raise DatasetError("the reference is empty")
+        return out
+
+    def _ref_label(self, value: Any, choices: Sequence[str]) -> str:
+        labels = self.p.labels[: len(choices)] if choices else self.p.labels
+        if isinstance(value, int) and not isinstance(value, bool):
+            if 0 <= value < len(labels):
+                return labels[value]
+            raise DatasetError(f"reference index {value} is out of range for {len(labels)} options")
+        text = str(value).strip()
+        if len(text) == 1 and text in labels:
+            return text
+        for i, c in enumerate(choices):
+            if normalize(str(c)) == normalize(text):
+                return labels[i]
+        raise DatasetError(
+            f"reference {value!r} is neither an option label ({labels}), an index nor one of "
+            "the options' texts"
+        )
+
+    def same(self, a: str | None, b: str | None) -> bool:
+        if a is None or b is None:
+            return a is None and b is None
+        if self.p.scorer == "numeric":
+            x, y = _to_number(a), _to_number(b)
+            return x is not None and y is not None and abs(x - y) <= self.p.tolerance
+        if self.p.scorer == "contains":
+            return bool(b) and f" {b} " in f" {a} "
+        return a == b
+
+
+# ---- prompts --------------------------------------------------------------------------------
+
+
+def template_fields(template: str) -> list[str]:
+    """The column names a template uses; ``DatasetError`` for anything but plain ``{name}``."""
+    fields: list[str] = []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise DatasetError(f"prompt.template: {exc}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        # Attribute and index access ({x.__class__}, {x[0]}) and format specs are refused: a
+        # template names columns, nothing else.
+        if not name or not re.fullmatch(r"[^.\[\]{}!:]+", name) or spec or conversion:
+            raise DatasetError(
+                f"prompt.template: field {{{name}}} must be a plain column name "
+                "(no attribute, index, conversion or format spec)"
+            )
+        fields.append(name)
+    return fields
+
+
+def render_choices(choices: Sequence[Any], labels: str) -> str:
+    return "\n".join(f"{labels[i]}. {c}" for i, c in enumerate(choices))
+
+
+def _messages(value: Any, row_id: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not value:
+        raise DatasetError(f"row {row_id}: the messages column must hold a non-empty list")
+    out = []
+    for m in value:
+        if not isinstance(m, dict) or m.get("role") not in _ROLES or not isinstance(
+            m.get("content"), str
+        ):
+            raise DatasetError(
+                f"row {row_id}: each message needs a role ({', '.join(sorted(_ROLES))}) and "
+                "string content"
+            )
+        out.append({"role": str(m["role"]), "content": str(m["content"])})
+    return out
+
+
+def _length_labels(lengths: list[int], buckets: int | list[int]) -> list[str]:
+    """A bucket label per prompt length (characters): quantile buckets or fixed edges."""
+    if isinstance(buckets, list):
+        edges = buckets
+    else:
+        ordered = sorted(lengths)
+        # Interior quantile edges (nearest rank); duplicates collapse, so a sample of equal
+        # lengths has a single bucket.
+        edges = sorted({ordered[min(len(ordered) - 1, (len(ordered) * k) // buckets)]
+                        for k in range(1, buckets)}) if ordered else []
+    out = []
+    for n in lengths:
+        i = sum(1 for e in edges if n >= e)
+        if i == 0:
+            out.append(f"<{edges[0]} chars" if edges else "all")
+        elif i == len(edges):
+            out.append(f">={edges[-1]} chars")
+        else:
+            out.append(f"{edges[i - 1]}-{edges[i] - 1} chars")
+    return out
+
+
+# ---- the kind -------------------------------------------------------------------------------
+
+_ACCURACY_GATE = GateDefaults.paired_noninferiority(
+    "dataset",
+    margin=0.05,
+    rationale=(
+        "Accuracy against the dataset's reference column, paired by row; the same 5-point "
+        "margin as reasoning and needle. Slices: the columns named in params.slices and the "
+        "prompt-length bucket."
+    ),
+    sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
+)
+_AGREEMENT_GATE = GateDefaults.paired_noninferiority(
+    "dataset",
+    metric="agreement",
+    margin=0.05,
+    rationale=(
+        "No reference column: agreement with the baseline's first answer. The candidate's "
+        "agreement is paired with the baseline's own second pass (its agreement with itself), "
+        "so a model as unstable as the baseline is centred on a zero difference "
+        "(docs/statistics.md section 6b); 5 points as for reasoning and needle."
+    ),
+    sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
+)
+
+
+class DatasetSuite(Suite):
+    kind = "dataset"
+    version = "1"
+    Params = DatasetParams
+    requires = frozenset({"chat"})
+    metric = "accuracy"
+    gate_kind = "binary"
+    gate_default = _ACCURACY_GATE
+    description = (
+        "Your own prompts from a local JSON/JSONL/CSV/Parquet/Arrow file or a hub dataset, "
+        "scored against a reference column or by agreement with the baseline."
+    )
+    params: DatasetParams
+
+    def __init__(self, spec: Any) -> None:
+        super().__init__(spec)
+        p = self.params
+        self.requires = frozenset({p.api})  # type: ignore[misc]
+        if p.reference is None:
+            self.metric = "agreement"  # type: ignore[misc]
+        self._scorer = _Scorer(p)
+        self._items = self._build_items()
+
+    @property
+    def agreement(self) -> bool:
+        """No reference column: the baseline's own answer is the reference."""
+        return self.params.reference is None
+
+    def default_gate(self) -> GateDefaults:
+        # The metric depends on the params: accuracy with a reference column, else agreement.
+        return _AGREEMENT_GATE if self.agreement else _ACCURACY_GATE
+
+    def item_count(self) -> int:
+        return len(self._items)
+
+    # -- items
+
+    def _build_items(self) -> list[Item]:
+        p = self.params
+        try:
+            ds = load_rows(p, self.spec_base_dir())
+            return self._items_from(ds)
+        except DatasetError:
+            raise
+        except (OSError, TypeError, KeyError, IndexError) as exc:
+            raise DatasetError(f"cannot build items: {_reason(exc)}") from None
+
+    def spec_base_dir(self) -> Path | None:
+        return self.spec.base_dir
+
+    def _items_from(self, ds: Any) -> list[Item]:
+        p = self.params
+        columns = list(ds.column_names)
+        where = p.path if p.path is not None else f"hub:{p.hub}"
+        needed: dict[str, str] = {}
+        if p.prompt.messages is not None:
+            needed[p.prompt.messages] = "prompt.messages"
+        if p.prompt.template is not None:
+            for name in template_fields(p.prompt.template):
+                if not (name == "choices" and p.choices is not None):
+                    needed[name] = "prompt.template"
+        for field, value in (
+            ("reference", p.reference),
+            ("id_column", p.id_column),
+            ("choices", p.choices),
+            ("max_tokens_column", p.max_tokens_column),
+        ):
+            if value is not None:
+                needed[value] = field
+        for s in p.slices:
+            if s != PROMPT_LENGTH:
+                needed[s] = "slices"
+        missing = [f"{col!r} ({field})" for col, field in needed.items() if col not in columns]
+        if missing:
+            raise DatasetError(
+                f"{where}: missing column{'s' if len(missing) > 1 else ''} "
+                f"{', '.join(missing)}; the data has columns: {', '.join(columns) or '(none)'}"
+            )
+        total = len(ds)
+        if total == 0:
+            raise DatasetError(f"{where}: the data has no rows")
+        order = list(range(total))
+        random.Random(f"{self.spec.seed}:dataset").shuffle(order)
+        take = order[: min(total, p.n if p.n is not None else limits.MAX_ITEMS)]
+        rows = ds.select(take).to_list()
+        items: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for index, row in zip(take, rows, strict=True):
+            row_id = str(row[p.id_column]) if p.id_column else f"row-{index}"
+            if row_id in seen:
+                raise DatasetError(f"{where}: id_column {p.id_column!r} repeats {row_id!r}")
+            seen.add(row_id)
+            items.append(self._item_parts(row, row_id))
+        lengths = [it["length"] for it in items]
+        length_labels = _length_labels(lengths, p.length_buckets)
+        out = []
+        for parts, length_label in zip(items, length_labels, strict=True):
+            slices = {
+                ("prompt length" if s == PROMPT_LENGTH else s): (
+                    length_label if s == PROMPT_LENGTH else parts["slice_values"][s]
+                )
+                for s in p.slices
+            }
+            out.append(
+                Item(
+                    id=parts["id"],
+                    prompt=parts["prompt"],
+                    expected=parts["reference"],
+                    metadata={
+                        "slices": slices,
+                        "choices": parts["choices"],
+                        "max_tokens": parts["max_tokens"],
+                        "prompt_chars": parts["length"],
+                    },
+                )
+            )
+        return out
+
+    def _item_parts(self, row: dict[str, Any], row_id: str) -> dict[str, Any]:
+        p = self.params
+        choices: list[str] = []
+        if p.choices is not None:
+            raw = row[p.choices]
+            if not isinstance(raw, list) or not raw or len(raw) > len(p.labels):
+                raise DatasetError(
+                    f"row {row_id}: column {p.choices!r} must hold a list of 1 to "
+                    f"{len(p.labels)} options"
+                )
+            choices = [str(c) for c in raw]
+        prompt: str | list[dict[str, str]]
+        if p.prompt.messages is not None:
+            prompt = _messages(row[p.prompt.messages], row_id)
+            if p.prompt.system:
+                prompt = [{"role": "system", "content": p.prompt.system}, *prompt]
+            length = sum(len(m["content"]) for m in prompt)
+        else:
+            assert p.prompt.template is not None
+            values = {
+                name: "" if row.get(name) is None else str(row[name])
+                for name in template_fields(p.prompt.template)
+                if name in row
+            }
+            if choices:
+                values["choices"] = render_choices(choices, p.labels)
+            text = p.prompt.template.format(**values)
+            if p.api == "chat":
+                prompt = [{"role": "user", "content": text}]
+                if p.prompt.system:
+                    prompt.insert(0, {"role": "system", "content": p.prompt.system})
+                length = sum(len(m["content"]) for m in prompt)
+            else:
+                prompt = (p.prompt.system + "\n\n" if p.prompt.system else "") + text
+                length = len(prompt)
+        reference: list[str] | None = None
+        if p.reference is not None:
+            try:
+                reference = self._scorer.ref_keys(row[p.reference], choices)
+            except DatasetError as exc:
+                raise DatasetError(f"row {row_id}: column {p.reference!r}: {exc}") from None
+        max_tokens = p.max_tokens
+        if p.max_tokens_column is not None and row.get(p.max_tokens_column) is not None:
+            value = row[p.max_tokens_column]
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 1:
+                raise DatasetError(
+                    f"row {row_id}: column {p.max_tokens_column!r} must be a positive number"
+                )
+            max_tokens = min(int(value), p.max_tokens)
+        slice_values = {
+            s: "(missing)" if row.get(s) is None else str(row[s])[:100]
+            for s in p.slices
+            if s != PROMPT_LENGTH
+        }
+        return {
+            "id": row_id,
+            "prompt": prompt,
+            "reference": reference,
+            "choices": choices,
+            "max_tokens": max_tokens,
+            "length": length,
+            "slice_values": slice_values,
+        }
+
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+        return list(self._items)
+
+    # -- running
+
+    def expected_samples(self, items: Sequence[Item]) -> int:
+        # The baseline's second pass (agreement mode) is not counted: the progress bars count
+        # one answer per item per endpoint, and the gate sees one pair per item.
+        return len(items)
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        await super().run(
+            items, client, role=role, emit=emit, done=done, concurrency=concurrency
+        )
+        if self.agreement and role == "baseline":
+            # The baseline's second pass: its agreement with its own first answer is the
+            # paired control of the candidate's agreement (module docstring).
+            await super().run(
+                [it.model_copy(update={"metadata": {**it.metadata, "repeat": 1}}) for it in items],
+                client,
+                role=role,
+                emit=emit,
+                done={(i, 0) for i, r in done if r == 1},
+                concurrency=concurrency,
+            )
+
+    async def solve(self, item: Item, client: EndpointClient) -> Sample:
+        meta = item.metadata
+        repeat = int(meta.get("repeat", 0))
+        max_tokens = int(meta.get("max_tokens") or self.params.max_tokens)
+        if isinstance(item.prompt, list):
+            out = await client.chat(item.prompt, max_tokens=max_tokens, temperature=0.0)
+        else:
+            out = await client.complete(item.prompt, max_tokens=max_tokens, temperature=0.0)
+        choices = meta.get("choices") or []
+        answer = self._scorer.key(out.text, choices) if out.ok else None
+        score: float | None = None
+        if not out.error:
+            if self.agreement:
+                score = float(answer is not None)
+            else:
+                refs = item.expected or []
+                score = float(any(self._scorer.same(answer, r) for r in refs))
+        return Sample(
+            suite=self.name,
+            item_id=item.id,
+            endpoint="",
+            repeat=repeat,
+            output=out.text,
+            score=score,
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+            latency_s=out.latency_s,
+            error=out.error,
+            data={
+                "answer": answer,
+                "reference": item.expected,
+                "slices": meta.get("slices") or {},
+                "prompt_chars": meta.get("prompt_chars"),
+            },
+        )
+
+    def slice_of(self, sample: Sample) -> dict[str, str]:
+        slices = sample.data.get("slices") or {}
+        return {str(k): str(v) for k, v in slices.items()}
+
+    # -- analysis
+
+    def analyze(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        if not self.agreement:
+            analysis = paired_scores(
+                [s for s in baseline if s.repeat == 0], candidate, slicer=self.slice_of
+            )
+            analysis.details["scorer"] = self.params.scorer
+            analysis.details["flips"] = flips(analysis.baseline, analysis.candidate)
+            analysis.details["by_slice"] = by_slice(analysis)
+            return analysis
+        return self._agreement(baseline, candidate)
+
+    def _agreement(self, baseline: list[Sample], candidate: list[Sample]) -> Analysis:
+        first = {s.item_id: s for s in baseline if s.repeat == 0}
+        second = {s.item_id: s for s in baseline if s.repeat == 1}
+        cand = {s.item_id: s for s in candidate if s.repeat == 0}
+        b: list[float] = []
+        c: list[float] = []
+        keys: list[str] = []
+        tokens: list[tuple[str | None, str | None] | None] = []
+        slices: dict[str, list[str]] = {}
+        errors = 0
+        for item_id in sorted(set(first) | set(second) | set(cand)):
+            ref, again, other = first.get(item_id), second.get(item_id), cand.get(item_id)
+            if any(s is None or s.error is not None or s.score is None for s in (ref, again, other)):
+                errors += 1
+                continue
+            assert ref is not None and again is not None and other is not None
+            ref_key = ref.data.get("answer")
+            b.append(float(self._scorer.same(again.data.get("answer"), ref_key)))
+            c.append(float(self._scorer.same(other.data.get("answer"), ref_key)))
+            keys.append(item_id)
+            tokens.append(first_divergent_token(ref.output, other.output))
+            for dim, label in self.slice_of(ref).items():
+                slices.setdefault(dim, []).append(label)
+        analysis = Analysis(
+            b,
+            c,
+            None,
+            n_errors=errors,
+            slices={d: v for d, v in slices.items() if len(v) == len(b)} or None,
+            keys=keys,
+            first_tokens=tokens,
+        )
+        analysis.details["scorer"] = self.params.scorer
+        analysis.details["reference"] = "baseline (agreement)"
+        analysis.details["baseline_self_agreement"] = sum(b) / len(b) if b else None
+        analysis.details["candidate_agreement"] = sum(c) / len(c) if c else None
+        # "lost": the baseline repeated its answer and the candidate did not; "gained" the other
+        # way round.
+        analysis.details["flips"] = flips(b, c)
+        analysis.details["by_slice"] = by_slice(analysis)
+        return analysis
+
+
+def by_slice(analysis: Analysis) -> list[dict[str, Any]]:
+    """Paired rates per slice label (each dimension apart): where a drop comes from."""
+    rows: list[dict[str, Any]] = []
+    for dim, labels in sorted((analysis.slices or {}).items()):
+        counts = Counter(labels)
+        for label in sorted(counts):
+            idx = [i for i, lab in enumerate(labels) if lab == label]
+            b = [analysis.baseline[i] for i in idx]
+            c = [analysis.candidate[i] for i in idx]
+            rows.append(
+                {
+                    "slice": dim,
+                    "label": label,
+                    "n": len(idx),
+                    "baseline": sum(b) / len(b),
+                    "candidate": sum(c) / len(c),
+                    **flips(b, c),
+                }
+            )
+    return rows
