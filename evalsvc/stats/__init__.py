@@ -50,18 +50,19 @@ from evalsvc.stats._power import (
     required_n,
     required_n_mean,
 )
-from evalsvc.stats._retention import (
-    RetentionTest,
-    retention_mde,
-    retention_required_n,
-    retention_t,
-    retention_test,
 from evalsvc.stats._ratio import (
     RatioResult,
     RatioTest,
     bootstrap_ratio_ci,
     fieller_ratio_ci,
     ratio_test,
+)
+from evalsvc.stats._retention import (
+    RetentionTest,
+    retention_mde,
+    retention_required_n,
+    retention_t,
+    retention_test,
 )
 from evalsvc.stats._sequential import (
     SequentialSimulation,
