@@ -23,14 +23,25 @@ app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
 
 def is_loopback_host(host: str) -> bool:
-    """Whether binding ``host`` exposes the server to this machine only."""
+    """Whether binding ``host`` exposes the server to this machine only.
+
+    A literal address must be loopback. A name must be ``localhost`` or ``*.localhost`` *and*
+    every address it resolves to must be loopback: a hosts file (or a resolver) may map
+    ``x.localhost`` to ``0.0.0.0``, which binds every interface. Other names are refused."""
     from evalsvc.endpoints import literal_address
 
     name = host.strip().lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
     ip = literal_address(name)
-    return ip is not None and ip.is_loopback
+    if ip is not None:
+        return ip.is_loopback
+    if name != "localhost" and not name.endswith(".localhost"):
+        return False
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return False
+    addresses = [literal_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    return bool(addresses) and all(a is not None and a.is_loopback for a in addresses)
 
 
 @app.command()
