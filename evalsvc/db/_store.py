@@ -35,7 +35,13 @@ from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
 from ._dashboard_queries import DashboardQueries
-from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._errors import (
+    Conflict,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    StoreError,
+)
 from ._orm import (
     ApiTokenRow,
     EndpointRow,
@@ -63,6 +69,9 @@ _SAMPLE_CHUNK = 500
 
 
 log = logging.getLogger(__name__)
+#: ``last_used_at`` of a token is recorded at most this often (one write per token per minute,
+#: not one per request).
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 
 
 def _new_id() -> str:
@@ -218,6 +227,19 @@ class Store:
                 f"database {self.display_url} at {current or 'no revision (empty)'}, head is "
                 f"{head}: run `evalsvc db upgrade`"
             )
+
+    def check_writable(self) -> None:
+        """Raise ``DatabaseWriteRefused`` when the database refuses writes (read-only, disk
+        full): a committed no-op update of the revision row, which needs the write path (lock,
+        journal or WAL) but changes nothing. A writer holding the lock is not a refusal
+        (``DatabaseUnavailable`` is swallowed: the database is busy, not broken)."""
+        try:
+            with self._db.session() as session:
+                if self.dialect == "postgresql":  # never queue behind a migration for long
+                    session.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+                session.execute(sa.text("UPDATE alembic_version SET version_num = version_num"))
+        except DatabaseUnavailable:
+            return
 
     def check_known_revision(self) -> None:
         """Raise DatabaseNotAtHead when the database is at a revision this code does not know."""
@@ -907,15 +929,31 @@ class Store:
         return token, info
 
     def verify_api_token(self, token: str) -> dict[str, Any] | None:
-        """The token's info (name, scopes) if it exists and is not revoked, else None."""
-        with self._db.session() as session:
-            row = session.scalar(
-                sa.select(ApiTokenRow).where(ApiTokenRow.token_hash == _hash_token(token))
-            )
+        """The token's info (name, scopes) if it exists and is not revoked, else None.
+
+        A read. ``last_used_at`` is then recorded best-effort, at most once a minute per token:
+        a database that refuses writes (read-only, disk full) or is busy must not turn every
+        authenticated read into a 503."""
+        digest = _hash_token(token)
+        with self._db.session(write=False) as session:
+            row = session.scalar(sa.select(ApiTokenRow).where(ApiTokenRow.token_hash == digest))
             if row is None or row.revoked_at is not None:
                 return None
-            row.last_used_at = utcnow()
-            return _token_dict(row)
+            info = _token_dict(row)
+        now = utcnow()
+        last = info["last_used_at"]
+        if last is None or last < now - TOKEN_USE_RESOLUTION:
+            try:
+                with self._db.session() as session:
+                    session.execute(
+                        sa.update(ApiTokenRow)
+                        .where(ApiTokenRow.token_hash == digest)
+                        .values(last_used_at=now)
+                    )
+                info["last_used_at"] = now
+            except (DatabaseWriteRefused, DatabaseUnavailable) as err:
+                log.warning("token %s: last use not recorded: %s", info["name"], err)
+        return info
 
     def list_api_tokens(self) -> list[dict[str, Any]]:
         with self._db.session(write=False) as session:
