@@ -99,6 +99,7 @@ def _run_info(row: RunRow) -> RunInfo:
         lease_expires_at=row.lease_expires_at,
         progress=dict(row.progress or {}),
         schedule_id=row.schedule_id,
+        submitted_by=row.submitted_by,
     )
 
 
@@ -308,15 +309,18 @@ class Store:
         fire_time: datetime | None = None,
         lease_owner: str | None = None,
         lease_seconds: float | None = None,
+        submitted_by: str | None = None,
     ) -> RunInfo:
         """Store a new run. ``status=running`` is for in-process runs; with ``lease_owner``
         (``cli:<host>:<pid>``) and ``lease_seconds`` the process keeps it alive with
-        :meth:`heartbeat`, and the reaper marks it ``error`` if the process dies."""
+        :meth:`heartbeat`, and the reaper marks it ``error`` if the process dies.
+        ``submitted_by``: the API token's name that queued it."""
         now = utcnow()
         with self._db.session() as session:
             row = self._add_run(
                 session, spec, status=status, now=now, schedule_id=schedule_id, fire_time=fire_time
             )
+            row.submitted_by = submitted_by
             if lease_owner is not None and lease_seconds is not None:
                 row.lease_owner = lease_owner
                 row.lease_expires_at = now + timedelta(seconds=lease_seconds)
