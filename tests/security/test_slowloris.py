@@ -74,3 +74,40 @@ def test_slow_connections_never_starve_healthz(tmp_path: Path, sqlite_template: 
     assert max(latencies) < 5.0, latencies  # it timed out (80 s) before the fix
     assert closed == SLOW
     assert log_bytes < 64 * 1024, api.log.read_text(errors="replace")[-2000:]
+
+
+def test_event_loop_errors_are_logged_at_a_bounded_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """EMFILE makes asyncio report a failed accept() every second while it lasts; each report
+    was a traceback (166 MB of log in the probe). Now one line per kind per interval."""
+    import asyncio
+    import errno
+
+    from evalsvc.api._server import RateLimitedLoopErrors
+
+    handler = RateLimitedLoopErrors(interval=60)
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level("ERROR", logger="uvicorn.error"):
+            for _ in range(1000):
+                handler(loop, {"message": "socket.accept() out of system resource",
+                               "exception": OSError(errno.EMFILE, "Too many open files")})
+    finally:
+        loop.close()
+    records = [r for r in caplog.records if "accept" in r.getMessage()]
+    assert len(records) == 1 and records[0].exc_info is None
+    assert "Too many open files" in records[0].getMessage()
+
+
+def test_the_connection_cap_leaves_room_under_the_descriptor_limit() -> None:
+    from evalsvc.api._server import (
+        ACCEPT_BATCHES_IN_FLIGHT,
+        FD_RESERVE,
+        accept_backlog,
+        default_max_connections,
+    )
+
+    for nofile in (256, 1024, 4096, 65536, 1 << 20):
+        cap = default_max_connections(nofile)
+        assert cap + FD_RESERVE + ACCEPT_BATCHES_IN_FLIGHT * accept_backlog(nofile) <= max(
+            nofile, 16 + FD_RESERVE + ACCEPT_BATCHES_IN_FLIGHT * 64)
+    assert default_max_connections(1024) == 640
