@@ -206,3 +206,5 @@ class RunInfo(BaseModel):
     lease_expires_at: datetime | None = None
     progress: dict[str, Any] = Field(default_factory=dict)
     schedule_id: str | None = None
+    submitted_by: str | None = None
+    """The name of the API token that queued it (REST ``POST /runs``), else None."""

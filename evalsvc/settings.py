@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     """Largest (decoded) server-sent-events stream of one streamed request."""
     max_output_chars: int = 65536
     """Model output longer than this is stored truncated, with ``data.output_truncated``."""
+    # ---- API server connections (docs/security.md, "Connections") --------------------------
+    api_request_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    """``api serve``: a connection whose request (head and body) is not fully received this
+    many seconds after it started is closed (slowloris)."""
+    api_keepalive_timeout_s: float = Field(default=5.0, gt=0, le=3600)
+    """``api serve``: an idle keep-alive connection is closed after this many seconds."""
+    api_max_connections: int = Field(default=0, ge=0)
+    """``api serve``: most client connections held at once; 0 derives it from the file
+    descriptor limit (the soft limit, raised to the hard one at start, minus a reserve)."""
 
     @model_validator(mode="after")
     def _fill_database_url(self) -> Settings:

@@ -67,6 +67,19 @@ class ApiState:
             return self.ready
 
 
+    def check_serving(self) -> bool:
+        """Readiness (``/healthz``): at head, and the database accepts writes (a read-only or
+        full database can still serve reads, but not queue runs: not ready)."""
+        if not self.check_ready():
+            return False
+        try:
+            self.store.check_writable()
+        except StoreError as err:
+            self.ready_error = str(err)
+            return False
+        return True
+
+
 def get_state(request: Request) -> ApiState:
     state: ApiState = request.app.state.evalsvc
     return state

@@ -28,7 +28,8 @@ Store-wide metrics (``docs/deploy.md`` lists them with their PromQL use):
   ``http_429``, ``http_5xx``, ``http_4xx``, ``malformed``, ``stream``, ``connection``,
   ``other``);
 - ``evalsvc_samples_per_second``: samples written in the last 60 s, divided by 60;
-- ``evalsvc_database_up``: 1 when the database answered the scrape.
+- ``evalsvc_database_up``: 1 when the database answered the scrape and accepts writes
+  (a no-op write, ``Store.check_writable``); 0 when it is unreachable, read-only or full.
 Process metric: ``evalsvc_api_requests_total{method,handler,status}``.
 """
 
@@ -168,7 +169,9 @@ class StoreCollector(Collector):
         self.store = store
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("evalsvc_database_up", "1 if the database answered the scrape.")
+        up = GaugeMetricFamily(
+            "evalsvc_database_up", "1 if the database answered the scrape and accepts writes."
+        )
         try:
             snap = metrics_snapshot(self.store)
         except StoreError as err:
@@ -176,7 +179,13 @@ class StoreCollector(Collector):
             up.add_metric([], 0)
         else:
             yield from snapshot_metrics(snap)
-            up.add_metric([], 1)
+            try:
+                self.store.check_writable()
+            except StoreError as err:  # read-only or full: runs cannot be queued or stored
+                log.warning("metrics: the store refuses writes: %s", err)
+                up.add_metric([], 0)
+            else:
+                up.add_metric([], 1)
         yield up
 
 

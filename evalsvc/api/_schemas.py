@@ -250,6 +250,8 @@ class RunRead(BaseModel):
     attempts: int = 0
     """How many times a worker claimed it."""
     schedule_id: str | None = None
+    submitted_by: str | None = None
+    """The name of the API token that queued the run (None: a schedule or the CLI)."""
     spec: RunSpec
 
 

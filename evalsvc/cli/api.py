@@ -10,12 +10,14 @@ FastAPI and uvicorn are imported only when the command runs, to keep CLI start-u
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Annotated
 
 import typer
 
 from evalsvc.db import Store, StoreError
+from evalsvc.settings import Settings
 
 from ._dbcommon import EXIT_INFRA, DatabaseUrlOption, fail, fail_store
 
@@ -23,14 +25,25 @@ app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
 
 def is_loopback_host(host: str) -> bool:
-    """Whether binding ``host`` exposes the server to this machine only."""
+    """Whether binding ``host`` exposes the server to this machine only.
+
+    A literal address must be loopback. A name must be ``localhost`` or ``*.localhost`` *and*
+    every address it resolves to must be loopback: a hosts file (or a resolver) may map
+    ``x.localhost`` to ``0.0.0.0``, which binds every interface. Other names are refused."""
     from evalsvc.endpoints import literal_address
 
     name = host.strip().lower().rstrip(".")
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
     ip = literal_address(name)
-    return ip is not None and ip.is_loopback
+    if ip is not None:
+        return ip.is_loopback
+    if name != "localhost" and not name.endswith(".localhost"):
+        return False
+    try:
+        infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        return False
+    addresses = [literal_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    return bool(addresses) and all(a is not None and a.is_loopback for a in addresses)
 
 
 @app.command()
@@ -45,6 +58,13 @@ def serve(
 
     from evalsvc.api import create_app
     from evalsvc.api._deps import auth_enabled_from_env
+    from evalsvc.api._server import (
+        RateLimitedLoopErrors,
+        accept_backlog,
+        default_max_connections,
+        guarded_protocol,
+        raise_nofile_limit,
+    )
     from evalsvc.endpoints import EgressPolicy
 
     if not auth_enabled_from_env() and not is_loopback_host(host):
@@ -76,12 +96,33 @@ def serve(
         f"database {shown}",
         err=True,
     )
+    settings = Settings()
+    nofile = raise_nofile_limit()
+    max_connections = settings.api_max_connections or default_max_connections(nofile)
     sock = _bind(host, port)
     server = uvicorn.Server(
-        uvicorn.Config(create_app(database_url), host=host, port=port, log_level=log_level)
+        uvicorn.Config(
+            create_app(database_url),
+            host=host,
+            port=port,
+            log_level=log_level,
+            # security: deadlines and a connection cap against slow clients (docs/security.md)
+            http=guarded_protocol(
+                request_timeout=settings.api_request_timeout_s, max_connections=max_connections
+            ),
+            timeout_keep_alive=max(1, round(settings.api_keepalive_timeout_s)),
+            backlog=accept_backlog(nofile),
+            loop="asyncio",
+        )
     )
+
+    async def run() -> None:
+        # accept() failures (EMFILE) repeat every second while they last: log them bounded
+        asyncio.get_running_loop().set_exception_handler(RateLimitedLoopErrors())
+        await server.serve(sockets=[sock])
+
     try:
-        server.run(sockets=[sock])
+        asyncio.run(run())
     finally:
         sock.close()
 

@@ -130,6 +130,9 @@ class RunRow(Base):
         sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
     )
     fire_time: Mapped[datetime | None]
+    submitted_by: Mapped[str | None] = mapped_column(sa.String(200))
+    """The API token (its name) that queued the run through the REST API; None for runs
+    queued by a schedule or by the CLI. Cancelling through the API is limited to it and admins."""
 
 
 class RunCandidateRow(Base):

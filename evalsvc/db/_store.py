@@ -35,7 +35,13 @@ from evalsvc.settings import Settings
 
 from . import _migrate, _queue, _schedules
 from ._dashboard_queries import DashboardQueries
-from ._errors import Conflict, DatabaseNotAtHead, DatabaseUnavailable, StoreError
+from ._errors import (
+    Conflict,
+    DatabaseNotAtHead,
+    DatabaseUnavailable,
+    DatabaseWriteRefused,
+    StoreError,
+)
 from ._orm import (
     ApiTokenRow,
     EndpointRow,
@@ -63,6 +69,9 @@ _SAMPLE_CHUNK = 500
 
 
 log = logging.getLogger(__name__)
+#: ``last_used_at`` of a token is recorded at most this often (one write per token per minute,
+#: not one per request).
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 
 
 def _new_id() -> str:
@@ -90,6 +99,7 @@ def _run_info(row: RunRow) -> RunInfo:
         lease_expires_at=row.lease_expires_at,
         progress=dict(row.progress or {}),
         schedule_id=row.schedule_id,
+        submitted_by=row.submitted_by,
     )
 
 
@@ -219,6 +229,19 @@ class Store:
                 f"{head}: run `evalsvc db upgrade`"
             )
 
+    def check_writable(self) -> None:
+        """Raise ``DatabaseWriteRefused`` when the database refuses writes (read-only, disk
+        full): a committed no-op update of the revision row, which needs the write path (lock,
+        journal or WAL) but changes nothing. A writer holding the lock is not a refusal
+        (``DatabaseUnavailable`` is swallowed: the database is busy, not broken)."""
+        try:
+            with self._db.session() as session:
+                if self.dialect == "postgresql":  # never queue behind a migration for long
+                    session.execute(sa.text("SET LOCAL lock_timeout = '2s'"))
+                session.execute(sa.text("UPDATE alembic_version SET version_num = version_num"))
+        except DatabaseUnavailable:
+            return
+
     def check_known_revision(self) -> None:
         """Raise DatabaseNotAtHead when the database is at a revision this code does not know."""
         self._refuse_unknown_revision(self.current_revision(), self.head_revision())
@@ -286,15 +309,18 @@ class Store:
         fire_time: datetime | None = None,
         lease_owner: str | None = None,
         lease_seconds: float | None = None,
+        submitted_by: str | None = None,
     ) -> RunInfo:
         """Store a new run. ``status=running`` is for in-process runs; with ``lease_owner``
         (``cli:<host>:<pid>``) and ``lease_seconds`` the process keeps it alive with
-        :meth:`heartbeat`, and the reaper marks it ``error`` if the process dies."""
+        :meth:`heartbeat`, and the reaper marks it ``error`` if the process dies.
+        ``submitted_by``: the API token's name that queued it."""
         now = utcnow()
         with self._db.session() as session:
             row = self._add_run(
                 session, spec, status=status, now=now, schedule_id=schedule_id, fire_time=fire_time
             )
+            row.submitted_by = submitted_by
             if lease_owner is not None and lease_seconds is not None:
                 row.lease_owner = lease_owner
                 row.lease_expires_at = now + timedelta(seconds=lease_seconds)
@@ -907,15 +933,31 @@ class Store:
         return token, info
 
     def verify_api_token(self, token: str) -> dict[str, Any] | None:
-        """The token's info (name, scopes) if it exists and is not revoked, else None."""
-        with self._db.session() as session:
-            row = session.scalar(
-                sa.select(ApiTokenRow).where(ApiTokenRow.token_hash == _hash_token(token))
-            )
+        """The token's info (name, scopes) if it exists and is not revoked, else None.
+
+        A read. ``last_used_at`` is then recorded best-effort, at most once a minute per token:
+        a database that refuses writes (read-only, disk full) or is busy must not turn every
+        authenticated read into a 503."""
+        digest = _hash_token(token)
+        with self._db.session(write=False) as session:
+            row = session.scalar(sa.select(ApiTokenRow).where(ApiTokenRow.token_hash == digest))
             if row is None or row.revoked_at is not None:
                 return None
-            row.last_used_at = utcnow()
-            return _token_dict(row)
+            info = _token_dict(row)
+        now = utcnow()
+        last = info["last_used_at"]
+        if last is None or last < now - TOKEN_USE_RESOLUTION:
+            try:
+                with self._db.session() as session:
+                    session.execute(
+                        sa.update(ApiTokenRow)
+                        .where(ApiTokenRow.token_hash == digest)
+                        .values(last_used_at=now)
+                    )
+                info["last_used_at"] = now
+            except (DatabaseWriteRefused, DatabaseUnavailable) as err:
+                log.warning("token %s: last use not recorded: %s", info["name"], err)
+        return info
 
     def list_api_tokens(self) -> list[dict[str, Any]]:
         with self._db.session(write=False) as session:

@@ -7,7 +7,10 @@ Contract:
   server that drips one byte at a time or never ends its stream gets an error at the deadline.
   An attempt that ran into its deadline is not retried.
 - Redirects are never followed (a 3xx is an error). Bodies are capped while they are read
-  (``max_response_bytes``, ``max_stream_bytes``; settings ``EVALSVC_MAX_*``).
+  (``max_response_bytes``, ``max_stream_bytes``; settings ``EVALSVC_MAX_*``), counted after
+  decoding. Requests ask for ``Accept-Encoding: identity``; a gzip or deflate body sent anyway
+  is inflated in pieces of at most ``DECODE_CHUNK`` bytes (a gzip bomb costs one piece, then
+  ends at the cap); other encodings are an error.
 - Error texts carry the status line, never the response body: a run's errors are shown to every
   reader, and echoing bodies would let a client read pages the worker can reach.
 - ``egress`` (``EgressPolicy``) decides where sockets may go and which ``api_key_env`` is
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -150,6 +154,9 @@ class EndpointClient:
         except (UrlError, EgressRefused) as exc:
             self.refusal = f"refused before connecting: {exc}"
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        # No compression: bodies are capped as they are decoded (_decoded), and a compressed
+        # answer gains nothing on the small JSON an endpoint sends.
+        headers["Accept-Encoding"] = "identity"
         limits = httpx.Limits(max_connections=max(1, concurrency) + 4)
         # The transport's trust_env only reads SSL_CERT_FILE/SSL_CERT_DIR (private CAs stay
         # usable); the client's would also route requests through HTTP(S)_PROXY, past the check.
@@ -415,6 +422,49 @@ def failure_class(exc: BaseException) -> str:
         detail = " ".join(str(exc).split())[:200]
         return f"{name}: {redact_text(detail) or 'connection failed'}"
     return f"{name} (details withheld: they could quote the endpoint's answer)"
+#: Largest piece of decompressed output produced at once: what one in-flight request costs
+#: at most beyond its capped body, however much a compressed chunk would inflate.
+DECODE_CHUNK = 64 * 1024
+#: zlib ``wbits`` per Content-Encoding: gzip framing, zlib framing (HTTP's "deflate").
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+async def _decoded(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The body decoded in pieces of at most ``DECODE_CHUNK`` bytes.
+
+    The client asks for ``identity``; a server that compresses anyway is decoded here with a
+    bounded streaming decompressor rather than by httpx, whose decoders inflate each received
+    chunk whole (a 64 kB piece of a gzip bomb is 64 MB). The callers count the decoded bytes
+    against their caps, so a bomb costs one piece of memory and ends at the cap."""
+    encoding = resp.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity"):
+        async for raw in resp.aiter_raw():
+            yield raw
+        return
+    wbits = _WBITS.get(encoding)
+    if wbits is None:
+        raise EndpointError(
+            f"unsupported Content-Encoding {encoding[:40]!r} (identity was requested)"
+        )
+    inflater = zlib.decompressobj(wbits)
+    first = encoding == "deflate"
+    async for raw in resp.aiter_raw():
+        data = raw
+        while data and not inflater.eof:
+            try:
+                out = inflater.decompress(data, DECODE_CHUNK)
+            except zlib.error as exc:
+                if first:  # "deflate" sent raw, without the zlib header (a common mistake)
+                    inflater, first = zlib.decompressobj(-zlib.MAX_WBITS), False
+                    continue
+                raise EndpointError(f"malformed {encoding} body: {exc}") from exc
+            first = False
+            data = inflater.unconsumed_tail
+            if out:
+                yield out
+    rest = inflater.flush()
+    if rest:
+        yield rest
 
 
 async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
@@ -427,7 +477,7 @@ async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
         )
     parts: list[bytes] = []
     size = 0
-    async for part in resp.aiter_bytes():
+    async for part in _decoded(resp):
         size += len(part)
         if cap and size > cap:
             raise EndpointError(
@@ -442,7 +492,7 @@ async def _sse_lines(resp: httpx.Response, cap: int) -> AsyncIterator[str]:
     """Lines of a stream; bytes are counted before splitting, so an endless line is capped too."""
     size = 0
     pending = b""
-    async for part in resp.aiter_bytes():
+    async for part in _decoded(resp):
         size += len(part)
         if cap and size > cap:
             raise EndpointError(

@@ -103,11 +103,12 @@ def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
     return suites
 
 
-def submit(spec: RunSpec, *, store: Store) -> RunInfo:
-    """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``)."""
+def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> RunInfo:
+    """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``);
+    ``submitted_by`` is the caller's token name (who may cancel it besides admins)."""
     load_suites(spec, allow_paths=False)  # refuse unknown suites at submission, not on the worker
     check_server_spec(spec, store=store)
-    return store.create_run(spec, status=RunStatus.queued)
+    return store.create_run(spec, status=RunStatus.queued, submitted_by=submitted_by)
 
 
 # ---- egress and credentials (docs/security.md) --------------------------------------------

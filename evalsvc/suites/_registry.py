@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -34,6 +35,9 @@ from evalsvc.suites._paths import CatalogNotOnDisk, packaged_catalog_dir
 _KINDS: dict[str, type[Suite]] = {}
 _BROKEN: dict[str, str] = {}
 _ENTRY_POINTS_LOADED = False
+# Loading is once per process and may race: the API serves requests on a thread pool and a
+# worker runs suites concurrently. A reader must never see the flag set before the kinds are in.
+_ENTRY_POINTS_LOCK = threading.Lock()
 _log = logging.getLogger(__name__)
 S = TypeVar("S", bound=type[Suite])
 
@@ -67,26 +71,33 @@ def broken_kinds() -> dict[str, str]:
 
 def _load_entry_points() -> None:
     global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
+    if _ENTRY_POINTS_LOADED:  # set only after every kind is registered (below)
         return
-    _ENTRY_POINTS_LOADED = True
-    for ep in entry_points(group="evalsvc.suites"):
-        # Each load is guarded: one broken plugin must never break the catalog, `suites list`
-        # or GET /suites; it is reported by name and its suites fail as "unknown kind".
-        try:
-            cls = ep.load()
-        except Exception as exc:  # noqa: BLE001 - any error of a third-party import
-            _BROKEN[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"[:500]
-            _log.warning("suite kind plugin %r not loaded: %s", ep.name, _BROKEN[ep.name])
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, Suite)):
-            _BROKEN[ep.name] = f"{ep.value} is not a Suite subclass"
-            continue
-        taken = _KINDS.get(cls.kind)
-        if taken is not None and taken is not cls:
-            _BROKEN[ep.name] = f"{ep.value}: kind {cls.kind!r} is already {taken.__qualname__}"
-            continue
-        _KINDS[cls.kind] = cls
+    with _ENTRY_POINTS_LOCK:
+        if _ENTRY_POINTS_LOADED:
+            return
+        for ep in entry_points(group="evalsvc.suites"):
+            _load_entry_point(ep)
+        _ENTRY_POINTS_LOADED = True
+
+
+def _load_entry_point(ep: EntryPoint) -> None:
+    # Each load is guarded: one broken plugin must never break the catalog, `suites list`
+    # or GET /suites; it is reported by name and its suites fail as "unknown kind".
+    try:
+        cls = ep.load()
+    except Exception as exc:  # noqa: BLE001 - any error of a third-party import
+        _BROKEN[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"[:500]
+        _log.warning("suite kind plugin %r not loaded: %s", ep.name, _BROKEN[ep.name])
+        return
+    if not (isinstance(cls, type) and issubclass(cls, Suite)):
+        _BROKEN[ep.name] = f"{ep.value} is not a Suite subclass"
+        return
+    taken = _KINDS.get(cls.kind)
+    if taken is not None and taken is not cls:
+        _BROKEN[ep.name] = f"{ep.value}: kind {cls.kind!r} is already {taken.__qualname__}"
+        return
+    _KINDS[cls.kind] = cls
 
 
 def _catalog_files() -> dict[str, Path]:

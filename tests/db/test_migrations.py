@@ -101,3 +101,39 @@ def test_cli_unreachable_database_is_one_line() -> None:
     assert result.exit_code == 4
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot use database")
+
+
+def test_run_submitter_migration_keeps_existing_runs(empty_db_url: str) -> None:
+    """0003 adds ``runs.submitted_by`` (issue 17 break 14): runs without one read None, and a
+    downgrade drops only the column, keeping the runs."""
+    from evalsvc.domain import EndpointRef, RunSpec
+
+    spec = RunSpec(
+        baseline=EndpointRef(url="http://127.0.0.1:9001/v1"),
+        candidates=[EndpointRef(url="http://127.0.0.1:9002/v1")],
+        suites=["needle-smoke"],
+    )
+    with Store.from_url(empty_db_url) as store:
+        store.upgrade("0002")
+        engine = sa.create_engine(empty_db_url)
+        try:
+            with engine.connect() as conn:
+                columns = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+        finally:
+            engine.dispose()
+        assert "submitted_by" not in columns
+        store.upgrade()
+        old = store.create_run(spec)
+        new = store.create_run(spec, submitted_by="ci-token")
+        assert store.get_run(old.id).submitted_by is None  # type: ignore[union-attr]
+        assert store.get_run(new.id).submitted_by == "ci-token"  # type: ignore[union-attr]
+        store.downgrade("0002")
+        engine = sa.create_engine(empty_db_url)
+        try:
+            with engine.connect() as conn:
+                ids = set(conn.execute(sa.text("SELECT id FROM runs")).scalars())
+                columns = {c["name"] for c in sa.inspect(conn).get_columns("runs")}
+        finally:
+            engine.dispose()
+        assert ids == {old.id, new.id} and "submitted_by" not in columns
+        store.upgrade()

@@ -18,11 +18,17 @@ router = APIRouter(tags=["health"])
 @router.get(
     "/healthz",
     response_model=Health,
-    responses={503: {"model": Health, "description": "Database unreachable or not at head."}},
+    responses={
+        503: {
+            "model": Health,
+            "description": "Database unreachable, not at head, or refusing writes.",
+        }
+    },
 )
 def healthz(state: StateDep) -> Response:
-    """200 when the database is reachable and at the migration head, else 503 with the reason."""
-    ok = state.check_ready()
+    """200 when the database is reachable, at the migration head and accepts writes, else 503
+    with the reason."""
+    ok = state.check_serving()
     body = Health(
         status="ok" if ok else "unavailable",
         database=state.store.display_url,

@@ -88,9 +88,9 @@ def _get(store: Store, run_id: str) -> RunInfo:
     status_code=status.HTTP_202_ACCEPTED,
     responses={422: {"model": Problem, "description": "Unknown suite or endpoint name."}},
 )
-def submit_run(body: RunCreate, store: StoreDep, _: SubmitScope) -> RunSubmitted:
+def submit_run(body: RunCreate, store: StoreDep, caller: SubmitScope) -> RunSubmitted:
     """Queue a run for workers; poll ``GET /runs/{id}`` until it is finished."""
-    run = run_service.submit(run_spec(body, store), store=store)
+    run = run_service.submit(run_spec(body, store), store=store, submitted_by=caller.name)
     return RunSubmitted(id=run.id, status=run.status)
 
 
@@ -159,11 +159,23 @@ def get_gate(run_id: PathKey, store: StoreDep, _: ReadScope) -> GateRead:
 @router.post(
     "/{run_id}/cancel",
     response_model=RunRead,
-    responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Already finished."}},
+    responses={
+        **_NOT_FOUND,
+        403: {"model": Problem, "description": "Not the run's submitter nor an admin."},
+        409: {"model": Problem, "description": "Already finished."},
+    },
 )
-def cancel_run(run_id: PathKey, store: StoreDep, _: SubmitScope) -> RunRead:
-    """Cancel a queued or running run (a worker stops it at its next heartbeat)."""
+def cancel_run(run_id: PathKey, store: StoreDep, caller: SubmitScope) -> RunRead:
+    """Cancel a queued or running run (a worker stops it at its next heartbeat). Only the
+    token that submitted it, or an admin token, may (scheduled runs: admins only)."""
+    run = _get(store, run_id)
+    if "admin" not in caller.scopes and (run.submitted_by is None or run.submitted_by != caller.name):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"run {run.id} was not submitted by this token: only its submitter or an admin "
+            "token may cancel it",
+        )
     try:
-        return _read(history.cancel(store, _get(store, run_id)))
+        return _read(history.cancel(store, run))
     except history.RunAlreadyFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc

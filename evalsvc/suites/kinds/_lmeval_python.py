@@ -17,11 +17,19 @@ import threading
 from pathlib import Path
 
 from evalsvc.settings import Settings
+from evalsvc.subprocess_env import child_env
 
 ENV_PYTHON = "EVALSVC_LMEVAL_PYTHON"
 LMEVAL_REQUIREMENT = "lm-eval[api]==0.4.*"
 _MARKER = ".evalsvc-lmeval-installed"
 _install_lock = threading.Lock()
+#: What pip may inherit beyond the base environment: proxies and pip's own settings (an
+#: operator's mirror); every subprocess here gets a minimal environment (evalsvc.subprocess_env).
+_INSTALL_KEEP = frozenset(
+    {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+     "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT", "PIP_CONFIG_FILE",
+     "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"}
+)
 
 
 class LmevalError(RuntimeError):
@@ -51,7 +59,9 @@ def lmeval_python() -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
             return str(python)
-        probe = subprocess.run([str(python), "-c", "import lm_eval"], capture_output=True)
+        probe = subprocess.run(
+            [str(python), "-c", "import lm_eval"], capture_output=True, env=child_env()
+        )
         if probe.returncode != 0:
             _pip_install(python, venv)
         marker.write_text(LMEVAL_REQUIREMENT + "\n", encoding="utf-8")
@@ -66,6 +76,7 @@ def _pip_install(python: Path, venv: Path) -> None:
         capture_output=True,
         text=True,
         check=False,
+        env=child_env(),
     )
     constraints = venv / ".evalsvc-lmeval-constraints.txt"
     constraints.write_text(
@@ -89,6 +100,7 @@ def _pip_install(python: Path, venv: Path) -> None:
             stdout=fh,
             stderr=subprocess.STDOUT,
             check=False,
+            env=child_env(keep=_INSTALL_KEEP),
         )
     if result.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]

@@ -17,7 +17,10 @@ Contract:
 - Tasks are lm-eval task names or YAML files under ``include_path`` (relative paths resolve
   under ``evalsvc/suites/catalog/data/``; the subprocess runs there, so a task's relative ``data_files`` work).
 - Failure of the subprocess is never a silent zero: every planned document becomes an errored
-  sample carrying the end of lm-eval's log, so the runner reports an infrastructure error.
+  sample carrying lm-eval's exit status and last exception class (never its log text, which
+  quotes response bodies), so the runner reports an infrastructure error.
+- The subprocess gets a minimal environment (``evalsvc.subprocess_env``): never the worker's
+  secrets; ``OPENAI_API_KEY`` is the endpoint's own key or the placeholder ``EMPTY``.
 
 The catalog ships ``evalsvc_mc`` (``evalsvc/suites/catalog/data/lmeval``): 80 procedurally generated
 multiple-choice questions scored by loglikelihood (``_mc_task``).
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -44,6 +47,7 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.subprocess_env import child_env
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
@@ -77,6 +81,12 @@ except Exception as exc:
         "(HF_HOME), or point the task's data_files at local files")
 out(ok=True)
 """
+
+#: ``OPENAI_API_KEY`` for an endpoint without a key (vLLM's documented placeholder): lm-eval
+#: then never falls back to a key of its own finding.
+NO_KEY = "EMPTY"
+#: The exception class of a Python traceback's last line (``httpx.HTTPStatusError: ...``).
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):")
 
 
 class LmevalParams(BaseModel):
@@ -204,12 +214,11 @@ class LmevalSuite(Suite):
     def _check_task(self, python: str) -> list[str]:
         include = self._include_dir()
         args = [python, "-c", _PREFLIGHT, self.params.task, str(include) if include else ""]
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
-            "HF_DATASETS_OFFLINE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-        }
+        # The preflight sends nothing to an endpoint, but it runs the same lm-eval: the same
+        # minimal environment as the run (never the worker's secrets), offline.
+        env = child_env(
+            {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        )
         try:
             proc = subprocess.run(
                 args,
@@ -331,16 +340,19 @@ class LmevalSuite(Suite):
         except EndpointError as exc:
             raise LmevalError(str(exc)) from exc
         cmd = self.command(python, client, output, n, base_url=pinned)
-        env = {
-            # egress: the subprocess gets no evalsvc setting (the database URL among them)
-            **{k: v for k, v in os.environ.items() if not k.startswith("EVALSVC_")},
-            "HF_DATASETS_OFFLINE": "1",
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "TOKENIZERS_PARALLELISM": "false",
-        }
-        if client.api_key:  # resolved under the run's egress policy (prefix rule in server mode)
-            env["OPENAI_API_KEY"] = client.api_key
+        # egress: the subprocess gets a minimal environment, never the worker's secrets
+        # (OPENAI_API_KEY, cloud keys, EVALSVC_DATABASE_URL): lm-eval's API models send
+        # OPENAI_API_KEY as a Bearer header to whatever URL the run names. It is always set, to
+        # the endpoint's own key (resolved under the run's egress policy) or a placeholder.
+        env = child_env(
+            {
+                "HF_DATASETS_OFFLINE": "1",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                "OPENAI_API_KEY": client.api_key or NO_KEY,
+            }
+        )
         log_path = workdir / "lm_eval.log"
         cwd = self._include_dir() or workdir
         with log_path.open("wb") as log:
@@ -354,8 +366,7 @@ class LmevalSuite(Suite):
                 await proc.wait()
                 raise
         if code != 0:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-6:]
-            raise LmevalError(f"lm-eval exited {code} (log {log_path}): " + " | ".join(tail)[-600:])
+            raise LmevalError(_failure(code, log_path))
         return read_samples(output, self.params.task, filter_name=self.params.filter)
 
     def analyze(
@@ -403,6 +414,21 @@ def _keep(output: Path, target: Path) -> None:
         shutil.rmtree(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copytree(output, target)
+
+
+def _failure(code: int, log_path: Path) -> str:
+    """One line for a failed lm-eval: its exit status and the class of its last exception.
+
+    Never its log's text: lm-eval logs the endpoint's response bodies (an internal page read
+    through the worker, a key echoed back), and sample errors are shown to every read token.
+    The log stays on the worker for the operator."""
+    kinds = [
+        m.group(1)
+        for line in log_path.read_text(errors="replace").splitlines()
+        if (m := _EXC_LINE.match(line.strip()))
+    ]
+    last = f"; last error {kinds[-1]}" if kinds else ""
+    return f"lm-eval exited {code}{last} (log on the worker: {log_path})"
 
 
 def read_samples(
