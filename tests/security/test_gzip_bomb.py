@@ -67,7 +67,7 @@ def test_a_gzip_bomb_costs_bounded_memory_and_ends_at_the_cap(mode: str) -> None
     assert isinstance(errors, list) and len(errors) == CONCURRENCY
     cap_error = "exceeds the cap of 8388608 bytes" if mode == "json" else (
         "stream exceeds the cap of 8388608 bytes")
-    assert all(e and cap_error in e for e in errors), errors[:2]
+    assert all(e and cap_error in e for e in errors), [e for e in errors if not (e and cap_error in e)]
     # Before: 1,269 MB. Now: the interpreter plus at most one capped body per request
     # (16 x 8 MiB) and one 64 KiB piece each.
     assert peak < 400, peak
