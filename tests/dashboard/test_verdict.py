@@ -98,6 +98,8 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
     r = subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "compare", local_endpoints.baseline, cand,
          "--suite", "reasoning-smoke", "--suite", str(suite_file), "--concurrency", "4",
+         # A loaded 2-core host can take minutes per answer; fewer timeouts, fewer error runs.
+         "--timeout", "900",
          "--json", str(out), "--markdown", str(md), "--junit", str(junit),
          "--database-url", dash_db_url],
         capture_output=True, text=True, timeout=1500,
