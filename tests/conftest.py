@@ -13,6 +13,7 @@
   server) overlaps the tests that need no endpoint instead of blocking the first one that does
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
+- Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def _wanted_candidates() -> tuple[str, ...]:
 
 def _needs_endpoints(item: pytest.Item) -> bool:
     return "local_endpoints" in getattr(item, "fixturenames", ())
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
+    if "browser" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.browser)
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
