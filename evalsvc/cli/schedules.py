@@ -20,7 +20,6 @@ from rich.table import Table
 from evalsvc.db import Store, StoreError
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.endpoints import redact_urls_in
-from evalsvc.services import registry
 
 from ._dbcommon import (
     EXIT_CONFIG,
@@ -112,6 +111,10 @@ def add(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Add a schedule that queues a run at every cron fire time."""
+    # Imported here: the service layer brings the statistics (SciPy), which every other
+    # command of the CLI would otherwise pay for at start-up.
+    from evalsvc.services import registry
+
     store = open_store(database_url)
     try:
         template = _template(
@@ -180,6 +183,8 @@ def remove(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Remove a schedule (its past runs are kept)."""
+    from evalsvc.services import registry
+
     try:
         with_store(database_url, lambda store: registry.remove_schedule(store, name_or_id))
     except registry.NotFound as err:
