@@ -30,7 +30,8 @@ _USERINFO_IN_TEXT = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<inf
 # ``api_key``/``apikey``, ``secret``/``client_secret``, signed-URL ``sig``/``signature``/
 # ``X-Amz-Signature``/``X-Amz-Credential``, ``auth``. Over-redacting a harmless parameter only
 # costs readability; missing a secret leaks it to every reader.
-_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|sig|auth|cred|session", re.IGNORECASE)
+# (``max_tokens``, a count, is the one common harmless match and is left alone.)
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token(?!s)|key|sig|auth|cred|session", re.IGNORECASE)
 
 # name=value after ``?``, ``&``, ``;`` or ``#`` in free text or a query string. The value ends
 # where a URL parameter ends, or at a quote, bracket or whitespace in free text.
