@@ -11,7 +11,7 @@ against, as the union of two intervals that must agree:
 Why both: on 0/1 scores whose flips all go one way (a candidate that only loses items), the
 contrasts ``c − ρ0·b`` are very skewed and Fieller's t-based bound is anti-conservative — at a
 true recovery equal to the floor (0.95, 3% of items lost, none gained) it passed 11.1% of the
-time at n = 200 and 8.2% at n = 500 for a nominal 5%, the BCa bound 4.7% and 2.6% (seeded
+time at n = 200 and 8.2% at n = 500 for a nominal 5%, the BCa bound 2.6% and 4.7% (seeded
 simulation, docs/statistics.md §recovery). Requiring both bounds is never worse than the better
 one, as in the paired continuous gate.
 

@@ -71,6 +71,14 @@ def write_lmeval(
     return path
 
 
+def check_schema(report: dict[str, Any]) -> None:
+    import jsonschema
+
+    from evalsvc.reports import report_schema
+
+    jsonschema.Draft202012Validator(report_schema()).validate(report)
+
+
 def _scores(n: int, lost: int, gained: int = 0) -> tuple[list[float], list[float]]:
     base = [1.0 if (i * 7) % 10 < 6 else 0.0 for i in range(n)]
     cand = list(base)
@@ -151,6 +159,8 @@ def test_slices_and_holm_and_recovery_floor(tmp_path: Path, store: Store) -> Non
     fs = floor["candidates"][0]["suites"][0]
     assert fs["details"]["gate"]["recovery_min"] == 0.95
     assert fs["recovery"]["ci"][1] < 0.95 and fs["verdict"] == "fail"
+    check_schema(report)
+    check_schema(floor)
 
 
 @pytest.mark.parametrize(
@@ -203,6 +213,7 @@ def test_inspect_logs_hand_written(store: Store) -> None:
     assert suite["candidate"] == pytest.approx(sum(cand_scores) / 11)
     # 1 errored pair of 12 is beyond the 5% budget: the verdict says error, not pass.
     assert report["verdict"] == "error" and "1 of 12" in report["error"]
+    check_schema(report)
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
