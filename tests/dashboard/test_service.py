@@ -12,6 +12,7 @@ from statsmodels.stats.multitest import multipletests
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus, Sample
 from evalsvc.services import dashboard as svc
+from evalsvc.suites import Scored, ViewInput, suite_kinds
 
 
 def _spec(i: int, *, suites: list[str] | None = None) -> RunSpec:
@@ -74,7 +75,7 @@ def test_progress_counts_stored_samples_per_suite_and_endpoint(store: Store) -> 
 
 def test_needle_heatmap_significance_matches_scipy_and_statsmodels() -> None:
     rng = random.Random(5)
-    rows: list[svc.Scored] = []
+    rows: list[Scored] = []
     truth = {}
     for length in (1000, 2000):
         for depth in (0.1, 0.5, 0.9):
@@ -96,7 +97,10 @@ def test_needle_heatmap_significance_matches_scipy_and_statsmodels() -> None:
             truth[(length, depth)] = (
                 1.0 if m == 0 else stats.binomtest(worse, m, 0.5).pvalue
             )
-    hm = svc.needle_heatmap(rows, "candidate:0", alpha=0.05)
+    # Through the kind's own view model, as the dashboard calls it.
+    view = ViewInput(suite="needle-x", role="candidate:0", entry=None, alpha=0.05,
+                     scores=lambda fields: rows, samples=list)
+    hm = suite_kinds()["needle"].view_model(view)["heatmap"]
     assert hm["lengths"] == [1000, 2000] and hm["depths"] == [0.1, 0.5, 0.9]
     cells = {(c["context_length"], c["depth"]): c for c in hm["cells"]}
     keys = sorted(truth)
