@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_default_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

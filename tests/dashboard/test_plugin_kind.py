@@ -21,14 +21,12 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
 from evalsvc.reports import report_schema
-from tests.fixtures.plugin import echo_kind  # noqa: F401  (session fixture)
 from tests.runner.fault_proxy import fault_proxy
 
 from .conftest import Server, Watched
@@ -67,7 +65,7 @@ class PluginRun:
 
 @pytest.fixture(scope="module")
 def plugin_run(
-    echo_kind: dict[str, str], local_endpoints: Any, dash_db_url: str,  # noqa: F811
+    echo_kind: dict[str, str], local_endpoints: Any, dash_db_url: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> PluginRun:
     tmp = tmp_path_factory.mktemp("plugin-run")

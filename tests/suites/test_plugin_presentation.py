@@ -9,7 +9,6 @@ from typing import Any
 
 from evalsvc.reports import build_report, suite_findings, to_junit, to_markdown
 from evalsvc.suites import suite_kinds
-from tests.fixtures.plugin import echo_kind  # noqa: F401  (session fixture)
 from tests.reports.test_reports import _result
 
 
