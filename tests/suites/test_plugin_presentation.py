@@ -20,7 +20,7 @@ def _echo_entry(report: dict[str, Any]) -> dict[str, Any]:
         **entry["details"],
         "by_template": [
             {"template": "plain", "n": 8, "baseline": 1.0, "candidate": 0.25},
-            {"template": "upper", "n": 8, "baseline": 0.5, "candidate": 0.5},
+            {"template": "sentence", "n": 8, "baseline": 0.5, "candidate": 0.5},
         ],
     })
     return entry
@@ -31,7 +31,7 @@ def test_plugin_kind_is_registered_with_its_template(echo_kind: dict[str, str]) 
     assert cls.__module__ == "evalsvc_echo_kind"
     source = cls.template_source()
     assert source is not None and 'id="echo-templates"' in source
-    assert cls.shows_flips() and cls.slice_label({"template": "upper"}) == "template upper"
+    assert cls.shows_flips() and cls.slice_label({"template": "sentence"}) == "template sentence"
 
 
 def test_plugin_findings_reach_every_report_view(echo_kind: dict[str, str]) -> None:
@@ -46,5 +46,5 @@ def test_plugin_findings_reach_every_report_view(echo_kind: dict[str, str]) -> N
     junit = ET.fromstring(to_junit({**report}).split("\n", 1)[1])
     outs = [tc.findtext("system-out") or "" for tc in junit.iter("testcase")
             if tc.get("name") == "echo-x"]
-    assert outs and "echo: plain 100% → 25%, upper 50% → 50%" in outs[0]
+    assert outs and "echo: plain 100% → 25%, sentence 50% → 50%" in outs[0]
     assert "| plain | 8 | 100% | 25% |" in outs[0]
