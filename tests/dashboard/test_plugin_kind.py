@@ -56,7 +56,7 @@ params:
 @dataclass
 class PluginRun:
     run_id: str
-    stdout: str
+    terminal: str
     report: dict[str, Any]
     markdown: str
     junit: str
@@ -89,7 +89,8 @@ def plugin_run(
     budget = r.returncode == 4 and "error budget exceeded" in r.stdout + r.stderr
     assert r.returncode in (0, 1, 3) or budget, f"exit {r.returncode}: {r.stderr[-2000:]}"
     report = json.loads((tmp / "r.json").read_text())
-    return PluginRun(report["run_id"], r.stdout, report, (tmp / "r.md").read_text(),
+    # The terminal: the verdict table and the headlines go to stderr (stdout stays for pipes).
+    return PluginRun(report["run_id"], r.stdout + r.stderr, report, (tmp / "r.md").read_text(),
                      (tmp / "r.xml").read_text(), damaged)
 
 
@@ -116,7 +117,7 @@ def test_plugin_kind_reports_in_every_view(plugin_run: PluginRun) -> None:
     assert slices["tested"] == 2
     assert {s["slice"] for s in slices["slices"]} == {"plain", "sentence"}
     # ... in the terminal, the Markdown and the JUnit XML.
-    assert "echo: plain " in run.stdout
+    assert "echo: plain " in run.terminal
     assert "Echo accuracy by template (baseline / candidate):" in run.markdown
     assert "### echo-plugin (echo)" in run.markdown
     root = ET.fromstring(run.junit.split("\n", 1)[1])
