@@ -161,7 +161,8 @@ def test_plugin_kind_pages_in_chromium(
     flips = page.page.locator("article[data-flip]")
     assert flips.count() == regressions
     assert page.page.locator("article pre.prompt").count() == regressions
-    text = page.page.inner_text("main")
+    # Prompts sit in collapsed <details>: read their text content, not the rendered text.
+    text = "".join(page.page.locator("article pre.prompt").all_text_contents())
     assert "Repeat this word" in text or "in one short sentence" in text
     slices = set(page.page.eval_on_selector_all(
         "select[name=slice] option", "os => os.map(o => o.value)"))
@@ -173,7 +174,7 @@ def test_plugin_kind_pages_in_chromium(
     page.page.wait_for_load_state("networkidle")
     found = page.page.locator("article[data-flip]")
     for i in range(found.count()):
-        assert "in one short sentence" in found.nth(i).inner_text()
+        assert "in one short sentence" in (found.nth(i).text_content() or "")
     sentence = {r["template"]: r for r in echo["details"]["by_template"]}["sentence"]
     assert found.count() == round(sentence["baseline"] * sentence["n"])
     shot(page.page, "plugin-flips")
@@ -192,7 +193,7 @@ def test_flips_of_a_real_reasoning_run_show_the_prompt_regressions_first(
     # Every flip shows its prompt, rebuilt from the stored suite (seed and parameters) ...
     prompts = page.page.locator("article pre.prompt")
     assert prompts.count() == regressions
-    texts = prompts.all_inner_texts()
+    texts = prompts.all_text_contents()
     assert all(t.startswith("[") and "[user]" in t for t in texts)
     # ... and regressions come first.
     ways = page.page.eval_on_selector_all(
