@@ -14,10 +14,12 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml tests/fixtures/plugin_kind/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e ".[dev]"
+	# The test plugin kind (its own distribution and entry point; tests/dashboard/test_plugin_kind.py).
+	$(VENV)/bin/pip install --quiet -e tests/fixtures/plugin_kind
 	touch $@
 
 demo: install

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
+
 # The background start of the local servers (see the module docstring): the process, its log,
 # and whether the baseline was already healthy before it (then this session started nothing).
 _bg: dict[str, object] = {}

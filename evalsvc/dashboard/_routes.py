@@ -25,6 +25,8 @@ import jinja2
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from markdown_it import MarkdownIt
+from markupsafe import Markup
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -48,8 +50,20 @@ CSP = (
     "form-action 'self'"
 )
 
+def _kind_source(name: str) -> tuple[str, None, Callable[[], bool]] | None:
+    """``kinds/<kind>``: the template a suite kind ships beside its module."""
+    kind = name.removeprefix("kinds/")
+    if kind == name:
+        return None
+    source = svc.kind_template(kind)
+    return None if source is None else (source, None, lambda: True)
+
+
 _env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+    loader=jinja2.ChoiceLoader([
+        jinja2.FileSystemLoader(str(_HERE / "templates")),
+        jinja2.FunctionLoader(_kind_source),
+    ]),
     autoescape=True,  # every {{ }} is HTML-escaped: model output is untrusted text
     # A report of a partly failed run lacks keys: they render as "—", never as a 500.
     undefined=jinja2.ChainableUndefined,
@@ -76,7 +90,18 @@ def _short(value: Any, n: int = 10) -> str:
     return str(value)[:n]
 
 
-_env.filters.update(fmt=_fmt, pct=_pct, short=_short, urlq=lambda v: quote(str(v), safe=""))
+# CommonMark with GitHub tables; raw HTML is disabled (it is shown as text), so a finding that
+# quotes model output cannot inject markup, and link targets like javascript: are refused.
+_md = MarkdownIt("commonmark", {"html": False}).enable("table")
+
+
+def _markdown(text: Any) -> Markup:
+    """A finding's Markdown as HTML (escaped: raw HTML in the source stays text)."""
+    return Markup(_md.render(str(text or "")))  # noqa: S704 - markdown-it escapes, html off
+
+
+_env.filters.update(fmt=_fmt, pct=_pct, short=_short, urlq=lambda v: quote(str(v), safe=""),
+                    markdown=_markdown)
 _env.globals.update(version=__version__, urlencode=urlencode)
 
 
@@ -296,11 +321,13 @@ def suite_page(
 def flips_page(
     request: Request, run_id: str, store: StoreDep, viewer: Viewer,
     suite: str = "", candidate: str = "", slice: str = "", direction: str = "",
+    q: Annotated[str, Query(max_length=200)] = "",
     limit: Annotated[int, Query(ge=1, le=5000)] = 200,
 ) -> HTMLResponse:
     try:
         view = svc.flips_view(store, run_id, suite=suite or None, role=candidate or None,
-                              slice_=slice or None, direction=direction or None, limit=limit)
+                              slice_=slice or None, direction=direction or None,
+                              query=q or None, limit=limit)
     except svc.NotFound as exc:
         return _not_found(request, viewer, str(exc))
     return _page(request, "flips.html", viewer, title=f"Flips · run {run_id[:10]}", view=view)

@@ -9,7 +9,7 @@ from importlib import resources
 from typing import Any
 
 from evalsvc.reports._error import error_report
-from evalsvc.reports._findings import findings, headline
+from evalsvc.reports._findings import findings, headline, suite_findings
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
@@ -39,6 +39,7 @@ __all__ = [
     "md_text",
     "redact_report",
     "report_schema",
+    "suite_findings",
     "summary_rows",
     "to_junit",
     "to_markdown",

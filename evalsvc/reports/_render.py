@@ -25,7 +25,7 @@ from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import RunResult
 from evalsvc.textsafe import visible_controls
 
-from ._findings import findings
+from ._findings import findings, headline, suite_findings
 from ._gatecols import gate_view, reason_lines, reasons_of
 
 SCHEMA_VERSION = 1
@@ -84,6 +84,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "details": {**o.get("details", {}), **s.details},
                 }
             )
+        for suite_entry in suites:
+            _add_findings(suite_entry)
         entry = _endpoint(cand.endpoint, cand.provenance)
         entry.update(
             {
@@ -109,6 +111,13 @@ def build_report(result: RunResult) -> dict[str, Any]:
     }
     redacted: dict[str, Any] = redact_report(_clean(report))
     return redacted
+
+
+def _add_findings(entry: dict[str, Any]) -> None:
+    """The kind's headline and every finding (structured) beside the suite's numbers."""
+    clean = _clean(entry)
+    entry["headline"] = headline(clean)
+    entry["findings"] = [_clean(f.to_dict()) for f in suite_findings(clean)]
 
 
 def redact_report(value: Any) -> Any:
@@ -296,7 +305,14 @@ def to_junit(report: dict[str, Any]) -> str:
             elif not s.get("gated", True):
                 sk += 1
                 ET.SubElement(tc, "skipped", message=f"not gated: {msg}")
-            ET.SubElement(tc, "system-out").text = full
+            # The findings (Markdown text) follow the reasons and numbers: CI logs show where
+            # and how much.
+            notes = [str(s.get("headline") or headline(s) or "")] + [
+                line for line in findings(s) if line.strip()
+            ]
+            ET.SubElement(tc, "system-out").text = "\n".join(
+                [full, *(x(n) for n in notes if n)]
+            )
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")

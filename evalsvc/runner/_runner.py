@@ -8,8 +8,10 @@ Contract:
   ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
   item is sent. Everything after that is recorded, never raised: errored requests are samples
   with ``error`` set, counted per suite; too many make the run's verdict ``error``.
-- How each suite is gated comes from ``Suite.resolve_gate`` (``evalsvc.gates.resolve``, the one
-  place that decides metric, direction, margin or threshold, α and whether it gates); the
+- How each suite is gated is ``Suite.gate``, resolved once per suite by the service layer
+  (``evalsvc.services.runs.bind_gates``: ``evalsvc.gates.resolve`` within the server's limits,
+  the one place that decides metric, direction, margin or threshold, α and whether it gates); a
+  suite handed to ``execute`` unbound (library use) is bound there, once, without limits; the
   verdict per suite from ``evalsvc.gates.evaluate_gate`` / ``threshold_gate`` and the
   informative-baseline guard; each candidate's verdict (and its suites' final verdicts after the
   candidate-level Holm correction) from ``evalsvc.gates.decide``, the run's from
@@ -245,6 +247,9 @@ async def execute(
     progress = progress or NullProgress()
     done = done or set()
     started = time.perf_counter()
+    for suite in suites:
+        if not suite.gate_bound:
+            suite.bind_gate(options)
     limit = max([options.concurrency, *(suite_concurrency(s, options) for s in suites)])
     output_cap = Settings().max_output_chars if max_output_chars is None else max_output_chars
     clients, provs = await probe_all(
@@ -368,7 +373,7 @@ async def _run_sequential(
     """
     from evalsvc.stats import sequential_decision
 
-    gate = suite.resolve_gate(options)
+    gate = suite.gate
     if gate.margin is None or gate.recovery_min is not None:
         # A threshold gate has no paired boundary to stop at; a recovery floor's boundary moves
         # with the baseline's mean, which the confidence sequence does not model.
@@ -422,7 +427,7 @@ async def _run_staged(
     α/len(stages) (determinism: ``evalsvc.stats.retention_test``), so the final verdict is the
     last look's, not a fresh test after peeking.
     """
-    gate = suite.resolve_gate(options)
+    gate = suite.gate
     if gate.margin is None:  # a threshold gate tests once, at the first stage's size
         stages = stages[:1]
     previous = await stored() if stored else []
@@ -565,7 +570,7 @@ def _gate_one(
     base_s: list[Sample],
     cand_s: list[Sample],
 ) -> SuiteResult:
-    gate = suite.resolve_gate(options)
+    gate = suite.gate
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
     outcome = with_recovery(outcome, gate, analysis, suite, seed=suite.spec.seed)
     margin_gate = gate.recovery_min is None

@@ -4,28 +4,26 @@ Contract: functions take a ``Store`` and request values and return JSON-able dic
 the stored run (its report, gates, snapshots and samples); they never format HTML (the views in
 ``evalsvc.dashboard`` do, with escaping) and never build SQL (``Store.dashboard`` does). A run
 that failed part-way or has no report yet still renders: missing pieces are ``None``/empty,
-never an error. Numbers shown are the gate's own (from the report); the only statistics
-computed here are the per-cell tests of the needle heatmap (exact McNemar per cell, Holm across
-the cells), which the gate does not report.
+never an error. Numbers shown are the gate's own (from the report). What is particular to a
+suite kind (its findings, flips, slices, prompts, its page's view model and template) comes
+from the kind (``evalsvc.suites.Suite``), looked up in the registry by the stored kind name:
+this module knows no kind by name.
 """
 
 from __future__ import annotations
 
-import asyncio
-import math
+import logging
 import re
-from collections import Counter, defaultdict
-from collections.abc import Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
-
-import numpy as np
+from typing import Any
 
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
 from evalsvc.services import run_verdict
-from evalsvc.stats import holm, mcnemar_exact
+from evalsvc.suites import Scored, Suite, SuiteSpec, ViewInput, prompt_text, suite_kinds
+
+_log = logging.getLogger(__name__)
 
 #: Provenance fields shown side by side on the run page (the issue's list, then the rest).
 PROVENANCE_FIELDS = (
@@ -43,10 +41,6 @@ PROVENANCE_FIELDS = (
     "tokenizer_fingerprint",
 )
 
-#: Kinds whose samples are scored right/wrong per item (flips exist for them).
-BINARY_KINDS = frozenset({"needle", "reasoning", "lmeval"})
-
-T = TypeVar("T")
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+", re.UNICODE)
 
 
@@ -315,7 +309,7 @@ def _previous_of_pair(store: Store, run: RunInfo) -> str | None:
 
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
     """Everything the run page shows: status, gates with CI geometry, findings, provenance."""
-    from evalsvc.reports import findings, headline
+    from evalsvc.reports import headline
 
     run = _get(store, run_id)
     report = store.get_report(run_id)
@@ -350,7 +344,11 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
                     "test": s.get("test"),
                     "bar": _ci_bar(s),
                     "headline": headline(s),
-                    "findings": findings(s),
+                    "findings": (found := _findings(s)),
+                    # Failing findings are open: the reader sees first what blocks a rollout.
+                    "open": s.get("verdict") == "fail"
+                    or any(f["severity"] == "fail" for f in found),
+                    "shows_flips": kind_class(str(s.get("kind"))).shows_flips(),
                     "error_examples": d.get("error_examples") or [],
                     "reason": d.get("reason"),
                 })
@@ -387,7 +385,35 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------------------- per-kind views
+# ---------------------------------------------------------------------------- kinds
+
+
+def kind_class(kind: str) -> type[Suite]:
+    """The registered class of ``kind``; the base class (generic parts only) when it is not
+    installed (any more)."""
+    return suite_kinds().get(kind, Suite)
+
+
+def kind_template(kind: str) -> str | None:
+    """The Jinja source of ``kind``'s dashboard section (shipped beside the kind), if any."""
+    cls = suite_kinds().get(kind)
+    return cls.template_source() if cls is not None else None
+
+
+def _suite_of(snapshot: dict[str, Any]) -> Suite | None:
+    """The suite as it ran, from its snapshot (for prompts rebuilt from the seed); ``None`` when
+    its kind is not installed or the stored spec no longer validates."""
+    cls = suite_kinds().get(str(snapshot.get("kind")))
+    if cls is None:
+        return None
+    # The snapshot keeps the spec plus how it was gated (``resolved_gate``), which is not a
+    # field of SuiteSpec.
+    spec = {k: v for k, v in dict(snapshot.get("spec") or {}).items() if k != "resolved_gate"}
+    try:
+        return cls(SuiteSpec.model_validate(spec))
+    except (ValueError, TypeError, KeyError) as exc:
+        _log.info("suite %r: stored spec not usable for prompts: %s", snapshot.get("name"), exc)
+        return None
 
 
 def _suite_entry(report: dict[str, Any] | None, suite: str, role: str) -> dict[str, Any] | None:
@@ -399,133 +425,9 @@ def _suite_entry(report: dict[str, Any] | None, suite: str, role: str) -> dict[s
     return None
 
 
-def _pairs(samples: list[Sample], role: str) -> list[tuple[Sample, Sample]]:
-    base = {(s.item_id, s.repeat): s for s in samples if s.endpoint == "baseline"}
-    cand = {(s.item_id, s.repeat): s for s in samples if s.endpoint == role}
-    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
-
-
-Scored = tuple[str, str, int, "float | None", dict[str, Any]]
-"""``(endpoint, item_id, repeat, score, data fields)`` (``Store.dashboard.sample_scores``)."""
-
-
-def _score_pairs(rows: list[Scored], role: str) -> list[tuple[Scored, Scored]]:
-    base = {(r[1], r[2]): r for r in rows if r[0] == "baseline"}
-    cand = {(r[1], r[2]): r for r in rows if r[0] == role}
-    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
-
-
-def needle_heatmap(rows: list[Scored], role: str, alpha: float = 0.05) -> dict[str, Any]:
-    """Accuracy per (context length, depth) for baseline and candidate, and their paired Δ.
-
-    ``rows`` carry the ``context_length`` and ``depth`` data fields. A cell is marked
-    significant when the exact McNemar test of its paired outcomes (McNemar 1947;
-    ``evalsvc.stats.mcnemar_exact``) rejects "no difference" at ``alpha`` after Holm's
-    adjustment over the grid's cells (Holm 1979): with 20-odd cells, unadjusted tests would
-    mark about one cell in twenty by chance.
-    """
-    cells: dict[tuple[int, float], dict[str, list[float]]] = defaultdict(
-        lambda: {"b": [], "c": []}
-    )
-    for rb, rc in _score_pairs(rows, role):
-        if rb[3] is None or rc[3] is None:
-            continue
-        key = (int(rb[4].get("context_length") or 0), float(rb[4].get("depth") or 0.0))
-        cells[key]["b"].append(float(rb[3]))
-        cells[key]["c"].append(float(rc[3]))
-    keys = sorted(cells)
-    out = []
-    pvals = []
-    for key in keys:
-        b, c = cells[key]["b"], cells[key]["c"]
-        worse = sum(1 for x, y in zip(b, c, strict=True) if x >= 0.5 > y)
-        better = sum(1 for x, y in zip(b, c, strict=True) if y >= 0.5 > x)
-        p = mcnemar_exact(worse, better)
-        pvals.append(p)
-        out.append({
-            "context_length": key[0],
-            "depth": key[1],
-            "n": len(b),
-            "baseline": float(np.mean(b)),
-            "candidate": float(np.mean(c)),
-            "delta": float(np.mean(c) - np.mean(b)),
-            "regressions": worse,
-            "improvements": better,
-            "p": p,
-        })
-    adjusted: list[float] = [float(x) for x in holm(pvals)] if pvals else []
-    for cell, p_adj in zip(out, adjusted, strict=True):
-        cell["p_holm"] = float(p_adj)
-        cell["significant"] = bool(p_adj <= alpha)
-    return {
-        "lengths": sorted({k[0] for k in keys}),
-        "depths": sorted({k[1] for k in keys}),
-        "cells": out,
-        "alpha": alpha,
-    }
-
-
-def _histogram(values: list[float], bins: int = 20) -> dict[str, Any]:
-    if not values:
-        return {"edges": [], "counts": []}
-    counts, edges = np.histogram(np.asarray(values, dtype=float), bins=bins)
-    return {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
-
-
-def _drift_distribution(samples: list[Sample], role: str) -> dict[str, Any]:
-    """Per-position KLD values pooled over passages (the report keeps only percentiles)."""
-    from evalsvc.suites.kinds.drift import compare_positions, decode_positions
-
-    klds: list[float] = []
-    per_passage: list[dict[str, Any]] = []
-    for sb, sc in _pairs(samples, role):
-        if sb.error or sc.error or not sb.data or not sc.data:
-            continue
-        try:
-            pb, pc = decode_positions(sb.data), decode_positions(sc.data)
-        except (KeyError, TypeError, ValueError):
-            continue
-        if [p.ref for p in pb] != [p.ref for p in pc]:
-            continue
-        comp = compare_positions(pb, pc)
-        k = [float(v) for v in comp.get("kld", [])]
-        if k:
-            klds.extend(k)
-            per_passage.append({"item": sb.item_id, "mean": float(np.mean(k)),
-                                "max": float(np.max(k)), "positions": len(k)})
-    # Log-spaced bins: KLD spans orders of magnitude between positions.
-    positive = [v for v in klds if v > 0]
-    hist: dict[str, Any] = {"edges": [], "counts": []}
-    if positive:
-        lo, hi = math.log10(min(positive)), math.log10(max(positive))
-        edges = np.logspace(lo, hi if hi > lo else lo + 1, 25)
-        counts, edges = np.histogram(positive, bins=edges)
-        hist = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts],
-                "zeros": len(klds) - len(positive)}
-    return {"histogram": hist, "passages": per_passage, "positions": len(klds)}
-
-
-def _determinism_extra(samples: list[Sample], role: str) -> dict[str, Any]:
-    """First-divergence positions per side and condition, and tie vs confident flips."""
-    out: dict[str, Any] = {}
-    for side, name in (("baseline", "baseline"), (role, "candidate")):
-        firsts: dict[str, list[int]] = defaultdict(list)
-        flips: Counter[str] = Counter()
-        for s in samples:
-            if s.endpoint != side or s.score is None:
-                continue
-            cond = str(s.data.get("condition"))
-            if s.data.get("first_divergence") is not None:
-                firsts[cond].append(int(s.data["first_divergence"]))
-            if s.data.get("flip") in ("tie", "confident"):
-                flips[str(s.data["flip"])] += 1
-        out[name] = {"first_divergence": {k: sorted(v) for k, v in sorted(firsts.items())},
-                     "flips": dict(flips)}
-    return out
-
-
 def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, Any]:
-    """The kind-specific page of one suite for one candidate."""
+    """The page of one suite for one candidate: the gate, and the kind's own view model
+    (``Suite.view_model``) for its template (``kind_template``)."""
     run = _get(store, run_id)
     snaps = {s["name"]: s for s in store.get_suite_snapshots(run_id)}
     if suite not in snaps:
@@ -537,31 +439,42 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
     report = store.get_report(run_id)
     entry = _suite_entry(report, suite, role)
     details = (entry or {}).get("details") or {}
-    view: dict[str, Any] = {
+    cls = kind_class(kind)
+    ref = run.spec.candidates[roles.index(role)]
+    alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
+    source = ViewInput(
+        suite=suite,
+        role=role,
+        entry=entry,
+        alpha=alpha,
+        scores=lambda fields: store.dashboard.sample_scores(run_id, suite, fields),
+        samples=lambda: store.get_samples(run_id, suite=suite),
+    )
+    try:
+        kind_view = cls.view_model(source)
+    except Exception:  # a plugin's bug shows the generic page, with the problem logged
+        _log.exception("suite %r (%s): view model failed", suite, kind)
+        kind_view = {"problem": f"the {kind} kind could not build its view"}
+    return {
         "run_id": run_id,
         "suite": suite,
         "kind": kind,
         "role": role,
-        "candidate": run.spec.candidates[roles.index(role)].name
-        or run.spec.candidates[roles.index(role)].model
-        or run.spec.candidates[roles.index(role)].url,
+        "candidate": ref.name or ref.model or ref.url,
         "roles": roles,
         "gate": entry,
         "details": details,
+        "findings": _findings(entry) if entry else [],
+        "template": f"kinds/{kind}" if kind_template(kind) else None,
+        "shows_flips": cls.shows_flips(),
+        "kind_view": kind_view,
     }
-    alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
-    if kind == "needle":
-        rows = store.dashboard.sample_scores(
-            run_id, suite, (("context_length", "int"), ("depth", "float"))
-        )
-        view["heatmap"] = needle_heatmap(rows, role, alpha=alpha)
-    elif kind in ("determinism", "drift"):
-        samples = store.get_samples(run_id, suite=suite)
-        if kind == "drift":
-            view["distribution"] = _drift_distribution(samples, role)
-        else:
-            view["divergence"] = _determinism_extra(samples, role)
-    return view
+
+
+def _findings(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    from evalsvc.reports import suite_findings
+
+    return [f.to_dict() for f in suite_findings(entry)]
 
 
 # ---------------------------------------------------------------------------- flips
@@ -582,52 +495,13 @@ def first_divergence(a: str, b: str) -> dict[str, Any]:
     return {"index": i, "baseline": parts(ta), "candidate": parts(tb)}
 
 
-def _run_sync(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine from sync code, also when this thread already runs an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+def _score_pairs(rows: list[Scored], role: str) -> list[tuple[Scored, Scored]]:
+    base = {(r[1], r[2]): r for r in rows if r[0] == "baseline"}
+    cand = {(r[1], r[2]): r for r in rows if r[0] == role}
+    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
 
 
-_SLICE_FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "needle": (("context_length", "int"), ("depth", "float")),
-    "reasoning": (("family", "str"), ("level", "int")),
-}
-
-
-def _slice_of(kind: str, data: dict[str, Any]) -> str:
-    if kind == "needle":
-        return f"{data.get('context_length')} tokens @ depth {data.get('depth')}"
-    if kind == "reasoning":
-        return f"{data.get('family')} L{data.get('level')}"
-    return "all"
-
-
-def _prompts(snapshot: dict[str, Any], ids: set[str]) -> dict[str, str]:
-    """Prompts of the items whose plan needs no endpoint (reasoning: seeded generation), as text.
-
-    Needle prompts are thousands of tokens sized on the endpoint's tokenizer: they are described
-    by their slice and expected value instead of being rebuilt.
-    """
-    if snapshot.get("kind") != "reasoning" or not ids:
-        return {}
-    from evalsvc.suites import SuiteSpec, suite_kinds
-
-    try:
-        suite = suite_kinds()["reasoning"](SuiteSpec.model_validate(snapshot["spec"]))
-        items = _run_sync(suite.plan(None, Provenance()))  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - a prompt we cannot rebuild is just not shown
-        return {}
-    out = {}
-    for item in items:
-        if item.id in ids:
-            msgs = item.prompt if isinstance(item.prompt, list) else [
-                {"role": "user", "content": item.prompt}]
-            out[item.id] = "\n\n".join(f"[{m['role']}] {m['content']}" for m in msgs)
-    return out
+_WAYS = ("regression", "improvement")
 
 
 def flips_view(
@@ -638,73 +512,103 @@ def flips_view(
     role: str | None = None,
     slice_: str | None = None,
     direction: str | None = None,
+    query: str | None = None,
     limit: int = 200,
 ) -> dict[str, Any]:
-    """Items whose score flipped between baseline and candidate, with both outputs."""
+    """Items whose outcome flipped between baseline and candidate (``Suite.flip``), with both
+    outputs and the prompt (``Suite.prompt``): regressions (correct → incorrect) first.
+    ``query`` keeps the items whose id, prompt, expected answer or either output contains it
+    (case-insensitive)."""
     run = _get(store, run_id)
     snaps = store.get_suite_snapshots(run_id)
-    binary = [s for s in snaps if s["kind"] in BINARY_KINDS]
+    flipping = [s for s in snaps if kind_class(s["kind"]).shows_flips()]
     roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
     role = role if role in roles else (roles[0] if roles else None)
-    chosen = [s for s in binary if suite in (None, "", s["name"])]
-    rows: list[dict[str, Any]] = []
+    chosen = [s for s in flipping if suite in (None, "", s["name"])]
+    needle = (query or "").strip().casefold()
+    found: list[tuple[dict[str, Any], Scored, str, str]] = []
     slices: set[str] = set()
     counts = Counter[str]()
-    total = 0
     for snap in chosen:
-        fields = _SLICE_FIELDS.get(snap["kind"], ())
-        rows_s = store.dashboard.sample_scores(run_id, snap["name"], fields)
-        found = []
+        cls = kind_class(snap["kind"])
+        rows_s = store.dashboard.sample_scores(run_id, snap["name"], cls.slice_fields)
         for rb, rc in _score_pairs(rows_s, role or ""):
-            if rb[3] is None or rc[3] is None or (rb[3] >= 0.5) == (rc[3] >= 0.5):
+            if rb[3] is None or rc[3] is None:
                 continue
-            way = "regression" if rb[3] >= 0.5 else "improvement"
-            sl = _slice_of(snap["kind"], rb[4])
+            way: str | None = cls.flip(float(rb[3]), float(rc[3]))
+            if way is None:
+                continue
+            sl = cls.slice_label(rb[4]) or "all"
             slices.add(sl)
             counts[way] += 1
-            if direction in ("regression", "improvement") and way != direction:
+            if direction in _WAYS and way != direction:
                 continue
             if slice_ and sl != slice_:
                 continue
-            found.append((rb, way, sl))
-        shown = found[: max(0, limit - len(rows))]
-        total += len(found)
-        if not shown:
+            found.append((snap, rb, way, sl))
+    # Regressions first (what blocks a rollout), then by suite and item order.
+    found.sort(key=lambda f: _WAYS.index(f[2]))
+    rows: list[dict[str, Any]] = []
+    matched = 0
+    samples: dict[tuple[str, str, str, int], Sample] = {}
+    suites_by_name: dict[str, Suite | None] = {}
+    # A search reads every flipped pair's text; without one, only the page shown.
+    wanted = found if needle else found[:limit]
+    for name in dict.fromkeys(f[0]["name"] for f in wanted):
+        ids = [f[1][1] for f in wanted if f[0]["name"] == name]
+        for x in store.dashboard.samples_of_items(run_id, name, ids):
+            samples[(name, x.endpoint, x.item_id, x.repeat)] = x
+    for snap, rb, way, sl in wanted:
+        name = snap["name"]
+        sb = samples.get((name, "baseline", rb[1], rb[2]))
+        sc = samples.get((name, role or "", rb[1], rb[2]))
+        if sb is None or sc is None:
             continue
-        full = store.dashboard.samples_of_items(run_id, snap["name"], [r[1] for r, *_ in shown])
-        by_key = {(x.endpoint, x.item_id, x.repeat): x for x in full}
-        prompts = _prompts(snap, {r[1] for r, *_ in shown})
-        for rb, way, sl in shown:
-            sb = by_key.get(("baseline", rb[1], rb[2]))
-            sc = by_key.get((role or "", rb[1], rb[2]))
-            if sb is None or sc is None:
+        if name not in suites_by_name:
+            suites_by_name[name] = _suite_of(snap)
+        runnable = suites_by_name[name]
+        try:
+            prompt = (runnable.prompt(sb.item_id, sb.data) if runnable is not None
+                      else prompt_text(sb.data.get("prompt")))
+        except Exception:  # a plugin's bug loses the prompt, never the page
+            _log.exception("suite %r: prompt of %r failed", name, sb.item_id)
+            prompt = None
+        expected = sb.data.get("expected")
+        expected_text = (expected if isinstance(expected, (str, int, float)) or expected is None
+                         else ", ".join(str(e) for e in expected))
+        if needle:
+            hay = " ".join(str(x) for x in (sb.item_id, prompt or "", expected_text or "",
+                                            sb.output, sc.output)).casefold()
+            if needle not in hay:
                 continue
-            expected = sb.data.get("expected")
-            rows.append({
-                "suite": snap["name"],
-                "kind": snap["kind"],
-                "item_id": sb.item_id,
-                "repeat": sb.repeat,
-                "direction": way,
-                "slice": sl,
-                "expected": expected if isinstance(expected, (str, int, float)) or expected is None
-                else ", ".join(str(e) for e in expected),
-                "prompt": prompts.get(sb.item_id),
-                "baseline_output": sb.output,
-                "candidate_output": sc.output,
-                "diff": first_divergence(sb.output, sc.output),
-            })
+        matched += 1
+        if len(rows) >= limit:
+            continue
+        rows.append({
+            "suite": name,
+            "kind": snap["kind"],
+            "item_id": sb.item_id,
+            "repeat": sb.repeat,
+            "direction": way,
+            "slice": sl,
+            "expected": expected_text,
+            "prompt": prompt,
+            "baseline_output": sb.output,
+            "candidate_output": sc.output,
+            "diff": first_divergence(sb.output, sc.output),
+        })
     return {
         "run_id": run_id,
         "role": role,
         "roles": roles,
-        "suites": [s["name"] for s in binary],
+        "suites": [s["name"] for s in flipping],
         "suite": suite or "",
         "slices": sorted(slices),
         "slice": slice_ or "",
         "direction": direction or "",
+        "query": query or "",
         "counts": dict(counts),
-        "total": total,
+        "total": matched if needle else len(found),
         "rows": rows,
     }
 

@@ -184,7 +184,7 @@ def gate_logs(
         )
         suite = LoggedTask(spec)
         try:
-            suite.resolve_gate(options, limits=limits)
+            suite.bind_gate(options, limits=limits)
         except GatePolicyError as exc:
             raise UsageError(f"gate options refused: {exc}") from None
         suites.append(suite)
@@ -254,7 +254,7 @@ def gate_logs(
                 version=suite.version,
                 spec={
                     **suite.spec.model_dump(mode="json"),
-                    "resolved_gate": suite.resolve_gate(options).to_dict(),
+                    "resolved_gate": suite.gate.to_dict(),
                 },
             )
         for role, ref, prov in zip(("baseline", "candidate:0"), refs, provs, strict=True):

@@ -11,8 +11,7 @@ from typing import Any
 
 from evalsvc.db import Store
 from evalsvc.domain import RunOptions
-from evalsvc.gates import GatePolicyError
-from evalsvc.services.runs import UsageError, gate_limits
+from evalsvc.services.runs import UsageError, bind_gates
 from evalsvc.suites import SuiteError, resolve
 
 
@@ -45,12 +44,9 @@ def plan(
                     pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
     rows = []
     options = RunOptions(margin=margin, alpha=alpha)
-    limits = gate_limits()
+    bind_gates(resolved, options)
     for suite in resolved:
-        try:
-            gate = suite.resolve_gate(options, limits=limits)
-        except GatePolicyError as exc:
-            raise UsageError(str(exc)) from exc
+        gate = suite.gate
         m, a = gate.margin, gate.alpha
         row: dict[str, Any] = {
             "suite": suite.name,

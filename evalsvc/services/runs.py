@@ -17,7 +17,7 @@ import contextlib
 import os
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
@@ -94,13 +94,20 @@ def load_suites(spec: RunSpec, *, allow_paths: bool = True) -> list[Suite]:
             suites = [s.with_overrides(samples=opts.samples, seed=opts.seed) for s in suites]
         except ValueError as exc:
             raise UsageError(f"--samples/--seed rejected: {exc}") from exc
+    bind_gates(suites, opts)
+    return suites
+
+
+def bind_gates(suites: Sequence[Suite], options: Any) -> None:
+    """Resolve every suite's gate once (``Suite.bind_gate``) within the server's limits: the one
+    place where a gate is resolved; the runner, the snapshot and the report read ``suite.gate``.
+    A refused option is a ``UsageError`` before any request is sent."""
     limits = gate_limits()
     try:
         for suite in suites:
-            suite.resolve_gate(opts, limits=limits)
+            suite.bind_gate(options, limits=limits)
     except GatePolicyError as exc:
         raise UsageError(f"gate options refused: {exc}") from exc
-    return suites
 
 
 def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> RunInfo:
@@ -305,7 +312,7 @@ def _execute(
             # which margin and α), in the snapshot's existing JSON column.
             spec={
                 **suite.spec.model_dump(mode="json"),
-                "resolved_gate": suite.resolve_gate(spec.options).to_dict(),
+                "resolved_gate": suite.gate.to_dict(),
             },
         )
     writer = SampleWriter(store, run.id)

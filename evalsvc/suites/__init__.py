@@ -13,11 +13,23 @@ from evalsvc.suites._base import (
     first_divergent_token,
     flips,
     paired_scores,
+    prompt_text,
 )
 
 # ``suite_kinds`` (not ``kinds``): ``evalsvc.suites.kinds`` is the subpackage of built-in kinds,
 # and importing it would shadow a function of the same name on this package.
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import (
+    Chart,
+    Finding,
+    Scored,
+    Severity,
+    ViewInput,
+    flip_counts_finding,
+    markdown_table,
+    num,
+    pct,
+)
 from evalsvc.suites._registry import (
     SuiteError,
     SuiteSet,
@@ -32,6 +44,16 @@ from evalsvc.suites._registry import (
 
 __all__ = [
     "Analysis",
+    "Chart",
+    "Finding",
+    "Scored",
+    "Severity",
+    "ViewInput",
+    "flip_counts_finding",
+    "markdown_table",
+    "num",
+    "pct",
+    "prompt_text",
     "Emit",
     "GatePolicy",
     "Suite",

@@ -10,6 +10,15 @@ of a kind (``SuiteSpec``): parameters, seed, gate policy. The runner:
 3. calls ``analyze()`` with the baseline's and one candidate's samples to get the gate outcome
    and the details for the report.
 
+How a suite is gated is resolved once (``bind_gate``, by the service layer with the server's
+limits) and read from ``Suite.gate`` everywhere after that.
+
+A kind also owns its presentation (``evalsvc.suites._present``): its findings and headline from
+its report entry, which items count as flips and how both sides are shown (the prompt
+included), the slice label of an item, and its dashboard page (a view model and a Jinja
+template shipped beside the kind's module). The reports and the dashboard render what a kind
+returns and know no kind by name.
+
 Suites never open sockets or touch the database: they only use the client they are given.
 """
 
@@ -17,9 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -36,6 +47,7 @@ from evalsvc.gates import (
     resolve,
 )
 from evalsvc.stats import mde_paired_binary, required_n
+from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
 
 Emit = Callable[[Sample], Awaitable[None]]
 
@@ -127,13 +139,10 @@ class Suite(ABC):
     Params: ClassVar[type[BaseModel]]
     requires: ClassVar[frozenset[str]] = frozenset()
     """Capabilities (see ``evalsvc.endpoints.CAPABILITIES``) every endpoint must have."""
-    metric: ClassVar[str] = "accuracy"
-    gate_kind: ClassVar[Literal["binary", "continuous", "ratio"]] = "binary"
-    higher_is_better: ClassVar[bool] = True
     gate_default: ClassVar[GateDefaults | None] = None
     """The kind's declared gate (metric, margin or threshold, α, direction, whether it gates,
     with its rationale and sources). Kinds that declare none get
-    ``evalsvc.gates.generic_default`` from the three class variables above."""
+    ``evalsvc.gates.generic_default``: paired accuracy, higher is better."""
     exclusive: ClassVar[bool] = False
     """Exclusive suites (speed) run one endpoint at a time, never beside other traffic."""
     reports_recovery: ClassVar[bool] = False
@@ -142,10 +151,17 @@ class Suite(ABC):
     sequential_ok: ClassVar[bool] = True
     """Items are independent, so ``--sequential`` may send them in batches and stop early."""
     description: ClassVar[str] = ""
+    slice_fields: ClassVar[tuple[tuple[str, str], ...]] = ()
+    """The sample ``data`` fields (``(name, "int" | "float" | "str")``) that ``slice_label``
+    reads: the dashboard fetches only these for the flips page."""
+    view_template: ClassVar[str | None] = None
+    """The kind's dashboard template, a file name resolved beside the kind's module (package
+    data); ``None``: the page shows the generic parts only."""
 
     def __init__(self, spec: SuiteSpec) -> None:
         self.spec = spec
         self.params = self.Params.model_validate(spec.params)
+        self._gate: ResolvedGate | None = None
 
     def traffic_concurrency(self) -> int:
         """Requests this suite itself keeps in flight on one endpoint (0: none of its own).
@@ -165,13 +181,28 @@ class Suite(ABC):
         """This suite's kind default (kinds whose metric is a parameter override this)."""
         if self.gate_default is not None:
             return self.gate_default
-        return generic_default(
-            self.kind, metric=self.metric, kind=self.gate_kind, higher_is_better=self.higher_is_better
-        )
+        return generic_default(self.kind, metric="accuracy", kind="binary", higher_is_better=True)
 
-    def resolve_gate(self, options: Any = None, *, limits: GateLimits | None = None) -> ResolvedGate:
-        """How this suite is gated in a run with ``options`` (``evalsvc.gates.resolve``)."""
-        return resolve(self.default_gate(), self.spec.gate, options, limits=limits, suite=self.name)
+    def bind_gate(self, options: Any = None, *, limits: GateLimits | None = None) -> ResolvedGate:
+        """Resolve how this suite is gated in a run with ``options`` (``evalsvc.gates.resolve``,
+        within the server's ``limits``) and keep it: done once per suite, by the service layer
+        (``evalsvc.services.runs.bind_gates``); everything after reads ``gate``. Raises
+        ``evalsvc.gates.GatePolicyError`` for options the policy or the limits refuse."""
+        self._gate = resolve(
+            self.default_gate(), self.spec.gate, options, limits=limits, suite=self.name
+        )
+        return self._gate
+
+    @property
+    def gate(self) -> ResolvedGate:
+        """The gate ``bind_gate`` resolved (an unbound suite is a programming error)."""
+        if self._gate is None:
+            raise RuntimeError(f"suite {self.name!r}: gate not resolved (call bind_gate first)")
+        return self._gate
+
+    @property
+    def gate_bound(self) -> bool:
+        return self._gate is not None
 
     def with_overrides(self, *, samples: int | None, seed: int | None) -> Suite:
         """A copy with the run's ``--samples``/``--seed`` applied (kinds map samples to a param)."""
@@ -254,6 +285,74 @@ class Suite(ABC):
         The kind's gate must stay valid over these looks (determinism splits α over them)."""
         return None
 
+    # ------------------------------------------------------------------ presentation
+    # Class methods: the views call them with a stored report entry or stored sample data, for
+    # runs of any age, without rebuilding the suite.
+
+    @classmethod
+    def shows_flips(cls) -> bool:
+        """Whether items are scored right or wrong, so that a *flip* (baseline right, candidate
+        wrong or the reverse) means something: the flips page lists this kind's suites. Default:
+        the kind's gate is binary."""
+        return cls.gate_default is None or cls.gate_default.kind == "binary"
+
+    @classmethod
+    def flip(cls, baseline: float, candidate: float) -> Literal["regression", "improvement"] | None:
+        """How a pair of scores differs: ``regression`` (correct → incorrect), ``improvement``
+        or ``None`` (same outcome). Default: a score ≥ 0.5 is correct."""
+        if (baseline >= 0.5) == (candidate >= 0.5):
+            return None
+        return "regression" if baseline >= 0.5 else "improvement"
+
+    @classmethod
+    def slice_label(cls, data: dict[str, Any]) -> str | None:
+        """The finest slice an item belongs to, from its sample's ``data`` (the fields named in
+        ``slice_fields``), for the flips page's filter. Default: none."""
+        return None
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        """What this kind has to say about one suite entry of the JSON report (``details`` as
+        ``analyze`` and the gate wrote them). Missing keys give fewer findings, never an error:
+        a report of a partly failed run must still render. Default: the flip counts, for kinds
+        that ``shows_flips``."""
+        if not cls.shows_flips():
+            return []
+        return flip_counts_finding(dict(entry.get("details") or {}))
+
+    @classmethod
+    def headline(cls, entry: dict[str, Any]) -> str | None:
+        """One line for the terminal beside the verdict table (``None``: nothing to add).
+        Default: the flip counts."""
+        counts = (entry.get("details") or {}).get("counts")
+        if cls.shows_flips() and isinstance(counts, dict) and "regressions" in counts:
+            return (
+                f"{counts.get('regressions', 0)} correct → incorrect, "
+                f"{counts.get('improvements', 0)} incorrect → correct"
+            )
+        return None
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        """The JSON-able values this kind's dashboard template reads (as ``view.kind_view``);
+        ``charts`` (a list of ``Chart.to_dict()``) are drawn by the dashboard. Default: none."""
+        return {}
+
+    @classmethod
+    def template_source(cls) -> str | None:
+        """The text of ``view_template``, read beside the kind's module (package data)."""
+        if not cls.view_template:
+            return None
+        module = sys.modules[cls.__module__]
+        package = module.__package__ or cls.__module__
+        return resources.files(package).joinpath(cls.view_template).read_text("utf-8")
+
+    def prompt(self, item_id: str, data: dict[str, Any]) -> str | None:
+        """An item's prompt as text for the flips page, from its stored sample ``data`` or
+        rebuilt from the seed (never through an endpoint). Default: ``data["prompt"]`` (a
+        string or chat messages) when the kind stores it."""
+        return prompt_text(data.get("prompt"))
+
     def expected_samples(self, items: Sequence[Item]) -> int:
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
         return len(items)
@@ -280,6 +379,18 @@ class Suite(ABC):
         ``provenance`` is (baseline's, candidate's), for kinds that report capacity (speed).
         """
         return paired_scores(baseline, candidate, slicer=self.slice_of)
+
+
+def prompt_text(prompt: Any) -> str | None:
+    """A prompt (a string or chat messages) as one text: ``[role] content`` per message."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        return "\n\n".join(
+            f"[{m.get('role', '?')}] {m.get('content', '')}" if isinstance(m, dict) else str(m)
+            for m in prompt
+        )
+    return None
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")

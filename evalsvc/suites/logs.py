@@ -431,8 +431,6 @@ class LoggedTask(Suite):
     kind = "logs"
     version = "1"
     requires = frozenset()
-    metric = "accuracy"
-    gate_kind = "binary"
     reports_recovery = True
     sequential_ok = False
     description = "Per-document scores from existing lm-eval or Inspect logs, paired by document id."

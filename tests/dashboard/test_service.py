@@ -13,6 +13,7 @@ from statsmodels.stats.multitest import multipletests
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus, Sample
 from evalsvc.services import dashboard as svc
+from evalsvc.suites import Scored, ViewInput, suite_kinds
 
 
 def _spec(i: int, *, suites: list[str] | None = None) -> RunSpec:
@@ -75,7 +76,7 @@ def test_progress_counts_stored_samples_per_suite_and_endpoint(store: Store) -> 
 
 def test_needle_heatmap_significance_matches_scipy_and_statsmodels() -> None:
     rng = random.Random(5)
-    rows: list[svc.Scored] = []
+    rows: list[Scored] = []
     truth = {}
     for length in (1000, 2000):
         for depth in (0.1, 0.5, 0.9):
@@ -97,7 +98,10 @@ def test_needle_heatmap_significance_matches_scipy_and_statsmodels() -> None:
             truth[(length, depth)] = (
                 1.0 if m == 0 else stats.binomtest(worse, m, 0.5).pvalue
             )
-    hm = svc.needle_heatmap(rows, "candidate:0", alpha=0.05)
+    # Through the kind's own view model, as the dashboard calls it.
+    view = ViewInput(suite="needle-x", role="candidate:0", entry=None, alpha=0.05,
+                     scores=lambda fields: rows, samples=list)
+    hm = suite_kinds()["needle"].view_model(view)["heatmap"]
     assert hm["lengths"] == [1000, 2000] and hm["depths"] == [0.1, 0.5, 0.9]
     cells = {(c["context_length"], c["depth"]): c for c in hm["cells"]}
     keys = sorted(truth)
@@ -260,3 +264,47 @@ def test_flips_are_limited_and_counted(store: Store) -> None:
                                                     if k % 3 == 0 and k % 2 == 1}
     assert all(r["diff"]["baseline"]["first"] != r["diff"]["candidate"]["first"]
                for r in only["rows"])
+
+
+def test_flips_rebuild_prompts_from_a_stored_snapshot_regressions_first_and_search(
+    store: Store,
+) -> None:
+    """The snapshot a real run stores has ``resolved_gate`` beside the spec (the flips page used
+    to fail validating it and show no prompt); regressions come before improvements; ``query``
+    searches prompts, outputs and item ids."""
+    from evalsvc.services.runs import load_suites
+
+    spec = _spec(0, suites=["reasoning-smoke"])
+    spec.options.samples = 6
+    (suite,) = load_suites(spec)  # binds the gate, as a real run does
+    run = store.create_run(spec, status=RunStatus.running)
+    store.save_suite_snapshot(run.id, name=suite.name, kind=suite.kind, version=suite.version,
+                              spec={**suite.spec.model_dump(mode="json"),
+                                    "resolved_gate": suite.gate.to_dict()})
+    import asyncio
+
+    from evalsvc.domain import Provenance
+
+    items = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+    samples = []
+    for k, item in enumerate(items):
+        data = {"family": item.metadata["family"], "level": item.metadata["level"],
+                "expected": str(item.expected)}
+        # Item 0 improves, the others regress: the improvement sorts last.
+        b, c = (0.0, 1.0) if k == 0 else (1.0, 0.0)
+        samples += [Sample(suite=suite.name, item_id=item.id, endpoint="baseline", score=b,
+                           output=f"base {k}", data=data),
+                    Sample(suite=suite.name, item_id=item.id, endpoint="candidate:0", score=c,
+                           output=f"cand {k}", data=data)]
+    store.add_samples(run.id, samples)
+    view = svc.flips_view(store, run.id)
+    assert [r["direction"] for r in view["rows"]] == ["regression"] * 5 + ["improvement"]
+    last = items[-1].prompt
+    assert isinstance(last, list)
+    by_id = {r["item_id"]: r["prompt"] for r in view["rows"]}
+    assert all(by_id.values()) and last[-1]["content"] in by_id[items[-1].id]
+    found = svc.flips_view(store, run.id, query="CAND 3")
+    assert [r["item_id"] for r in found["rows"]] == [items[3].id] and found["total"] == 1
+    question = str(last[-1]["content"])[:30]
+    assert items[-1].id in {r["item_id"] for r in svc.flips_view(store, run.id,
+                                                                   query=question)["rows"]}

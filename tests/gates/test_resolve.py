@@ -43,9 +43,9 @@ def test_every_builtin_kind_declares_a_documented_default() -> None:
         d = kinds[name].gate_default
         assert d is not None and d.suite_kind == name
         assert 0 < d.alpha < 0.5 and d.rationale and d.sources
-        # The class variables agree with the declaration (generic_default uses them).
-        assert d.higher_is_better == kinds[name].higher_is_better
-        assert d.kind == kinds[name].gate_kind
+        # The declaration is the only place: no class variable repeats (or contradicts) it.
+        for dup in ("metric", "gate_kind", "higher_is_better"):
+            assert dup not in vars(kinds[name]), f"{name} repeats {dup} beside gate_default"
         if d.gate == "noninferiority":
             assert d.margin is not None and d.margin >= 0 and d.threshold is None
         else:
@@ -64,23 +64,23 @@ def test_specific_values_and_one_drift_threshold() -> None:
     for entry in catalog():
         if isinstance(entry, Suite) and entry.kind == "drift":
             assert entry.spec.gate.threshold is None
-            assert entry.resolve_gate().threshold == 0.05
+            assert entry.bind_gate().threshold == 0.05
 
 
 def test_margin_zero_is_a_margin() -> None:
     # The old bug: `flag or yaml or default` dropped 0.0.
-    g = _suite("reasoning").resolve_gate(RunOptions(margin=0.0))
+    g = _suite("reasoning").bind_gate(RunOptions(margin=0.0))
     assert g.margin == 0.0 and g.origin["margin"] == "submitter"
-    g = _suite("reasoning", {"margin": 0.0}).resolve_gate(RunOptions())
+    g = _suite("reasoning", {"margin": 0.0}).bind_gate(RunOptions())
     assert g.margin == 0.0 and g.origin["margin"] == "suite policy"
-    g = _suite("speed").resolve_gate(RunOptions())
+    g = _suite("speed").bind_gate(RunOptions())
     assert g.margin == 0.0 and g.origin["margin"] == "kind default" and not g.gated
-    g = _suite("reasoning").resolve_gate(RunOptions(alpha=0.01))
+    g = _suite("reasoning").bind_gate(RunOptions(alpha=0.01))
     assert g.alpha == 0.01 and g.origin["alpha"] == "submitter"
 
 
 def test_precedence_and_origin() -> None:
-    g = _suite("needle").resolve_gate(None)
+    g = _suite("needle").bind_gate(None)
     assert (g.margin, g.alpha, g.gate) == (0.05, 0.05, "noninferiority")
     assert g.origin == {
         "metric": "kind default",
@@ -90,14 +90,14 @@ def test_precedence_and_origin() -> None:
         "alpha": "kind default",
         "margin": "kind default",
     }
-    g = _suite("needle", {"margin": 0.10, "alpha": 0.04}).resolve_gate(RunOptions(margin=0.07))
+    g = _suite("needle", {"margin": 0.10, "alpha": 0.04}).bind_gate(RunOptions(margin=0.07))
     assert (g.margin, g.policy_margin, g.alpha) == (0.07, 0.10, 0.04)
     assert g.origin["margin"] == "submitter" and g.origin["alpha"] == "suite policy"
     # A YAML threshold switches a kind to a threshold gate; the submitter's margin is unused.
-    g = _suite("determinism", {"threshold": 0.5}).resolve_gate(RunOptions(margin=0.01))
+    g = _suite("determinism", {"threshold": 0.5}).bind_gate(RunOptions(margin=0.01))
     assert g.gate == "threshold" and g.threshold == 0.5 and g.margin is None
     assert "not applicable" in g.origin["margin"]
-    d = _suite("drift").resolve_gate(RunOptions(margin=0.01))
+    d = _suite("drift").bind_gate(RunOptions(margin=0.01))
     assert d.threshold == 0.05 and not d.higher_is_better
 
 
@@ -119,24 +119,24 @@ def test_precedence_and_origin() -> None:
 )
 def test_submitter_may_only_tighten(options: RunOptions, needle: str) -> None:
     with pytest.raises(GatePolicyError) as exc:
-        _suite("reasoning").resolve_gate(options)
+        _suite("reasoning").bind_gate(options)
     assert needle in str(exc.value)
     if needle == "loosen":
         assert "t-reasoning" in str(exc.value) and "only tighten" in str(exc.value)
 
 
 def test_informational_gate_ignores_a_looser_submitter_margin() -> None:
-    g = _suite("speed").resolve_gate(RunOptions(margin=0.1))
+    g = _suite("speed").bind_gate(RunOptions(margin=0.1))
     assert g.margin == 0.0 and "ignored" in g.origin["margin"]
 
 
 def test_server_limits_bound_the_policy() -> None:
     limits = GateLimits(max_margin=0.2, max_alpha=0.05)
     with pytest.raises(GatePolicyError, match="EVALSVC_GATE_MAX_MARGIN"):
-        _suite("reasoning", {"margin": 0.3}).resolve_gate(None, limits=limits)
+        _suite("reasoning", {"margin": 0.3}).bind_gate(None, limits=limits)
     with pytest.raises(GatePolicyError, match="EVALSVC_GATE_MAX_ALPHA"):
-        _suite("reasoning", {"alpha": 0.08}).resolve_gate(None, limits=limits)
-    assert _suite("reasoning", {"margin": 0.2}).resolve_gate(None, limits=limits).margin == 0.2
+        _suite("reasoning", {"alpha": 0.08}).bind_gate(None, limits=limits)
+    assert _suite("reasoning", {"margin": 0.2}).bind_gate(None, limits=limits).margin == 0.2
 
 
 def test_plugin_kind_without_a_declaration_gets_the_generic_default() -> None:
@@ -148,20 +148,18 @@ def test_plugin_kind_without_a_declaration_gets_the_generic_default() -> None:
     class Plugin(Suite):
         kind = "plugin-test"
         Params = P
-        metric = "score"
-        gate_kind = "continuous"
 
         async def plan(self, client, provenance):  # type: ignore[no-untyped-def]
             return []
 
-    g = Plugin(SuiteSpec(name="p", kind="plugin-test")).resolve_gate(None)
-    assert (g.metric, g.kind, g.margin, g.gated) == ("score", "continuous", 0.05, True)
+    g = Plugin(SuiteSpec(name="p", kind="plugin-test")).bind_gate(None)
+    assert (g.metric, g.kind, g.margin, g.gated) == ("accuracy", "binary", 0.05, True)
 
 
 def test_resolved_defaults_drive_the_gates() -> None:
     rng = np.random.default_rng(0)
     for name in sorted(BUILTIN):
-        g = _suite(name).resolve_gate(None)
+        g = _suite(name).bind_gate(None)
         if g.threshold is not None:
             out = threshold_gate(
                 rng.gamma(0.5, 0.002, 200),
@@ -197,5 +195,5 @@ def test_resolve_takes_a_plain_policy_object() -> None:
 def test_every_catalog_suite_resolves_within_the_default_server_limits() -> None:
     for entry in catalog():
         if isinstance(entry, Suite):
-            g = entry.resolve_gate(None, limits=GateLimits())
+            g = entry.bind_gate(None, limits=GateLimits())
             assert (g.margin is None) != (g.threshold is None), entry.name

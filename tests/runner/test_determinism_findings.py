@@ -37,7 +37,7 @@ def test_responses_without_logprobs_are_a_finding_and_smoke_says_underpowered() 
 
 
 def test_underpowered_gate_says_so() -> None:
-    gate = load_suite("determinism-smoke").resolve_gate()
+    gate = load_suite("determinism-smoke").bind_gate()
     rng = np.random.default_rng(0)
     b = (rng.random(8) < 0.5).astype(float).tolist()
     out = gate_outcome(gate, Analysis(baseline=b, candidate=b), seed=0)

@@ -36,6 +36,7 @@ def test_reasoning_slice_collapse_fails_with_a_named_finding() -> None:
     analysis = suite.analyze(b_s, c_s)
     assert analysis.slices and set(analysis.slices["family × level"]) == {
         "arithmetic L1", "lists L1", "dates L1"}
+    suite.bind_gate(RunOptions())  # the service layer's step (evalsvc.services.runs.bind_gates)
     res = _gate_one(suite, analysis, RunOptions(), 300, b_s, c_s)
     assert res.verdict == "fail"
     d = res.outcome.details

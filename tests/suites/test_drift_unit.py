@@ -128,6 +128,6 @@ def test_analyze_reports_mismatched_tokenizations_and_uses_a_threshold() -> None
     assert analysis.baseline == [0.0]
     assert analysis.details["tokenizer_mismatch"]["passages"] == 1
     assert analysis.details["same_top_p"] == 1.0
-    gate = suite.resolve_gate()  # the kind declares the gate: a threshold, lower is better
+    gate = suite.bind_gate()  # the kind declares the gate: a threshold, lower is better
     assert gate.threshold is not None and gate.higher_is_better is False
     assert analysis.details["perplexity"]["ratio"] == pytest.approx(0.6 / 0.5)

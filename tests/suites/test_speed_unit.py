@@ -99,7 +99,7 @@ def test_analyze_states_kv_and_throughput_gain() -> None:
     assert a.details["throughput_ratio"]["1"] == pytest.approx(2.0)
     assert a.details["throughput_ratio"]["4"] == pytest.approx(2.0 / 1.6)
     assert a.details["summary"] == "×2.0 KV capacity, ×1.25 throughput at c=4"
-    assert len(a.baseline) == 4 and suite.resolve_gate().kind == "ratio" and a.n_errors == 0
+    assert len(a.baseline) == 4 and suite.bind_gate().kind == "ratio" and a.n_errors == 0
 
 
 def test_gain_summary_without_capacity() -> None:

@@ -26,115 +26,40 @@
     return c;
   }
 
-  function pct(x) { return x == null ? null : Math.round(1000 * x) / 10; }
+  function color(name) { return COLORS[name] || name; }
 
-  function barPair(name, title, labels, base, cand, yName) {
-    return chart(name, {
-      title: { text: title, textStyle: { fontSize: 13 } },
-      tooltip: { trigger: "axis" },
+  /* A chart a suite kind declared (evalsvc.suites.Chart): bar or line over category labels,
+   * or scatter points [label index, y]. The script knows no kind. */
+  function kindChart(spec) {
+    var labels = spec.labels || [];
+    var scatter = spec.type === "scatter";
+    var xAxis = scatter
+      ? { type: "value", min: -1, max: Math.max(labels.length, 1), interval: 1, name: spec.x_name,
+          axisLabel: { formatter: function (v) { return labels[v] || ""; } } }
+      : { type: "category", data: labels, name: spec.x_name, nameLocation: "middle", nameGap: 28,
+          axisLabel: { rotate: labels.length > 6 ? 30 : 0 } };
+    return chart(spec.id, {
+      title: { text: spec.title, textStyle: { fontSize: 13 } },
+      tooltip: { trigger: scatter ? "item" : "axis" },
       legend: { top: 22, right: 0 },
-      grid: { left: 50, right: 10, top: 60, bottom: 60 },
-      xAxis: { type: "category", data: labels, axisLabel: { rotate: labels.length > 6 ? 30 : 0 } },
-      yAxis: { type: "value", name: yName },
-      series: [
-        { name: "baseline", type: "bar", data: base, itemStyle: { color: COLORS.baseline } },
-        { name: "candidate", type: "bar", data: cand, itemStyle: { color: COLORS.candidate } }
-      ]
-    });
-  }
-
-  function lineByLevel(name, title, levels, key, sub, yName) {
-    function val(side, lv) {
-      var m = lv[side] || {};
-      var v = sub ? (m[key] || {})[sub] : m[key];
-      return v == null ? null : v;
-    }
-    var xs = levels.map(function (lv) { return String(lv.concurrency); });
-    return chart(name, {
-      title: { text: title, textStyle: { fontSize: 13 } },
-      tooltip: { trigger: "axis" },
-      legend: { top: 22, right: 0 },
-      grid: { left: 55, right: 10, top: 60, bottom: 40 },
-      xAxis: { type: "category", name: "concurrency", nameLocation: "middle", nameGap: 25, data: xs },
-      yAxis: { type: "value", name: yName },
-      series: ["baseline", "candidate"].map(function (side) {
-        return { name: side, type: "line", symbolSize: 8,
-                 data: levels.map(function (lv) { return val(side, lv); }),
-                 itemStyle: { color: COLORS[side] }, lineStyle: { color: COLORS[side] } };
+      grid: { left: 55, right: 10, top: 60, bottom: 60 },
+      xAxis: xAxis,
+      yAxis: { type: "value", name: spec.y_name },
+      series: (spec.series || []).map(function (s) {
+        var c = color(s.color || "");
+        var out = { name: s.name, type: spec.type, data: s.data || [] };
+        if (c) {
+          out.itemStyle = { color: c, opacity: scatter ? 0.7 : 1 };
+          if (spec.type === "line") out.lineStyle = { color: c };
+        }
+        if (spec.type !== "bar") out.symbolSize = scatter ? 9 : 8;
+        return out;
       })
     });
   }
 
   function suiteCharts(view) {
-    var d = view.details || {};
-    if (view.kind === "reasoning" && d.by_task) {
-      var labels = d.by_task.map(function (r) { return r.family + " L" + r.level; });
-      barPair("reasoning-accuracy", "Accuracy by family and level (%)", labels,
-        d.by_task.map(function (r) { return pct(r.baseline); }),
-        d.by_task.map(function (r) { return pct(r.candidate); }), "%");
-      chart("reasoning-flips", {
-        title: { text: "Flips by family and level", textStyle: { fontSize: 13 } },
-        tooltip: { trigger: "axis" }, legend: { top: 22, right: 0 },
-        grid: { left: 50, right: 10, top: 60, bottom: 60 },
-        xAxis: { type: "category", data: labels, axisLabel: { rotate: labels.length > 6 ? 30 : 0 } },
-        yAxis: { type: "value", minInterval: 1 },
-        series: [
-          { name: "correct → incorrect", type: "bar", itemStyle: { color: COLORS.fail },
-            data: d.by_task.map(function (r) { return r.correct_to_incorrect || 0; }) },
-          { name: "incorrect → correct", type: "bar", itemStyle: { color: COLORS.pass },
-            data: d.by_task.map(function (r) { return r.incorrect_to_correct || 0; }) }
-        ]
-      });
-    }
-    if (view.kind === "determinism") {
-      var bc = (d.baseline || {}).conditions || {}, cc = (d.candidate || {}).conditions || {};
-      var conds = Object.keys(bc);
-      Object.keys(cc).forEach(function (c) { if (conds.indexOf(c) < 0) conds.push(c); });
-      barPair("determinism-rate", "Identical to the batch-1 output, per condition (%)", conds,
-        conds.map(function (c) { return pct((bc[c] || {}).identical_rate); }),
-        conds.map(function (c) { return pct((cc[c] || {}).identical_rate); }), "%");
-      var div = view.divergence || {};
-      var series = [];
-      ["baseline", "candidate"].forEach(function (side, si) {
-        var fd = (div[side] || {}).first_divergence || {};
-        var pts = [];
-        conds.forEach(function (c, ci) {
-          (fd[c] || []).forEach(function (pos, k) { pts.push([ci + (si ? 0.12 : -0.12), pos]); });
-        });
-        series.push({ name: side, type: "scatter", data: pts, symbolSize: 9,
-                      itemStyle: { color: COLORS[side], opacity: 0.7 } });
-      });
-      chart("determinism-divergence", {
-        title: { text: "First divergent token position (outputs that differ)", textStyle: { fontSize: 13 } },
-        tooltip: { trigger: "item" }, legend: { top: 22, right: 0 },
-        grid: { left: 50, right: 10, top: 60, bottom: 40 },
-        xAxis: { type: "value", min: -1, max: Math.max(conds.length, 1), interval: 1,
-                 axisLabel: { formatter: function (v) { return conds[v] || ""; } } },
-        yAxis: { type: "value", name: "token", minInterval: 1 },
-        series: series
-      });
-    }
-    if (view.kind === "drift" && view.distribution) {
-      var h = view.distribution.histogram || {};
-      var edges = h.edges || [];
-      var cats = [];
-      for (var i = 0; i + 1 < edges.length; i++) {
-        cats.push(edges[i].toExponential(1) + "–" + edges[i + 1].toExponential(1));
-      }
-      chart("drift-histogram", {
-        title: { text: "KLD per position (nats, log-spaced bins)", textStyle: { fontSize: 13 } },
-        tooltip: { trigger: "axis" },
-        grid: { left: 50, right: 10, top: 40, bottom: 90 },
-        xAxis: { type: "category", data: cats, axisLabel: { rotate: 45, fontSize: 10 } },
-        yAxis: { type: "value", name: "positions" },
-        series: [{ type: "bar", data: h.counts || [], itemStyle: { color: COLORS.candidate } }]
-      });
-    }
-    if (view.kind === "speed" && d.levels) {
-      lineByLevel("speed-throughput", "Output throughput (tok/s)", d.levels, "output_tok_s", null, "tok/s");
-      lineByLevel("speed-ttft", "Time to first token, p50 (ms)", d.levels, "ttft_ms", "p50", "ms");
-      lineByLevel("speed-itl", "Inter-token latency, p50 (ms)", d.levels, "itl_ms", "p50", "ms");
-    }
+    ((view.kind_view || {}).charts || []).forEach(kindChart);
   }
 
   function trendChart(t) {

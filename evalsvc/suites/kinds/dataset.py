@@ -508,8 +508,6 @@ class DatasetSuite(Suite):
     version = "1"
     Params = DatasetParams
     requires = frozenset({"chat"})
-    metric = "accuracy"
-    gate_kind = "binary"
     gate_default = _ACCURACY_GATE
     description = (
         "Your own prompts from a local JSON/JSONL/CSV/Parquet/Arrow file or a hub dataset, "
@@ -521,8 +519,6 @@ class DatasetSuite(Suite):
         super().__init__(spec)
         p = self.params
         self.requires = frozenset({p.api})  # type: ignore[misc]
-        if p.reference is None:
-            self.metric = "agreement"  # type: ignore[misc]
         self._scorer = _Scorer(p)
         self._items = self._build_items()
 

@@ -73,6 +73,7 @@ from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdic
 from evalsvc.stats import retention_mde, retention_required_n, retention_test
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, num, pct
 
 Condition = Literal["mixed", "concurrency", "prefix"]
 REFERENCE = "ref"
@@ -290,9 +291,6 @@ class DeterminismSuite(Suite):
     version = "1"
     Params = DeterminismParams
     requires = frozenset({"chat", "completions"})
-    metric = "unstable_rate"
-    gate_kind = "binary"
-    higher_is_better = False
     exclusive = False
     gate_default = GateDefaults(
         suite_kind="determinism",
@@ -324,7 +322,27 @@ class DeterminismSuite(Suite):
         "Greedy output stability under mixed batching, concurrency, prefix caching and "
         "repeats, against the batch-1 output (SGLang test_deterministic style)."
     )
+    view_template = "determinism.html"
     params: DeterminismParams
+
+    # Presentation (functions at the end of the module). A "flip" here is identical → different
+    # against the prompt's own reference, not correct → incorrect: no flips page.
+
+    @classmethod
+    def shows_flips(cls) -> bool:
+        return False
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        return _determinism_findings(entry.get("details") or {})
+
+    @classmethod
+    def headline(cls, entry: dict[str, Any]) -> str | None:
+        return _determinism_headline(entry.get("details") or {})
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        return _determinism_view(view)
 
     def item_count(self) -> int:
         return self.params.n
@@ -822,3 +840,143 @@ def _condition_metrics(
 
 def _msgs(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
     return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+
+
+# ---------------------------------------------------------------------------- presentation
+
+
+def _conditions(sides: dict[str, dict[str, Any]]) -> list[str]:
+    conds: list[str] = []
+    for side in sides.values():
+        for c in side.get("conditions") or {}:
+            if c not in conds:
+                conds.append(c)
+    # Concurrency levels in numeric order (c2, c8, c32), then the other conditions.
+    conds.sort(key=lambda c: (0, int(c[1:]), c) if c[1:].isdigit() else (1, 0, c))
+    return conds
+
+
+def _determinism_findings(d: dict[str, Any]) -> list[Finding]:
+    sides: dict[str, dict[str, Any]] = {
+        s: d[s] for s in ("baseline", "candidate") if isinstance(d.get(s), dict)
+    }
+    if not sides:
+        return []
+    conds = _conditions(sides)
+
+    def metrics(side: str, cond: str | None) -> dict[str, Any]:
+        s = sides.get(side) or {}
+        return ((s.get("conditions") or {}).get(cond) if cond else s.get("overall")) or {}
+
+    def pair(cond: str | None, key: str, fmt: Any) -> str:
+        return " / ".join(fmt(metrics(side, cond).get(key)) for side in ("baseline", "candidate"))
+
+    def flips(cond: str | None) -> str:
+        return " / ".join(
+            f"{metrics(side, cond).get('tie_flips', '—')}·{metrics(side, cond).get('confident_flips', '—')}"
+            for side in ("baseline", "candidate")
+        )
+
+    rows = [
+        [cond or "**overall**", pair(cond, "identical_rate", pct), pair(cond, "unstable_rate", pct),
+         pair(cond, "distinct_outputs_per_prompt", lambda x: num(x, 2)),
+         pair(cond, "first_divergence_median", lambda x: num(x, 0)),
+         pair(cond, "max_logprob_delta", num), flips(cond)]
+        for cond in [*conds, None]
+    ]
+    lines = [
+        "Against each prompt's batch-1 output, under the same traffic (baseline / candidate); "
+        "the gate tests the unstable answers (differing from the prompt's modal answer):",
+        "",
+        *markdown_table(
+            ["condition", "identical", "unstable", "distinct outputs / prompt",
+             "first divergent token (median)", "max Δ logprob", "tie / confident flips"],
+            rows,
+        ),
+    ]
+    out = [Finding(title="stability per condition", markdown=[*lines, ""],
+                   data={side: sides[side] for side in sides})]
+    ret = d.get("retention")
+    if ret is not None:
+        stable = d.get("stable_rate") or {}
+        lo, hi = (d.get("retention_ci") or [None, None])[:2]
+        out.append(Finding(
+            title="stable answers kept",
+            markdown=[
+                f"Stable answers kept: {pct(stable.get('candidate'))} of the candidate's against "
+                f"{pct(stable.get('baseline'))} of the baseline's, a retention of {num(ret)} "
+                f"[{num(lo)}, {num(hi)}] (the gate needs more than 1 − margin).",
+                "",
+            ],
+            data={"retention": ret, "retention_ci": [lo, hi], "stable_rate": stable},
+        ))
+    stages = d.get("stages")
+    if isinstance(stages, dict):
+        out.append(Finding(
+            title="stages",
+            markdown=[
+                f"Staged: looks after {', '.join(str(x) for x in stages.get('stages') or [])} "
+                f"probes (cap {stages.get('cap')}, each at α/{stages.get('looks')}); "
+                f"{stages.get('reason')}.",
+                "",
+            ],
+            data=dict(stages),
+        ))
+    return out
+
+
+def _determinism_headline(d: dict[str, Any]) -> str:
+    overall = [((d.get(side) or {}).get("overall") or {}) for side in ("baseline", "candidate")]
+    rates = [pct(o.get("identical_rate")) for o in overall]
+    unstable = [pct(o.get("unstable_rate")) for o in overall]
+    return (
+        f"unstable under load: baseline {unstable[0]}, candidate {unstable[1]} "
+        f"(identical to batch-1 output: {rates[0]} / {rates[1]})"
+    )
+
+
+def _determinism_view(view: ViewInput) -> dict[str, Any]:
+    """First-divergence positions per side and condition, tie vs confident flips, charts."""
+    d = view.details
+    samples = view.samples()
+    divergence: dict[str, Any] = {}
+    for side, name in (("baseline", "baseline"), (view.role, "candidate")):
+        firsts: dict[str, list[int]] = defaultdict(list)
+        counted: dict[str, int] = {}
+        for s in samples:
+            if s.endpoint != side or s.score is None:
+                continue
+            cond = str(s.data.get("condition"))
+            if s.data.get("first_divergence") is not None:
+                firsts[cond].append(int(s.data["first_divergence"]))
+            if s.data.get("flip") in ("tie", "confident"):
+                counted[str(s.data["flip"])] = counted.get(str(s.data["flip"]), 0) + 1
+        divergence[name] = {"first_divergence": {k: sorted(v) for k, v in sorted(firsts.items())},
+                            "flips": counted}
+    bc = (d.get("baseline") or {}).get("conditions") or {}
+    cc = (d.get("candidate") or {}).get("conditions") or {}
+    conds = list(dict.fromkeys([*bc, *cc]))
+
+    def pc(x: Any) -> float | None:
+        return None if x is None else round(1000 * float(x)) / 10
+
+    scatter = []
+    for si, side in enumerate(("baseline", "candidate")):
+        fd = divergence[side]["first_divergence"]
+        pts = [[ci + (0.12 if si else -0.12), pos] for ci, c in enumerate(conds)
+               for pos in fd.get(c, [])]
+        scatter.append({"name": side, "color": side, "data": pts})
+    charts = [
+        Chart("determinism-rate", "bar", "Identical to the batch-1 output, per condition (%)",
+              conds, [
+                  {"name": "baseline", "color": "baseline",
+                   "data": [pc((bc.get(c) or {}).get("identical_rate")) for c in conds]},
+                  {"name": "candidate", "color": "candidate",
+                   "data": [pc((cc.get(c) or {}).get("identical_rate")) for c in conds]},
+              ], y_name="%").to_dict(),
+        Chart("determinism-divergence", "scatter",
+              "First divergent token position (outputs that differ)", conds, scatter,
+              y_name="token").to_dict(),
+    ]
+    return {"divergence": divergence, "charts": charts,
+            "conditions": {"baseline": bc, "candidate": cc, "order": conds}}

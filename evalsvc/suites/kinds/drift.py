@@ -50,6 +50,7 @@ from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, LLAMA_CPP_KLD_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Suite
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import Chart, Finding, ViewInput, num, pct
 
 #: Floor for a bucket's probability inside the log, so a bucket one side gives ~0 mass to
 #: yields a large but finite KLD instead of inf (logprobs are rounded to 1e-5 in storage).
@@ -191,9 +192,6 @@ class DriftSuite(Suite):
     version = "1"
     Params = DriftParams
     requires = frozenset({"completions", "prompt_logprobs", "tokenize"})
-    metric = "kld_mean"
-    gate_kind = "continuous"
-    higher_is_better = False
     gate_default = GateDefaults(
         suite_kind="drift",
         metric="kld_mean",
@@ -226,7 +224,20 @@ class DriftSuite(Suite):
         "Teacher-forced top-k logprob drift: approximate KLD, same-top-p and Δp "
         "against the baseline (llama.cpp --kl-divergence style)."
     )
+    view_template = "drift.html"
     params: DriftParams
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        return _drift_findings(entry.get("details") or {})
+
+    @classmethod
+    def headline(cls, entry: dict[str, Any]) -> str | None:
+        return _drift_headline(entry.get("details") or {})
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        return _drift_view(view)
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
@@ -392,3 +403,78 @@ def _delta_p_summary(values: Sequence[float]) -> dict[str, float]:
         "p95": float(qs[3]),
         "p99": float(qs[4]),
     }
+
+
+# ---------------------------------------------------------------------------- presentation
+
+
+def _drift_findings(d: dict[str, Any]) -> list[Finding]:
+    kld = d.get("kld") or {}
+    if not kld:
+        return []
+    dp = d.get("delta_p") or {}
+    ppl = d.get("perplexity") or {}
+    return [Finding(
+        title="KLD percentiles",
+        markdown=[
+            f"KLD(baseline ‖ candidate) over {d.get('positions')} positions of {d.get('passages')} "
+            f"passages (top-{d.get('top_k')}, a lower bound; lumped mass "
+            f"{num(d.get('other_mass_mean'))}): mean {num(kld.get('mean'), 4)}, median "
+            f"{num(kld.get('median'), 4)}, p99 {num(kld.get('p99'), 4)}, p99.9 "
+            f"{num(kld.get('p99.9'), 4)}, max {num(kld.get('max'), 4)} nats. Same top token: "
+            f"{pct(d.get('same_top_p'))}. Δp mean {num(dp.get('mean'), 4)}, RMS "
+            f"{num(dp.get('rms'), 4)}. Perplexity {num(ppl.get('baseline'), 2)} → "
+            f"{num(ppl.get('candidate'), 2)} (×{num(ppl.get('ratio'), 3)}).",
+            "",
+        ],
+        data={"kld": kld, "delta_p": dp, "perplexity": ppl, "same_top_p": d.get("same_top_p")},
+    )]
+
+
+def _distribution(view: ViewInput) -> dict[str, Any]:
+    """Per-position KLD values pooled over passages (the report keeps only percentiles)."""
+    klds: list[float] = []
+    per_passage: list[dict[str, Any]] = []
+    for sb, sc in view.pairs():
+        if sb.error or sc.error or not sb.data or not sc.data:
+            continue
+        try:
+            pb, pc = decode_positions(sb.data), decode_positions(sc.data)
+        except (KeyError, TypeError, ValueError):
+            continue
+        if [p.ref for p in pb] != [p.ref for p in pc]:
+            continue
+        k = [float(v) for v in compare_positions(pb, pc).get("kld", [])]
+        if k:
+            klds.extend(k)
+            per_passage.append({"item": sb.item_id, "mean": float(np.mean(k)),
+                                "max": float(np.max(k)), "positions": len(k)})
+    # Log-spaced bins: KLD spans orders of magnitude between positions.
+    positive = [v for v in klds if v > 0]
+    hist: dict[str, Any] = {"edges": [], "counts": []}
+    if positive:
+        lo, hi = math.log10(min(positive)), math.log10(max(positive))
+        edges = np.logspace(lo, hi if hi > lo else lo + 1, 25)
+        counts, edges = np.histogram(positive, bins=edges)
+        hist = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts],
+                "zeros": len(klds) - len(positive)}
+    return {"histogram": hist, "passages": per_passage, "positions": len(klds)}
+
+
+def _drift_view(view: ViewInput) -> dict[str, Any]:
+    dist = _distribution(view)
+    edges = dist["histogram"]["edges"]
+    labels = [f"{edges[i]:.1e}–{edges[i + 1]:.1e}" for i in range(len(edges) - 1)]
+    chart = Chart("drift-histogram", "bar", "KLD per position (nats, log-spaced bins)", labels,
+                  [{"name": "positions", "color": "candidate",
+                    "data": dist["histogram"]["counts"]}], y_name="positions")
+    return {"distribution": dist, "charts": [chart.to_dict()]}
+
+
+def _drift_headline(d: dict[str, Any]) -> str | None:
+    if not isinstance(d.get("kld"), dict):
+        return None
+    return (
+        f"mean KLD {num(d['kld'].get('mean'), 4)} nats, p99 {num(d['kld'].get('p99'), 3)}, "
+        f"same top token {pct(d.get('same_top_p'))}"
+    )

@@ -50,6 +50,7 @@ from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.subprocess_env import child_env
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
 #: Bound on the preflight subprocess (importing lm-eval and building one task from local data).
@@ -127,8 +128,6 @@ class LmevalSuite(Suite):
     version = "1"
     Params = LmevalParams
     requires = frozenset({"completions", "echo"})
-    metric = "accuracy"
-    gate_kind = "binary"
     reports_recovery = True
     gate_default = GateDefaults.paired_noninferiority(
         "lmeval",
@@ -142,7 +141,36 @@ class LmevalSuite(Suite):
         sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
     )
     description = "An lm-evaluation-harness task run against each endpoint, paired by document."
+    slice_fields = (("family", "str"),)
+    view_template = "lmeval.html"
     params: LmevalParams
+
+    @classmethod
+    def slice_label(cls, data: dict[str, Any]) -> str | None:
+        return str(data.get("family") or "all")
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        d = entry.get("details") or {}
+        rows = d.get("by_family") or []
+        own = []
+        if len(rows) > 1:  # one family is the suite itself
+            table = markdown_table(
+                ["family", "n", "baseline", "candidate", "correct → incorrect",
+                 "incorrect → correct"],
+                [[r.get("family"), r.get("n"), pct(r.get("baseline")), pct(r.get("candidate")),
+                  r.get("correct_to_incorrect", 0), r.get("incorrect_to_correct", 0)]
+                 for r in rows],
+            )
+            own.append(Finding(title=f"{d.get('task')} by family", markdown=[*table, ""],
+                               data={"by_family": rows}))
+        return [*super().findings(entry), *own]
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        d = view.details
+        return {"task": d.get("task"), "metric": d.get("metric"),
+                "by_family": d.get("by_family") or []}
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
@@ -328,6 +356,7 @@ class LmevalSuite(Suite):
                     "target": rec.get("target"),
                     "family": (rec.get("doc") or {}).get("family"),
                     "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec},
+                    "prompt": _prompt_of(rec),
                 }
             await emit(sample)
 
@@ -484,3 +513,17 @@ def count_docs(include_dir: Path | None, task: str) -> int:
     raise LmevalError(
         f"task {task!r}: no local JSON data file found under {include_dir}; set params.n"
     )
+
+
+def _prompt_of(rec: dict[str, Any]) -> str | None:
+    """The context lm-eval sent for a document (its first request's first argument), capped:
+    shown on the flips page. lm-eval logs ``arguments`` as a list of argument tuples or as
+    ``{"gen_args_0": {"arg_0": context, ...}}`` depending on its version."""
+    args = rec.get("arguments")
+    first: Any = None
+    if isinstance(args, list) and args:
+        first = args[0][0] if isinstance(args[0], (list, tuple)) and args[0] else args[0]
+    elif isinstance(args, dict) and args:
+        head = next(iter(args.values()))
+        first = head.get("arg_0") if isinstance(head, dict) else head
+    return first[:4000] if isinstance(first, str) else None

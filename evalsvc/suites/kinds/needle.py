@@ -27,7 +27,7 @@ import random
 import re
 import uuid
 from pathlib import Path
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,8 +35,10 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.stats import holm, mcnemar_exact
 from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import Finding, ViewInput, pct
 
 _KEYS = [
     "Lima",
@@ -176,8 +178,6 @@ class NeedleSuite(Suite):
     version = "2"
     Params = NeedleParams
     requires = frozenset({"chat", "tokenize"})
-    metric = "accuracy"
-    gate_kind = "binary"
     gate_default = GateDefaults.paired_noninferiority(
         "needle",
         margin=0.05,
@@ -191,7 +191,25 @@ class NeedleSuite(Suite):
         sources=(VLLM_CI_SOURCE, KURTIC_SOURCE),
     )
     description = "Needle-in-a-haystack retrieval over a context-length x depth grid (RULER style)."
+    slice_fields = (("context_length", "int"), ("depth", "float"))
+    view_template = "needle.html"
     params: NeedleParams
+
+    # Needle prompts are thousands of tokens sized on the endpoint's tokenizer: the flips page
+    # describes an item by its slice and expected value instead of rebuilding it.
+
+    @classmethod
+    def slice_label(cls, data: dict[str, Any]) -> str | None:
+        return f"{data.get('context_length')} tokens @ depth {data.get('depth')}"
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        return [*super().findings(entry), *_heatmap_finding(entry.get("details") or {})]
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        pairs = view.score_pairs(cls.slice_fields)
+        return {"heatmap": needle_heatmap(pairs, alpha=view.alpha)}
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
@@ -485,3 +503,82 @@ async def _fit(
         raise ValueError(f"length {length} is too short for the needle template")
     message, n = cache[lo]
     return message, n, lo
+
+
+# ---------------------------------------------------------------------------- presentation
+
+
+def _heatmap_finding(d: dict[str, Any]) -> list[Finding]:
+    """The report's accuracy grid, baseline / candidate per (context length, depth)."""
+    heat = d.get("heatmap") or {}
+    base, cand = heat.get("baseline") or [], heat.get("candidate") or []
+    if not base:
+        return []
+    cells_b = {(c["context_length"], c["depth"]): c for c in base}
+    cells_c = {(c["context_length"], c["depth"]): c for c in cand}
+    depths = sorted({c["depth"] for c in base})
+    lengths = sorted({c["context_length"] for c in base})
+    lines = [
+        "Accuracy by context length × needle depth (baseline / candidate):",
+        "",
+        "| tokens | " + " | ".join(f"depth {x:g}" for x in depths) + " |",
+        "|---|" + "---|" * len(depths),
+    ]
+    for n in lengths:
+        row = []
+        for x in depths:
+            b, c = cells_b.get((n, x)), cells_c.get((n, x))
+            row.append(f"{pct(b['accuracy']) if b else '—'} / {pct(c['accuracy']) if c else '—'}")
+        lines.append(f"| {n} | " + " | ".join(row) + " |")
+    return [Finding(title="accuracy by context length × depth", markdown=[*lines, ""],
+                    data={"heatmap": heat})]
+
+
+def needle_heatmap(pairs: list[tuple[Any, Any]], alpha: float = 0.05) -> dict[str, Any]:
+    """Accuracy per (context length, depth) for baseline and candidate, and their paired Δ.
+
+    ``pairs`` are (baseline, candidate) score rows (``evalsvc.suites.Scored``) carrying the
+    ``context_length`` and ``depth`` data fields. A cell is marked significant when the exact
+    McNemar test of its paired outcomes (McNemar 1947; ``evalsvc.stats.mcnemar_exact``) rejects
+    "no difference" at ``alpha`` after Holm's adjustment over the grid's cells (Holm 1979): with
+    20-odd cells, unadjusted tests would mark about one cell in twenty by chance.
+    """
+    cells: dict[tuple[int, float], dict[str, list[float]]] = {}
+    for rb, rc in pairs:
+        if rb[3] is None or rc[3] is None:
+            continue
+        key = (int(rb[4].get("context_length") or 0), float(rb[4].get("depth") or 0.0))
+        cell = cells.setdefault(key, {"b": [], "c": []})
+        cell["b"].append(float(rb[3]))
+        cell["c"].append(float(rc[3]))
+    keys = sorted(cells)
+    out = []
+    pvals = []
+    for key in keys:
+        b, c = cells[key]["b"], cells[key]["c"]
+        worse = sum(1 for x, y in zip(b, c, strict=True) if x >= 0.5 > y)
+        better = sum(1 for x, y in zip(b, c, strict=True) if y >= 0.5 > x)
+        p = mcnemar_exact(worse, better)
+        pvals.append(p)
+        mb, mc = sum(b) / len(b), sum(c) / len(c)
+        out.append({
+            "context_length": key[0],
+            "depth": key[1],
+            "n": len(b),
+            "baseline": float(mb),
+            "candidate": float(mc),
+            "delta": float(mc - mb),
+            "regressions": worse,
+            "improvements": better,
+            "p": p,
+        })
+    adjusted: list[float] = [float(x) for x in holm(pvals)] if pvals else []
+    for cell_out, p_adj in zip(out, adjusted, strict=True):
+        cell_out["p_holm"] = float(p_adj)
+        cell_out["significant"] = bool(p_adj <= alpha)
+    return {
+        "lengths": sorted({k[0] for k in keys}),
+        "depths": sorted({k[1] for k in keys}),
+        "cells": out,
+        "alpha": alpha,
+    }

@@ -38,7 +38,8 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
-from evalsvc.suites._base import Analysis, Suite, flips, paired_scores
+from evalsvc.suites._base import Analysis, Suite, flips, paired_scores, prompt_text
+from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
 
 Family = Literal["arithmetic", "variable_tracking", "dates", "lists"]
@@ -357,8 +358,6 @@ class ReasoningSuite(Suite):
     version = "1"
     Params = ReasoningParams
     requires = frozenset({"chat"})
-    metric = "accuracy"
-    gate_kind = "binary"
     gate_default = GateDefaults.paired_noninferiority(
         "reasoning",
         margin=0.05,
@@ -372,10 +371,80 @@ class ReasoningSuite(Suite):
         "Seeded multi-step problems (GSM-Symbolic arithmetic, RULER variable tracking, "
         "dates, lists) with exact answer match."
     )
+    slice_fields = (("family", "str"), ("level", "int"))
+    view_template = "reasoning.html"
     params: ReasoningParams
 
     def item_count(self) -> int:
         return self.params.n
+
+    @classmethod
+    def slice_label(cls, data: dict[str, Any]) -> str | None:
+        return f"{data.get('family')} L{data.get('level')}"
+
+    def prompt(self, item_id: str, data: dict[str, Any]) -> str | None:
+        # Items are generated from the seed alone: rebuild the one asked for, without an
+        # endpoint (ids are "<family>-L<level>-<k>").
+        head, _, k = item_id.rpartition("-")
+        family, _, level = head.rpartition("-L")
+        if not (k.isdigit() and level.isdigit()) or family not in GENERATORS:
+            return None
+        return prompt_text(self._messages(family, int(level), int(k)))
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        rows = (entry.get("details") or {}).get("by_task") or []
+        own = []
+        if rows:
+            table = markdown_table(
+                ["family", "level", "n", "baseline", "candidate", "correct → incorrect",
+                 "incorrect → correct"],
+                [[r.get("family"), r.get("level"), r.get("n"), pct(r.get("baseline")),
+                  pct(r.get("candidate")), r.get("correct_to_incorrect", 0),
+                  r.get("incorrect_to_correct", 0)] for r in rows],
+            )
+            own.append(Finding(title="accuracy by family and level", markdown=[*table, ""],
+                               data={"by_task": rows}))
+        return [*super().findings(entry), *own]
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        rows = view.details.get("by_task") or []
+        labels = [f"{r.get('family')} L{r.get('level')}" for r in rows]
+
+        def pc(x: Any) -> float | None:
+            return None if x is None else round(1000 * float(x)) / 10
+
+        return {"by_task": rows, "charts": [
+            Chart("reasoning-accuracy", "bar", "Accuracy by family and level (%)", labels, [
+                {"name": "baseline", "color": "baseline", "data": [pc(r.get("baseline")) for r in rows]},
+                {"name": "candidate", "color": "candidate", "data": [pc(r.get("candidate")) for r in rows]},
+            ], y_name="%").to_dict(),
+            Chart("reasoning-flips", "bar", "Flips by family and level", labels, [
+                {"name": "correct → incorrect", "color": "fail",
+                 "data": [r.get("correct_to_incorrect") or 0 for r in rows]},
+                {"name": "incorrect → correct", "color": "pass",
+                 "data": [r.get("incorrect_to_correct") or 0 for r in rows]},
+            ]).to_dict(),
+        ]}
+
+    def _messages(self, family: str, level: int, k: int) -> list[dict[str, str]]:
+        """The chat messages of item ``k`` of (family, level): its few-shot demonstrations and
+        question, deterministic from the seed."""
+        p = self.params
+        prob = generate(self.spec.seed, family, level, k)
+        messages = []
+        for j in range(p.shots):
+            # Demonstrations come from a disjoint draw stream (negative indices).
+            demo = generate(self.spec.seed, family, level, -1 - k * p.shots - j)
+            messages += [
+                {"role": "user", "content": demo.question},
+                {"role": "assistant", "content": f"The answer is {_display(demo)}."},
+            ]
+        messages.append({"role": "user", "content": prob.question})
+        if p.system_prompt:
+            messages.insert(0, {"role": "system", "content": p.system_prompt})
+        return messages
 
     def slice_of(self, sample: Sample) -> dict[str, str]:
         # Family × level: the unit a quantized model loses whole (fp8-kv lost dates L1).
@@ -389,17 +458,7 @@ class ReasoningSuite(Suite):
             items = []
             for k in range(count):
                 prob = generate(self.spec.seed, task.family, task.level, k)
-                messages = []
-                for j in range(p.shots):
-                    # Demonstrations come from a disjoint draw stream (negative indices).
-                    demo = generate(self.spec.seed, task.family, task.level, -1 - k * p.shots - j)
-                    messages += [
-                        {"role": "user", "content": demo.question},
-                        {"role": "assistant", "content": f"The answer is {_display(demo)}."},
-                    ]
-                messages.append({"role": "user", "content": prob.question})
-                if p.system_prompt:
-                    messages.insert(0, {"role": "system", "content": p.system_prompt})
+                messages = self._messages(task.family, task.level, k)
                 items.append(
                     Item(
                         id=f"{task.family}-L{task.level}-{k}",

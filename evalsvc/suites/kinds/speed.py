@@ -40,6 +40,7 @@ from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
 from evalsvc.suites._base import Analysis, Emit, Suite
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import Chart, Finding, ViewInput, num
 
 
 class SpeedParams(BaseModel):
@@ -130,9 +131,6 @@ class SpeedSuite(Suite):
     version = "1"
     Params = SpeedParams
     requires = frozenset({"completions"})
-    metric = "output_tok_s"
-    gate_kind = "ratio"
-    higher_is_better = True
     exclusive = True
     gate_default = GateDefaults(
         suite_kind="speed",
@@ -157,7 +155,21 @@ class SpeedSuite(Suite):
         "TTFT, ITL, TPOT, output tokens/s and latency percentiles per concurrency level, "
         "with KV capacity from the probe."
     )
+    view_template = "speed.html"
     params: SpeedParams
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        return _speed_findings(entry.get("details") or {})
+
+    @classmethod
+    def headline(cls, entry: dict[str, Any]) -> str | None:
+        summary = (entry.get("details") or {}).get("summary")
+        return str(summary) if summary else None
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        return _speed_view(view.details)
 
     def samples_param(self) -> str:
         return "requests"
@@ -334,3 +346,56 @@ def _by_level(samples: Sequence[Sample]) -> dict[int, list[Sample]]:
     for s in samples:
         out[int(s.data.get("concurrency", 0))].append(s)
     return out
+
+
+# ---------------------------------------------------------------------------- presentation
+
+
+def _speed_findings(d: dict[str, Any]) -> list[Finding]:
+    levels = d.get("levels") or []
+    lines = [f"**{d['summary']}**", ""] if d.get("summary") else []
+    if levels:
+        lines += [
+            "| c | TTFT p50 ms | TPOT p50 ms | latency p90 s | output tok/s (baseline / candidate) |",
+            "|---|---|---|---|---|",
+        ]
+        for lv in levels:
+            b, c = lv.get("baseline") or {}, lv.get("candidate") or {}
+
+            def both(key: str, sub: str | None, digits: int, b: Any = b, c: Any = c) -> str:
+                vb = (b.get(key) or {}).get(sub) if sub else b.get(key)
+                vc = (c.get(key) or {}).get(sub) if sub else c.get(key)
+                return f"{num(vb, digits)} / {num(vc, digits)}"
+
+            lines.append(
+                f"| {lv.get('concurrency')} | {both('ttft_ms', 'p50', 0)} | "
+                f"{both('tpot_ms', 'p50', 1)} | {both('latency_s', 'p90', 2)} | "
+                f"{both('output_tok_s', None, 1)} |"
+            )
+        lines.append("")
+    if not lines:
+        return []
+    return [Finding(title=str(d.get("summary") or "speed per concurrency"), markdown=lines,
+                    data={"levels": levels, "kv_capacity": d.get("kv_capacity")})]
+
+
+def _speed_view(d: dict[str, Any]) -> dict[str, Any]:
+    levels = d.get("levels") or []
+    xs = [str(lv.get("concurrency")) for lv in levels]
+
+    def line(cid: str, title: str, key: str, sub: str | None, unit: str) -> dict[str, Any]:
+        def val(side: str, lv: dict[str, Any]) -> Any:
+            m = lv.get(side) or {}
+            return (m.get(key) or {}).get(sub) if sub else m.get(key)
+
+        return Chart(cid, "line", title, xs, [
+            {"name": side, "color": side, "data": [val(side, lv) for lv in levels]}
+            for side in ("baseline", "candidate")
+        ], y_name=unit, x_name="concurrency").to_dict()
+
+    charts = [
+        line("speed-throughput", "Output throughput (tok/s)", "output_tok_s", None, "tok/s"),
+        line("speed-ttft", "Time to first token, p50 (ms)", "ttft_ms", "p50", "ms"),
+        line("speed-itl", "Inter-token latency, p50 (ms)", "itl_ms", "p50", "ms"),
+    ] if levels else []
+    return {"levels": levels, "charts": charts}
