@@ -168,7 +168,7 @@ def test_verdict_agrees_with_its_interval() -> None:
 def test_a_stable_baseline_makes_the_loss_the_difference_of_unstable_rates() -> None:
     """On a host where bf16 never varies the statistic is the old one (c − b at margin 0.10)."""
     suite = resolve(["determinism"])[0]
-    gate = suite.resolve_gate(RunOptions())
+    gate = suite.bind_gate(RunOptions())
     b = [0.0] * 120
     c = [1.0] * 30 + [0.0] * 90
     clusters = [f"p{i // 10}" for i in range(120)]

@@ -25,25 +25,25 @@ def _binary(rng: np.random.Generator, n: int, cells: tuple[float, float, float, 
 
 
 def test_resolve_recovery_floor_and_tighten_only() -> None:
-    g = _lmeval({"recovery_min": 0.97}).resolve_gate(None)
+    g = _lmeval({"recovery_min": 0.97}).bind_gate(None)
     assert g.recovery_min == 0.97 and g.policy_recovery_min == 0.97
     assert g.origin["recovery_min"] == "suite policy" and "not applicable" in g.origin["margin"]
     assert g.to_dict()["recovery_min"] == 0.97
-    g = _lmeval({"recovery_min": 0.97}).resolve_gate(RunOptions(recovery_min=0.99))
+    g = _lmeval({"recovery_min": 0.97}).bind_gate(RunOptions(recovery_min=0.99))
     assert g.recovery_min == 0.99 and g.origin["recovery_min"] == "submitter"
     with pytest.raises(GatePolicyError, match="loosen"):
-        _lmeval({"recovery_min": 0.97}).resolve_gate(RunOptions(recovery_min=0.9))
+        _lmeval({"recovery_min": 0.97}).bind_gate(RunOptions(recovery_min=0.9))
     # A margin-gated suite keeps its margin: the submitter cannot change a gate's form.
-    g = _lmeval().resolve_gate(RunOptions(recovery_min=0.99))
+    g = _lmeval().bind_gate(RunOptions(recovery_min=0.99))
     assert g.recovery_min is None and "not applicable" in g.origin["recovery_min"]
     # The server's margin bound bounds a floor too (1 − max_margin).
     with pytest.raises(GatePolicyError, match="below the server's minimum"):
-        _lmeval({"recovery_min": 0.5}).resolve_gate(None, limits=GateLimits())
+        _lmeval({"recovery_min": 0.5}).bind_gate(None, limits=GateLimits())
     with pytest.raises(GatePolicyError, match="exclusive"):
-        _lmeval({"recovery_min": 0.9, "threshold": 0.5}).resolve_gate(None)
+        _lmeval({"recovery_min": 0.9, "threshold": 0.5}).bind_gate(None)
     with pytest.raises(GatePolicyError, match="higher-is-better"):
         cls = suite_kinds()["speed"]
-        cls(SuiteSpec(name="s", kind="speed", gate=GatePolicy(recovery_min=0.9))).resolve_gate(None)
+        cls(SuiteSpec(name="s", kind="speed", gate=GatePolicy(recovery_min=0.9))).bind_gate(None)
 
 
 def test_gate_decisions_and_self_consistency() -> None:
