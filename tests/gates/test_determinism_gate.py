@@ -151,7 +151,7 @@ def test_fieller_interval_ends_solve_the_test_and_match_the_closed_form() -> Non
 
 def test_verdict_agrees_with_its_interval() -> None:
     rng = np.random.default_rng(8)
-    for _ in range(200):
+    for _ in range(80):
         g = int(rng.integers(4, 30))
         cl = np.repeat(np.arange(g), 6)
         b = (rng.random(cl.size) < rng.uniform(0.3, 1.0)).astype(float)
@@ -227,9 +227,9 @@ def test_the_absolute_statistic_saturates_and_retention_does_not() -> None:
     rng = np.random.default_rng(4)
     fails = 0
     retentions = []
-    for _ in range(100):
+    for _ in range(60):
         b, c = _draw(rng, 96, 10, 0.6, 0.3, 0.8)
-        ub = np.repeat(10 - b, 1)  # unstable counts per prompt
+        ub = 10 - b  # unstable counts per prompt
         uc = 10 - c
         base = np.concatenate([[1.0] * int(u) + [0.0] * (10 - int(u)) for u in ub])
         cand = np.concatenate([[1.0] * int(u) + [0.0] * (10 - int(u)) for u in uc])
@@ -238,7 +238,7 @@ def test_the_absolute_statistic_saturates_and_retention_does_not() -> None:
                             clusters=np.repeat(np.arange(96), 10))
         fails += out.verdict == "fail"
         retentions.append(c.sum() / b.sum())
-    assert fails / 100 <= 0.1
+    assert fails / 60 <= 0.1
     assert np.mean(retentions) == pytest.approx(1 - 0.3 * 0.8, abs=0.03)
 
 
@@ -293,9 +293,10 @@ def test_planning_formula_matches_its_simulation_and_its_mde() -> None:
     assert retention_mde(n, psi, ALPHA, 0.8, looks=4) == pytest.approx(MARGIN, abs=0.002)
     rng = np.random.default_rng(12)
     sims = 800
+    crit = special.stdtrit(n - 1, 1 - ALPHA / 4)
+    ones = np.ones(n)
     passes = sum(
-        retention_test((rng.random(n) >= q).astype(float), (rng.random(n) >= q).astype(float),
-                       margin=MARGIN, looks=4).verdict == "pass"
+        retention_t(ones * (rng.random(n) >= q), ones * (rng.random(n) >= q), ones, 0.9)[0] > crit
         for _ in range(sims)
     )
     assert passes / sims == pytest.approx(0.8, abs=0.05)
