@@ -294,6 +294,7 @@ class DeterminismSuite(Suite):
     gate_kind = "binary"
     higher_is_better = False
     exclusive = False
+    sequential_ok = False  # its own staged design (stage_sizes), valid over its planned looks
     gate_default = GateDefaults(
         suite_kind="determinism",
         metric="unstable_rate",
