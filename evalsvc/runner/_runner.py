@@ -323,7 +323,7 @@ async def execute(
                     )
 
             stages = suite.stage_sizes()
-            if stages and not options.sequential:
+            if stages:  # the kind's own staged design (also under --sequential)
                 staged[suite.name] = await _run_staged(
                     suite, items, stages, run_batch, collected, roles, options, stored
                 )

@@ -151,7 +151,7 @@ def test_fieller_interval_ends_solve_the_test_and_match_the_closed_form() -> Non
 
 def test_verdict_agrees_with_its_interval() -> None:
     rng = np.random.default_rng(8)
-    for _ in range(200):
+    for _ in range(80):
         g = int(rng.integers(4, 30))
         cl = np.repeat(np.arange(g), 6)
         b = (rng.random(cl.size) < rng.uniform(0.3, 1.0)).astype(float)
@@ -227,9 +227,9 @@ def test_the_absolute_statistic_saturates_and_retention_does_not() -> None:
     rng = np.random.default_rng(4)
     fails = 0
     retentions = []
-    for _ in range(100):
+    for _ in range(60):
         b, c = _draw(rng, 96, 10, 0.6, 0.3, 0.8)
-        ub = np.repeat(10 - b, 1)  # unstable counts per prompt
+        ub = 10 - b  # unstable counts per prompt
         uc = 10 - c
         base = np.concatenate([[1.0] * int(u) + [0.0] * (10 - int(u)) for u in ub])
         cand = np.concatenate([[1.0] * int(u) + [0.0] * (10 - int(u)) for u in uc])
@@ -238,7 +238,7 @@ def test_the_absolute_statistic_saturates_and_retention_does_not() -> None:
                             clusters=np.repeat(np.arange(96), 10))
         fails += out.verdict == "fail"
         retentions.append(c.sum() / b.sum())
-    assert fails / 100 <= 0.1
+    assert fails / 60 <= 0.1
     assert np.mean(retentions) == pytest.approx(1 - 0.3 * 0.8, abs=0.03)
 
 
@@ -246,8 +246,8 @@ def test_test_suite_design_decides_on_noisy_hosts() -> None:
     """The real-endpoint test's host suite (6 pairs per probe, 5 of 6 concurrent; stages 8, 16,
     32, 64): the planted proxy (half of the concurrent answers, ≈ 40% of the pairs) fails on a
     stable host by the second stage and at 30% / 60% unstable with high power; bf16 itself never
-    fails. The noisy-baseline test's design (6 pairs per probe, all concurrent, independent noise
-    45% vs 65%; stages 16 … 128) fails the noisier candidate."""
+    fails. The noisy-baseline test's design (6 pairs per probe, 7 of 8 concurrent, independent
+    noise 45% vs 68%; stages 16 … 128) fails the noisier candidate."""
     host = (8, 16, 32, 64)
     stable = staged(0.0, 0.4, stages=host, per=6, concurrent=5 / 6, sims=400, seed=1)
     assert stable.fail == 1.0 and stable.decided_by[16] >= 0.95
@@ -256,23 +256,26 @@ def test_test_suite_design_decides_on_noisy_hosts() -> None:
         assert r.fail >= power, (q, r)
         assert staged(q, 0.0, stages=host, per=6, concurrent=5 / 6, sims=400, seed=3).fail <= ALPHA
     # Noisy proxies: independent per request (no prompt effect), 7 of 8 requests of a group
-    # concurrent: unstable ≈ 0.39 (baseline) and ≈ 0.57 (candidate).
+    # concurrent: unstable ≈ 0.39 (baseline) and ≈ 0.60 (candidate).
     rng = np.random.default_rng(6)
     fails = 0
     sims = 400
     looks = 4
     stages = (16, 32, 64, 128)
+    used = []
     for _ in range(sims):
         e = 7 / 8
         b = (rng.random((128, 6)) >= 0.45 * e).sum(1).astype(float)
-        c = (rng.random((128, 6)) >= 0.65 * e).sum(1).astype(float)
+        c = (rng.random((128, 6)) >= 0.68 * e).sum(1).astype(float)
         for g in stages:
             t, _ = retention_t(b[:g], c[:g], np.full(g, 6), 1 - MARGIN)
             crit = special.stdtrit(g - 1, 1 - ALPHA / looks)
             if abs(t) > crit:
                 fails += t < 0
                 break
-    assert fails / sims >= 0.95
+        used.append(g)
+    assert fails / sims >= 0.97
+    assert np.mean(used) <= 48  # probes on average (measured 36)
 
 
 def test_planning_formula_matches_its_simulation_and_its_mde() -> None:
@@ -290,9 +293,10 @@ def test_planning_formula_matches_its_simulation_and_its_mde() -> None:
     assert retention_mde(n, psi, ALPHA, 0.8, looks=4) == pytest.approx(MARGIN, abs=0.002)
     rng = np.random.default_rng(12)
     sims = 800
+    crit = special.stdtrit(n - 1, 1 - ALPHA / 4)
+    ones = np.ones(n)
     passes = sum(
-        retention_test((rng.random(n) >= q).astype(float), (rng.random(n) >= q).astype(float),
-                       margin=MARGIN, looks=4).verdict == "pass"
+        retention_t(ones * (rng.random(n) >= q), ones * (rng.random(n) >= q), ones, 0.9)[0] > crit
         for _ in range(sims)
     )
     assert passes / sims == pytest.approx(0.8, abs=0.05)

@@ -292,6 +292,7 @@ class DeterminismSuite(Suite):
     Params = DeterminismParams
     requires = frozenset({"chat", "completions"})
     exclusive = False
+    sequential_ok = False  # its own staged design (stage_sizes), valid over its planned looks
     gate_default = GateDefaults(
         suite_kind="determinism",
         metric="unstable_rate",
