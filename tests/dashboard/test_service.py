@@ -283,9 +283,14 @@ def test_flips_rebuild_prompts_from_a_stored_snapshot_regressions_first_and_sear
                                     "resolved_gate": suite.gate.to_dict()})
     import asyncio
 
+    # In a thread of its own: Playwright's sync API (the browser tests of this session) leaves
+    # an event loop running in the main thread, where asyncio.run refuses to start another.
+    from concurrent.futures import ThreadPoolExecutor
+
     from evalsvc.domain import Provenance
 
-    items = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+    with ThreadPoolExecutor(1) as pool:
+        items = pool.submit(asyncio.run, suite.plan(None, Provenance())).result()  # type: ignore[arg-type]
     samples = []
     for k, item in enumerate(items):
         data = {"family": item.metadata["family"], "level": item.metadata["level"],
