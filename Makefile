@@ -10,7 +10,7 @@ CANDIDATES ?=
 SUITE ?= needle-smoke
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo test test-fast lint down
+.PHONY: install browser demo test test-fast test-endpoints lint down
 
 install: $(VENV)/.installed
 
@@ -36,6 +36,11 @@ test: install browser
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
 	$(PY) -m pytest -q -m "not endpoints and not slow and not browser" $(PYTEST_ARGS)
+
+# The endpoint tests alone, on any host (on AVX2-only hosts `make test` skips them: the emulated
+# bf16 baseline is too slow for one session; tests/conftest.py says why).
+test-endpoints: install browser
+	EVALSVC_TEST_ENDPOINTS=1 $(PY) -m pytest -m endpoints $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check evalsvc tests

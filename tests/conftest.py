@@ -51,9 +51,34 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
+def _slow_host_reason() -> str | None:
+    """Why the endpoint tests cannot run in a test session on this host, or None.
+
+    On a 2-core AVX2-only AMD EPYC (Zen 3) the local bf16 baseline measured at most 32 generated
+    tokens/s and 9-65 prompt tokens/s (an AVX-512 host: 122-152 tokens/s at 4 concurrent;
+    docs/benchmarks.md): the endpoint tests, sized for the latter, then need hours, past any CI
+    limit. ``EVALSVC_TEST_ENDPOINTS=1``
+    runs them anyway (``make test-endpoints``)."""
+    if os.environ.get("EVALSVC_TEST_ENDPOINTS") == "1":
+        return None
+    from evalsvc import local
+
+    if "fp8-kv" in local.supported_candidates():  # the same AVX-512/AMX condition
+        return None
+    return (
+        "this CPU has no AVX-512 or AMX, where the local bf16 baseline was measured too slow for "
+        "the endpoint tests in one session (docs/benchmarks.md); EVALSVC_TEST_ENDPOINTS=1 runs them"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     needing = [it for it in items if _needs_endpoints(it)]
     if not needing:
+        return
+    reason = _slow_host_reason()
+    if reason:
+        for it in needing:
+            it.add_marker(pytest.mark.skip(reason=reason))
         return
     # Stable: the endpoint tests keep their order among themselves, the others theirs.
     items[:] = [it for it in items if not _needs_endpoints(it)] + needing
