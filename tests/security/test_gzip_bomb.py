@@ -4,7 +4,7 @@ chunk whole (~70 MB per in-flight request): 16 concurrent requests against an en
 ``identity`` and inflates what it gets anyway in bounded pieces, counted against the cap.
 
 A real loopback server sends the bomb whatever was asked; the client runs in a fresh process so
-its peak RSS (``ru_maxrss``) is its own."""
+its peak RSS (``VmHWM``: ``ru_maxrss`` would carry the forking pytest process's size across exec) is its own."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ async def main(url, n, stream):
         done = await asyncio.gather(*(
             client.chat([{"role": "user", "content": "hi"}], max_tokens=4, stream=stream)
             for _ in range(n)))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM is this image's own peak: ru_maxrss survives exec, so it would report the forking
+    # pytest process's size (716 MB in a full session) instead of the client's.
+    with open("/proc/self/status") as f:
+        peak = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
     print(json.dumps({"errors": [c.error for c in done], "peak_mb": peak}))
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), sys.argv[3] == "stream"))
