@@ -187,6 +187,16 @@ def _print_headlines(report: dict[str, Any]) -> None:
             err.print(f"  - {term(where)}{term(r['code'])}: {term(r['message'])}", highlight=False)
 
 
+# The report options `compare` and `gate-logs` share.
+JsonOutOption = Annotated[
+    str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
+]
+JunitOption = Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")]
+MarkdownOption = Annotated[
+    Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
+]
+
+
 def _write_outputs(
     report: dict[str, Any], json_out: str | None, junit: Path | None, markdown: Path | None
 ) -> None:
@@ -217,13 +227,9 @@ def compare(
         list[str],
         typer.Option("--suite", "-s", help="Suite name, set name or YAML path (repeatable)."),
     ] = ["smoke"],  # noqa: B006
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
-    ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")] = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
-    ] = None,
+    json_out: JsonOutOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
     samples: Annotated[
         int | None, typer.Option(min=1, help="Items per suite (overrides the suite).")
     ] = None,
@@ -426,13 +432,9 @@ def gate_logs(
             help="Share of unpaired or errored documents above which the verdict is error.",
         ),
     ] = 0.05,
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
-    ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")] = None,
-    markdown: Annotated[
-        Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
-    ] = None,
+    json_out: JsonOutOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
     db: Annotated[
         str | None,
         typer.Option(
