@@ -50,7 +50,6 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(pytest.mark.browser)
 
 
-@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
 def _slow_host_reason() -> str | None:
     """Why the endpoint tests cannot run in a test session on this host, or None.
 
@@ -71,6 +70,7 @@ def _slow_host_reason() -> str | None:
     )
 
 
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     needing = [it for it in items if _needs_endpoints(it)]
     if not needing:
