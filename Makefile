@@ -9,6 +9,10 @@ EVALSVC := $(VENV)/bin/evalsvc
 CANDIDATES ?=
 SUITE ?= needle-smoke
 PYTEST_ARGS ?=
+# Two pytest workers: much of the suite waits on subprocesses and servers it starts (CLI, API,
+# Chromium, PostgreSQL), so two overlap well even on 2 cores (docs/benchmarks.md: the test loop).
+TEST_WORKERS ?= 2
+XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
 .PHONY: install browser demo test test-fast test-endpoints lint down
 
@@ -30,12 +34,12 @@ browser:
 	sh scripts/install-browser.sh
 
 test: install browser
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: no endpoint (no vLLM server is started), no browser, nothing marked slow.
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
-	$(PY) -m pytest -q -m "not endpoints and not slow and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not slow and not browser" $(PYTEST_ARGS)
 
 # The endpoint tests alone, on any host (on AVX2-only hosts `make test` skips them: the emulated
 # bf16 baseline is too slow for one session; tests/conftest.py says why).

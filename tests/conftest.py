@@ -48,6 +48,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
     if "browser" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.browser)
+    # Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every endpoint test runs
+    # in one worker, so one worker owns the servers' start and stop. Marked at collection: xdist
+    # reads the group before any modifyitems hook of ours.
+    if _needs_endpoints(item):
+        item.add_marker(pytest.mark.xdist_group("local-endpoints"))
+
+
+def _xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
 
 
 def _slow_host_reason() -> str | None:
@@ -82,7 +91,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # Stable: the endpoint tests keep their order among themselves, the others theirs.
     items[:] = [it for it in items if not _needs_endpoints(it)] + needing
-    if config.option.collectonly or os.environ.get("EVALSVC_TEST_NO_BACKGROUND_UP"):
+    # Under xdist each worker collects every test, but only the worker given the endpoint group
+    # uses the servers: no worker starts them in the background (one worker's session end would
+    # stop servers another still uses); the fixture starts and stops them in that one worker.
+    if config.option.collectonly or os.environ.get("EVALSVC_TEST_NO_BACKGROUND_UP") or _xdist_worker():
         return
     from evalsvc import local
 
