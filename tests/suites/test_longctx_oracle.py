@@ -1,0 +1,95 @@
+"""``longctx`` end to end over HTTP against a loopback server with known behaviour
+(``tests.fixtures.longctx_oracle``): items planned with a real tokenizer, sent through the real
+endpoint client, scored, analysed and gated by the runner's gate step.
+
+An endpoint against itself never fails; a planted loss past N tokens (the longest length only)
+fails the task and shifts the effective length. The endpoint-marked case runs the smoke set on
+the real local endpoints (skipped on hosts without them, as every endpoint test).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalsvc.domain import EndpointRef, Provenance, RunOptions, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.suites import SuiteSpec, suite_kinds
+from evalsvc.suites._registry import register
+from evalsvc.suites.kinds.longctx import LongContextSuite
+from tests.fixtures.longctx_oracle import oracle_server, url
+from tests.suites.test_longctx_unit import train_tokenizer
+
+if "longctx" not in suite_kinds():
+    register(LongContextSuite)
+
+LENGTHS = [400, 800, 1200]
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+def _run(suite: LongContextSuite, base_url: str, cand_url: str) -> tuple[Any, Any]:
+    from evalsvc.runner._runner import _gate_one
+
+    async def go() -> tuple[list[Sample], list[Sample]]:
+        items = await suite.plan(None, Provenance())  # type: ignore[arg-type]
+        out: list[list[Sample]] = []
+        for role, u in (("baseline", base_url), ("candidate:0", cand_url)):
+            async with EndpointClient(EndpointRef(url=u, model="oracle")) as client:
+                samples = await asyncio.gather(*(suite.solve(it, client) for it in items))
+            for s in samples:
+                s.endpoint = role
+            out.append(list(samples))
+        return out[0], out[1]
+
+    b, c = asyncio.run(go())
+    suite.bind_gate(RunOptions())
+    analysis = suite.analyze(b, c)
+    return _gate_one(suite, analysis, RunOptions(), len(b), b, c), b
+
+
+@pytest.mark.parametrize("task", ["nolima", "common_words", "frequent_words",
+                                  "variable_tracking"])
+def test_self_passes_and_a_planted_long_loss_fails(task: str, bpe: Path) -> None:
+    params: dict[str, Any] = {"task": task, "lengths": LENGTHS, "languages": ["en", "ko"],
+                              "tokenizer": str(bpe), "max_tokens": 48}
+    if task in ("nolima", "variable_tracking"):
+        params |= {"depths": [0.3, 0.7], "haystacks": 5}
+    else:
+        params |= {"haystacks": 10, "uncommon_per_1k": 8, "common_freq": 4}
+    suite = LongContextSuite(SuiteSpec(name=f"lc-{task}", kind="longctx", seed=11,
+                                       params=params))
+    with oracle_server(str(bpe), error_pct=10) as srv:
+        same, b = _run(suite, url(srv, "good"), url(srv, "good"))
+        # The oracle reads every task: neither 0% nor 100% (its 10% planted misses).
+        mean = sum(s.score or 0.0 for s in b) / len(b)
+        assert 0.75 <= mean < 1.0, mean
+        assert same.verdict == "pass"
+        eff = same.details["effective_length"]
+        assert eff["baseline"] == eff["candidate"] and eff["shift"] == 0
+        cut, _ = _run(suite, url(srv, "good"), url(srv, f"cut{LENGTHS[1]}"))
+    assert cut.verdict == "fail"
+    eff = cut.details["effective_length"]
+    assert eff["baseline"] == LENGTHS[-1] and eff["candidate"] == LENGTHS[1]
+    assert eff["shift"] == LENGTHS[1] - LENGTHS[-1]
+    by = {(r["context_length"], r["language"]): r for r in cut.details["by_length"]}
+    assert by[(LENGTHS[-1], "all")]["candidate"] == 0.0
+    assert by[(LENGTHS[0], "ko")]["candidate"] == by[(LENGTHS[0], "ko")]["baseline"]
+
+
+def test_smoke_set_on_the_local_endpoints(local_endpoints: Any) -> None:
+    """Each task of the smoke set runs on the local BF16 endpoint against itself (the figures
+    for docs/suites.md come from this run)."""
+    from evalsvc.suites import resolve
+
+    for suite in resolve(["longctx-smoke"]):
+        assert isinstance(suite, LongContextSuite)
+        res, b = _run(suite, local_endpoints.baseline, local_endpoints.baseline)
+        assert not [s.error for s in b if s.error]
+        assert res.verdict != "fail"
