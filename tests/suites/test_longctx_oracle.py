@@ -93,3 +93,33 @@ def test_smoke_set_on_the_local_endpoints(local_endpoints: Any) -> None:
         res, b = _run(suite, local_endpoints.baseline, local_endpoints.baseline)
         assert not [s.error for s in b if s.error]
         assert res.verdict != "fail"
+
+
+def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: Path) -> None:
+    """``evalsvc compare``'s service: the probe finds the oracle's /tokenize, the suite sizes its
+    items with it (no ``params.tokenizer``), and the Markdown report carries the finding."""
+    from evalsvc.db import Store
+    from evalsvc.domain import RunSpec
+    from evalsvc.reports import to_markdown
+    from evalsvc.services import runs
+
+    yaml = tmp_path / "lc.yaml"
+    yaml.write_text(
+        "name: lc-vt\nkind: longctx\nseed: 5\nparams:\n  task: variable_tracking\n"
+        f"  lengths: {LENGTHS}\n  languages: [en, ko]\n  depths: [0.3, 0.7]\n  haystacks: 5\n"
+        "gate:\n  margin: 0.1\n"
+    )
+    with Store.from_url(f"sqlite:///{tmp_path / 'e.db'}") as store, \
+            oracle_server(str(bpe), error_pct=10) as srv:
+        store.upgrade()
+        spec = RunSpec(baseline=EndpointRef(url=url(srv, "good")),
+                       candidates=[EndpointRef(url=url(srv, f"cut{LENGTHS[1]}"))],
+                       suites=[str(yaml)])
+        report = runs.compare(spec, store=store)
+    entry = report["candidates"][0]["suites"][0]
+    assert entry["verdict"] == "fail" and entry["n"] == 60 and entry["n_errors"] == 0
+    assert "endpoint /tokenize" in (report["baseline"]["provenance"]["tokenizer_source"] or "")
+    text = to_markdown(report)
+    assert f"Effective length (longest context keeping ≥ 85% of the shortest length's score): " \
+           f"≥ {LENGTHS[-1]} → {LENGTHS[1]} tokens." in text
+    assert f"| {LENGTHS[-1]} | " in text

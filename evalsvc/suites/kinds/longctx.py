@@ -65,7 +65,7 @@ from evalsvc.stats import (
     scores_by_length,
 )
 from evalsvc.suites._base import Analysis, Suite, SuiteSpec, paired_scores
-from evalsvc.suites._present import Finding, markdown_table, pct
+from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._filler import LANGUAGES, filler, filler_names
 from evalsvc.suites.kinds.needle import LocalTokenizer, Tokenizes
 
@@ -717,6 +717,25 @@ class LongContextSuite(Suite):
     def findings(cls, entry: dict[str, Any]) -> list[Finding]:
         d = dict(entry.get("details") or {})
         return [*super().findings(entry), *_length_findings(d, entry.get("verdict"))]
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        # The score by length of both endpoints, from the report entry (no store query).
+        rows = [r for r in view.details.get("by_length") or [] if r.get("language") == "all"]
+        if not rows:
+            return {}
+        rows.sort(key=lambda r: r["context_length"])
+        chart = Chart(
+            "longctx-by-length", "line", "Score by context length (%)",
+            labels=[str(r["context_length"]) for r in rows],
+            series=[
+                {"name": side, "color": side,
+                 "data": [round(100 * float(r[side]), 1) for r in rows]}
+                for side in ("baseline", "candidate")
+            ],
+            y_name="%", x_name="tokens",
+        )
+        return {"charts": [chart.to_dict()]}
 
     @classmethod
     def headline(cls, entry: dict[str, Any]) -> str | None:
