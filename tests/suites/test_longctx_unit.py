@@ -21,6 +21,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from evalsvc.domain import Provenance, RunOptions, Sample
 from evalsvc.suites import SuiteSpec, resolve, suite_kinds
+from evalsvc.suites._present import ViewInput
 from evalsvc.suites._registry import register
 from evalsvc.suites.kinds._filler import (
     LANGUAGES,
@@ -267,6 +268,11 @@ def test_findings_show_scores_by_length_and_the_effective_length() -> None:
     kinds = LongContextSuite.findings(entry)
     assert kinds[-1].severity == "warn" and kinds[-1].title == "effective length ≥ 4096 → 2048 tokens"
     assert LongContextSuite.headline(entry) == "effective length ≥ 4096 → 2048 tokens"
+    view = ViewInput(suite="lc", role="candidate:0", entry=entry, alpha=0.05,
+                     scores=lambda fields: [], samples=lambda: [])
+    (chart,) = LongContextSuite.view_model(view)["charts"]
+    assert chart["labels"] == ["1024", "2048", "4096"]
+    assert [s["data"] for s in chart["series"]] == [[80.0, 80.0, 80.0], [80.0, 80.0, 20.0]]
 
 
 def test_effective_length_gate_is_chosen_by_the_suite_policy() -> None:
