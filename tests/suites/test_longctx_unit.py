@@ -37,6 +37,7 @@ from evalsvc.suites.kinds.longctx import (
     LongContextSuite,
     content_words,
     credit,
+    fit,
     named,
     place,
 )
@@ -115,6 +116,43 @@ def test_exact_lengths_on_the_checkpoint_tokenizer(tokenizer: Path) -> None:
     for it in items:
         n = len(tok.encode(it.prompt[0]["content"], add_special_tokens=False).ids)
         assert n == it.metadata["context_tokens"] and 1020 <= n <= 1024
+
+
+class CountingTokenizer:
+    def __init__(self, path: Path) -> None:
+        self.tok = Tokenizer.from_file(str(path))
+        self.calls = 0
+
+    async def tokenize(self, text: str) -> list[int]:
+        self.calls += 1
+        return list(self.tok.encode(text, add_special_tokens=False).ids)
+
+
+@pytest.mark.parametrize("lang", ["en", "ko"])
+def test_fit_finds_the_longest_prefix_in_few_calls(lang: str, bpe: Path) -> None:
+    text = filler(lang, 5, 40_000)
+
+    def build(chars: int) -> str:
+        return "Intro.\n\n" + place(text[:chars], [(0.5, "VAR ABCDE = 12345.")]) + "\n\nQ?"
+
+    for length in (300, 1000, 2500):
+        tok = CountingTokenizer(bpe)
+        message, n, chars = asyncio.run(fit(tok, build, len(text), length))
+        assert message == build(chars) and n == len(tok.tok.encode(message).ids) <= length
+        # The longest: one more character does not fit (or the haystack ended).
+        assert len(tok.tok.encode(build(chars + 1)).ids) > length
+        assert tok.calls <= 12, tok.calls  # binary search over 40k characters needs ~16
+        # From a neighbour's answer, off by a little either way: an answer as good. (The count
+        # is not strictly monotone: the insert moves between sentence boundaries and BPE merges
+        # change, so two searches may stop at different prefixes of the same token count.)
+        for start in (chars - 50, chars + 50, 0, len(text)):
+            again = CountingTokenizer(bpe)
+            m2, n2, c2 = asyncio.run(fit(again, build, len(text), length, start=start))
+            assert n2 == len(again.tok.encode(m2).ids) <= length and abs(c2 - chars) < 40
+            assert len(again.tok.encode(build(c2 + 1)).ids) > length and n2 >= length - 2
+    tok = CountingTokenizer(bpe)
+    with pytest.raises(ValueError, match="haystack is too short"):
+        asyncio.run(fit(tok, build, 500, 2000))
 
 
 def test_nolima_question_and_needle_share_no_content_word() -> None:

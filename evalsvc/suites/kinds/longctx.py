@@ -31,7 +31,8 @@ Every task is placed in a seeded **haystack** in one of several languages (``lan
 text (instructions, needle, question) stays English. Each item's user message is exactly the
 longest haystack prefix with the task text that fits ``length`` tokens of the **endpoint's own
 tokenizer** (``/tokenize``, or ``params.tokenizer``'s ``tokenizer.json`` as for ``needle``),
-found by a binary search (galloping from a neighbour's answer within a haystack cluster).
+found by an interpolation search on the token count (``fit``; from a cluster neighbour's
+answer when there is one).
 
 Slices: length, language, depth (``nolima``, ``variable_tracking``), length × language. The
 report adds the score by length and language for both endpoints and the **effective length**
@@ -398,8 +399,15 @@ async def fit(
     start: int | None = None,
 ) -> tuple[str, int, int]:
     """The largest ``chars`` ≤ ``max_chars`` whose ``build(chars)`` is ≤ ``length`` tokens:
-    ``(message, tokens, chars)``. A binary search (token count is monotone in the prefix); with
-    ``start`` (a neighbour's answer) it first gallops from there to bracket the answer."""
+    ``(message, tokens, chars)``, for a token count monotone in ``chars``.
+
+    An interpolation search (Peterson 1957): the count is nearly linear in the prefix, so the
+    next probe is where the line through the bracket's ends (or, with one end known, the last
+    probe's characters per token) reaches ``length``; a probe that fails to halve the bracket
+    is followed by a bisection step, which bounds the worst case at twice binary search's
+    calls. ``start`` (a cluster neighbour's answer) is the first probe. The bracket is exact:
+    it ends with ``lo`` fitting and ``lo + 1`` not.
+    """
     cache: dict[int, tuple[str, int]] = {}
 
     async def count(chars: int) -> int:
@@ -408,35 +416,27 @@ async def fit(
             cache[chars] = (message, len(await tok.tokenize(message)))
         return cache[chars][1]
 
-    lo, hi = 0, max_chars
-    if start is not None:
-        start = min(max(start, 0), hi)
-        step = 16
-        if await count(start) <= length:
-            lo = start
-            while lo < hi:
-                probe = min(hi, lo + step)
-                if await count(probe) > length:
-                    hi = probe - 1
-                    break
-                lo, step = probe, step * 2
+    # Invariant: every c ≤ lo fits (lo = -1: none known), every c ≥ hi does not.
+    lo, hi = -1, max_chars + 1
+    n_lo: int | None = None
+    n_hi: int | None = None
+    guess = start if start is not None else min(max_chars, 4 * length)
+    bisect_next = False
+    while hi - lo > 1:
+        width = hi - lo
+        probe = (lo + hi) // 2 if bisect_next else min(max(guess, lo + 1), hi - 1)
+        n = await count(probe)
+        if n <= length:
+            lo, n_lo = probe, n
         else:
-            hi = start - 1
-            while hi > 0:
-                probe = max(0, hi - step)
-                if await count(probe) <= length:
-                    lo = probe
-                    break
-                hi, step = probe - 1, step * 2
-            else:
-                lo = 0
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if await count(mid) <= length:
-            lo = mid
+            hi, n_hi = probe, n
+        bisect_next = hi - lo > width // 2
+        if n_lo is not None and n_hi is not None and n_hi > n_lo:
+            # Aim just past the crossing, so that the bracket closes from both sides.
+            guess = lo + max(1, round((length + 0.5 - n_lo) * (hi - lo) / (n_hi - n_lo)))
         else:
-            hi = mid - 1
-    if await count(lo) > length:
+            guess = probe + round((length + 0.5 - n) * probe / max(n, 1))
+    if lo < 0:
         raise ValueError(f"length {length} is too short for the task text alone")
     message, n = cache[lo]
     if lo >= max_chars and n < length:
