@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from evalsvc.domain import EndpointRef, Provenance, RunOptions, Sample
-from evalsvc.endpoints import EndpointClient
+from evalsvc.domain import EndpointRef, RunOptions, Sample
+from evalsvc.endpoints import EndpointClient, probe
 from evalsvc.suites import SuiteSpec, suite_kinds
 from evalsvc.suites._registry import register
 from evalsvc.suites.kinds.longctx import LongContextSuite
@@ -38,10 +38,13 @@ def _run(suite: LongContextSuite, base_url: str, cand_url: str) -> tuple[Any, An
     from evalsvc.runner._runner import _gate_one
 
     async def go() -> tuple[list[Sample], list[Sample]]:
-        items = await suite.plan(None, Provenance())  # type: ignore[arg-type]
         out: list[list[Sample]] = []
+        items: list[Any] = []
         for role, u in (("baseline", base_url), ("candidate:0", cand_url)):
-            async with EndpointClient(EndpointRef(url=u, model="oracle")) as client:
+            async with EndpointClient(EndpointRef(url=u)) as client:
+                prov = await probe(client)  # the model name and the /tokenize shape
+                if not items:  # planned on the baseline, as the runner does
+                    items = await suite.plan(client, prov)
                 samples = await asyncio.gather(*(suite.solve(it, client) for it in items))
             for s in samples:
                 s.endpoint = role
@@ -73,6 +76,10 @@ def test_self_passes_and_a_planted_long_loss_fails(task: str, bpe: Path) -> None
         assert same.verdict == "pass"
         eff = same.details["effective_length"]
         assert eff["baseline"] == eff["candidate"] and eff["shift"] == 0
+    # The planted loss on a server without planted misses, so that the baseline's effective
+    # length is the longest length by construction (with 10% misses over 20 items a length
+    # can fall below 85% of the shortest by chance).
+    with oracle_server(str(bpe), error_pct=0) as srv:
         cut, _ = _run(suite, url(srv, "good"), url(srv, f"cut{LENGTHS[1]}"))
     assert cut.verdict == "fail"
     eff = cut.details["effective_length"]
@@ -110,7 +117,7 @@ def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: 
         "gate:\n  margin: 0.1\n"
     )
     with Store.from_url(f"sqlite:///{tmp_path / 'e.db'}") as store, \
-            oracle_server(str(bpe), error_pct=10) as srv:
+            oracle_server(str(bpe), error_pct=0) as srv:
         store.upgrade()
         spec = RunSpec(baseline=EndpointRef(url=url(srv, "good")),
                        candidates=[EndpointRef(url=url(srv, f"cut{LENGTHS[1]}"))],
