@@ -108,7 +108,7 @@ def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: 
     from evalsvc.db import Store
     from evalsvc.domain import RunSpec
     from evalsvc.reports import to_markdown
-    from evalsvc.services import runs
+    from evalsvc.services import dashboard, runs
 
     yaml = tmp_path / "lc.yaml"
     yaml.write_text(
@@ -123,6 +123,8 @@ def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: 
                        candidates=[EndpointRef(url=url(srv, f"cut{LENGTHS[1]}"))],
                        suites=[str(yaml)])
         report = runs.compare(spec, store=store)
+        # The dashboard's suite page: the kind's chart and findings from the stored run.
+        page = dashboard.suite_view(store, report["run_id"], "lc-vt", "candidate:0")
     entry = report["candidates"][0]["suites"][0]
     assert entry["verdict"] == "fail" and entry["n"] == 60 and entry["n_errors"] == 0
     assert "endpoint /tokenize" in (report["baseline"]["provenance"]["tokenizer_source"] or "")
@@ -130,3 +132,8 @@ def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: 
     assert f"Effective length (longest context keeping ≥ 85% of the shortest length's score): " \
            f"≥ {LENGTHS[-1]} → {LENGTHS[1]} tokens." in text
     assert f"| {LENGTHS[-1]} | " in text
+    (chart,) = page["kind_view"]["charts"]
+    assert chart["labels"] == [str(n) for n in LENGTHS]
+    assert chart["series"][1]["data"][-1] == 0.0 and chart["series"][0]["data"][-1] > 0
+    assert any(f["title"].startswith("effective length") and f["severity"] == "warn"
+               for f in page["findings"])
