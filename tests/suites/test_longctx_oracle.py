@@ -3,7 +3,7 @@
 endpoint client, scored, analysed and gated by the runner's gate step.
 
 An endpoint against itself never fails; a planted loss past N tokens (the longest length only)
-fails the task and shifts the effective length. The endpoint-marked case runs the smoke set on
+fails the task and shifts the effective length. The endpoint case runs the longctx-4k set on
 the real local endpoints (skipped on hosts without them, as every endpoint test).
 """
 
@@ -90,12 +90,12 @@ def test_self_passes_and_a_planted_long_loss_fails(task: str, bpe: Path) -> None
     assert by[(LENGTHS[0], "ko")]["candidate"] == by[(LENGTHS[0], "ko")]["baseline"]
 
 
-def test_smoke_set_on_the_local_endpoints(local_endpoints: Any) -> None:
-    """Each task of the smoke set runs on the local BF16 endpoint against itself (the figures
+def test_longctx_4k_on_the_local_endpoints(local_endpoints: Any) -> None:
+    """Each task of the longctx-4k set runs on the local BF16 endpoint against itself (the figures
     for docs/suites.md come from this run)."""
     from evalsvc.suites import resolve
 
-    for suite in resolve(["longctx-smoke"]):
+    for suite in resolve(["longctx-4k"]):
         assert isinstance(suite, LongContextSuite)
         res, b = _run(suite, local_endpoints.baseline, local_endpoints.baseline)
         assert not [s.error for s in b if s.error]

@@ -338,7 +338,7 @@ def test_effective_length_gate_is_chosen_by_the_suite_policy() -> None:
 
 
 def test_catalog_suites_and_the_long_context_set_validate() -> None:
-    names = {s.name for s in resolve(["longctx-smoke"])}
+    names = {s.name for s in resolve(["longctx-4k"])}
     assert names == {"longctx-nolima", "longctx-common-words", "longctx-frequent-words",
                      "longctx-variable-tracking"}
     long_set = resolve(["long-context"])
@@ -346,7 +346,7 @@ def test_catalog_suites_and_the_long_context_set_validate() -> None:
     assert {s.params.task for s in gpu} == set(TASKS)  # type: ignore[attr-defined]
     for s in gpu:
         assert min(s.params.lengths) >= 32768 and max(s.params.lengths) == 131072  # type: ignore[attr-defined]
-    for s in resolve(["longctx-smoke"]):
+    for s in resolve(["longctx-4k"]):
         p = s.params
         assert max(p.lengths) <= 4096 and "ko" in p.languages  # type: ignore[attr-defined]
         assert s.item_count() and s.item_count() <= 200
