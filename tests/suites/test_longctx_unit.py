@@ -196,6 +196,7 @@ def test_common_words_counts(bpe: Path) -> None:
         others = [w for w in counts if w not in it.expected]
         assert len(others) == 8 and all(counts[w] == 2 for w in others)
         assert set(it.metadata["universe"]) == set(counts)
+        assert not {w.lower() for w in counts} & set().union(*map(filler_words, LANGUAGES))
 
 
 def test_frequent_words_top_k_is_unambiguous(bpe: Path) -> None:

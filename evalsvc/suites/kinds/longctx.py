@@ -67,7 +67,7 @@ from evalsvc.stats import (
 )
 from evalsvc.suites._base import Analysis, Suite, SuiteSpec, paired_scores
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
-from evalsvc.suites.kinds._filler import LANGUAGES, filler, filler_names
+from evalsvc.suites.kinds._filler import LANGUAGES, filler, filler_names, filler_words
 from evalsvc.suites.kinds.needle import LocalTokenizer, Tokenizes
 
 Task = Literal["nolima", "common_words", "frequent_words", "variable_tracking"]
@@ -155,13 +155,18 @@ def _pseudo_word(rng: random.Random, syllables: int) -> str:
     return "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(syllables))
 
 
+# Generated words never coincide with a word the filler can write (Spanish "madera" is a
+# consonant-vowel word): a task word must occur only where the task put it.
+_FILLER_WORDS = frozenset().union(*(filler_words(lang) for lang in LANGUAGES))
+
+
 def _distinct(rng: random.Random, count: int, make: Callable[[random.Random], str]) -> list[str]:
     out: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = set(_FILLER_WORDS)
     while len(out) < count:
         w = make(rng)
-        if w not in seen:
-            seen.add(w)
+        if w.lower() not in seen:
+            seen.add(w.lower())
             out.append(w)
     return out
 
@@ -304,7 +309,7 @@ def _draft(p: LongContextParams, rng: random.Random, length: int, depth: float |
             universe=words,
         )
     if p.task == "frequent_words":
-        vocab = _distinct(rng, p.vocab_size, lambda r: _pseudo_word(r, 2) + rng.choice(_CONSONANTS))
+        vocab = _distinct(rng, p.vocab_size, lambda r: _pseudo_word(r, 2) + r.choice(_CONSONANTS))
         total = max(p.vocab_size, p.marks_per_1k * length // 1000)
         weights = [1.0 / (r + 1) ** p.zipf_alpha for r in range(p.vocab_size)]
         for _ in range(1000):
