@@ -20,8 +20,7 @@ from evalsvc.endpoints import EndpointClient, probe
 from evalsvc.suites import SuiteSpec, suite_kinds
 from evalsvc.suites._registry import register
 from evalsvc.suites.kinds.longctx import LongContextSuite
-from tests.fixtures.longctx_oracle import oracle_server, url
-from tests.suites.test_longctx_unit import train_tokenizer
+from tests.fixtures.longctx_oracle import oracle_server, train_tokenizer, url
 
 if "longctx" not in suite_kinds():
     register(LongContextSuite)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer
 
 from evalsvc.domain import Provenance, RunOptions, Sample
 from evalsvc.suites import SuiteSpec, resolve, suite_kinds
@@ -41,23 +41,11 @@ from evalsvc.suites.kinds.longctx import (
     named,
     place,
 )
+from tests.fixtures.longctx_oracle import train_tokenizer
 
 if "longctx" not in suite_kinds():
     # The shared venv's metadata predates the entry point (pyproject.toml): register it here.
     register(LongContextSuite)
-
-
-def train_tokenizer(path: Path) -> Path:
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=2000, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator([filler(lang, 0, 60_000) for lang in LANGUAGES], trainer)
-    tok.save(str(path))
-    return path
 
 
 @pytest.fixture(scope="module")
