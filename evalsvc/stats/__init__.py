@@ -41,6 +41,13 @@ from evalsvc.stats._continuous import (
     welch_test,
     wilcoxon_signed_rank,
 )
+from evalsvc.stats._effective_length import (
+    EFFECTIVE_RATIO,
+    EffectiveLengthTest,
+    effective_length,
+    effective_length_test,
+    scores_by_length,
+)
 from evalsvc.stats._multiple import holm, weighted_holm
 from evalsvc.stats._power import (
     mde_mean,
@@ -72,10 +79,12 @@ from evalsvc.stats._sequential import (
 )
 
 __all__ = [
+    "EFFECTIVE_RATIO",
     "TANGO_CONTINUITY",
     "TANGO_MAX_SKEW",
     "BootstrapResult",
     "ClusterRobustResult",
+    "EffectiveLengthTest",
     "FloatArray",
     "MarginTest",
     "MeanTest",
@@ -122,4 +131,7 @@ __all__ = [
     "welch_test",
     "wilcoxon_signed_rank",
     "wilson_interval",
+    "effective_length",
+    "effective_length_test",
+    "scores_by_length",
 ]
