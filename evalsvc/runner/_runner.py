@@ -45,7 +45,8 @@ from evalsvc.gates import (
     threshold_gate,
 )
 from evalsvc.settings import Settings
-from evalsvc.suites import Analysis, Suite, flips
+from evalsvc.runner._pilot import calibrate
+from evalsvc.suites import Analysis, Suite, flips, pilot_name
 
 
 class InfrastructureError(RuntimeError):
@@ -277,7 +278,27 @@ async def execute(
         plans: dict[str, list[Item]] = {}
         sequential: dict[str, dict[str, Any]] = {}
         staged: dict[str, dict[str, Any]] = {}
-        for suite in suites:
+        calibrations: dict[str, dict[str, Any]] = {}
+        suites = list(suites)
+        for index, suite in enumerate(suites):
+            policy = suite.calibration(options.calibrate)
+            if policy is not None:
+                # The pilot on the baseline alone picks the levels; the suite runs there.
+                progress.message(f"calibrating {suite.name} on the baseline")
+                suite, calibrations[suite.name] = await calibrate(
+                    suite,
+                    policy,
+                    clients[0],
+                    provs[0],
+                    emit=emit,
+                    done={(k[2], k[3]) for k in done if k[0] == "baseline"
+                          and k[1] == pilot_name(suite.name)},
+                    stored=stored,
+                    collected=collected,
+                    options=options,
+                    progress=progress,
+                )
+                suites[index] = suite
             progress.message(f"planning {suite.name}")
             try:
                 items = await suite.plan(clients[0], provs[0])
@@ -351,6 +372,8 @@ async def execute(
                     sres.details["sequential"] = sequential[sres.suite]
                 if sres.suite in staged:
                     sres.details["stages"] = staged[sres.suite]
+                if sres.suite in calibrations:
+                    sres.details["calibration"] = calibrations[sres.suite]
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     result.duration_s = time.perf_counter() - started
