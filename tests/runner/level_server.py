@@ -66,7 +66,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply({})
 
 
-_NEEDLE = re.compile(r"The special magic \w+ for \w+ is: (\S+?)\.")
+_NEEDLE = re.compile(r"special magic \w+ for \w+ is: (\S+?)\.")
 
 
 class LevelServer(ThreadingHTTPServer):
