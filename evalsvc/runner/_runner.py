@@ -44,8 +44,8 @@ from evalsvc.gates import (
     slice_gates,
     threshold_gate,
 )
-from evalsvc.settings import Settings
 from evalsvc.runner._pilot import calibrate
+from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, Suite, flips, pilot_name
 
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections.abc import Sequence
 import re
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
