@@ -30,6 +30,7 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     sqlite_template,
 )
 from tests.runner.level_server import level_server
+from tests.services.test_gatelogs import check_schema
 
 SEED = 11
 GRADED = {1: 1.0, 2: 1.0, 3: 0.7, 4: 0.5, 5: 0.1}
@@ -95,6 +96,7 @@ def test_pilot_picks_the_band_records_it_and_never_enters_the_gate(
         assert not {s.item_id for s in gated} & {s.item_id for s in pilot_s}
         assert store.get_report(report["run_id"])["candidates"][0]["suites"][0]["details"][
             "calibration"]["chosen"] == cal["chosen"]
+        check_schema(report)
         md = to_markdown(report)
         assert "Calibrated difficulty: ran at arithmetic L3, arithmetic L4, lists L3, lists L4" in md
 

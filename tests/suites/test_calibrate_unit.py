@@ -173,3 +173,12 @@ def test_needle_ladder_reaches_the_probed_max_context() -> None:
     assert pilot.item_count() == 10
     cal = suite.at_difficulty([ladder[5], ladder[3]])
     assert cal.params.lengths == [4096, 16384] and cal.params.depths == [0.2, 0.8]  # type: ignore[attr-defined]
+
+
+def test_the_catalog_sets_for_decisions_calibrate() -> None:
+    from evalsvc.suites import resolve
+
+    calibrated = {s.name for s in resolve(["release", "long-context"]) if s.calibration() is not None}
+    assert calibrated == {"reasoning", "reasoning-hard", "needle-long-context"}
+    # The smoke set stays a fixed, quick check.
+    assert all(s.calibration() is None for s in resolve(["smoke"]))
