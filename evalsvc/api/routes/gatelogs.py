@@ -25,21 +25,25 @@ from evalsvc.api._schemas import Problem
 from evalsvc.domain import RunOptions
 from evalsvc.reports import redact_report
 from evalsvc.services import gatelogs
+from evalsvc.services.runs import UsageError
 
 router = APIRouter(prefix="/gate-logs", tags=["gate-logs"])
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.@+-]+")
+#: Every refusal of an upload's content starts with this: what is in a log cannot be said in
+#: the OpenAPI schema, so clients (and the schema tests) tell these 422s from malformed requests.
+_REFUSED = "uploaded logs refused: "
 
 
 def _save(files: list[UploadFile], where: Path, role: str) -> Path:
     """Write one side's files under ``where`` (base names only); the path the service reads:
     the file itself when there is one, else the directory (an lm-eval output directory)."""
     if not files:
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"no {role} log uploaded")
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{_REFUSED}no {role} log uploaded")
     if len(files) > limits.MAX_UPLOAD_FILES:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"{role}: {len(files)} files; at most {limits.MAX_UPLOAD_FILES} per side",
+            f"{_REFUSED}{role}: {len(files)} files; at most {limits.MAX_UPLOAD_FILES} per side",
         )
     where.mkdir()
     written: list[Path] = []
@@ -48,12 +52,14 @@ def _save(files: list[UploadFile], where: Path, role: str) -> Path:
         name = _UNSAFE.sub("_", Path(upload.filename or "").name).lstrip(".")
         if not name:
             raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT, f"{role}: a file without a usable name"
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"{_REFUSED}{role}: a file without a usable name",
             )
         target = where / name
         if target.exists():
             raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT, f"{role}: two files named {name!r}"
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"{_REFUSED}{role}: two files named {name!r}",
             )
         with target.open("wb") as out:
             while chunk := upload.file.read(1 << 20):
@@ -73,8 +79,12 @@ def _save(files: list[UploadFile], where: Path, role: str) -> Path:
 def gate_uploaded_logs(
     store: StoreDep,
     caller: SubmitScope,
-    baseline: Annotated[list[UploadFile], File(description="The baseline's log file(s).")],
-    candidate: Annotated[list[UploadFile], File(description="The candidate's log file(s).")],
+    baseline: Annotated[
+        list[UploadFile], File(min_length=1, description="The baseline's log file(s).")
+    ],
+    candidate: Annotated[
+        list[UploadFile], File(min_length=1, description="The candidate's log file(s).")
+    ],
     metric: Annotated[str | None, Form(max_length=200)] = None,
     slice: Annotated[list[str] | None, Form(max_length=200)] = None,  # noqa: A002 - the CLI's name
     filter: Annotated[str | None, Form(max_length=200)] = None,  # noqa: A002
@@ -100,19 +110,22 @@ def gate_uploaded_logs(
     with tempfile.TemporaryDirectory(prefix="evalsvc-gate-logs-") as tmp:
         base = _save(baseline, Path(tmp) / "baseline", "baseline")
         cand = _save(candidate, Path(tmp) / "candidate", "candidate")
-        report = gatelogs.gate_logs(
-            base,
-            cand,
-            store=store,
-            metric=metric,
-            slices=list(slice or []),
-            filter_name=filter,
-            gate=gate,
-            options=RunOptions(max_error_rate=max_error_rate),
-            labels={"submitted_by": caller.name[:200]},
-            names=(_label(baseline), _label(candidate)),
-            uploaded=True,
-        )
+        try:
+            report = gatelogs.gate_logs(
+                base,
+                cand,
+                store=store,
+                metric=metric,
+                slices=list(slice or []),
+                filter_name=filter,
+                gate=gate,
+                options=RunOptions(max_error_rate=max_error_rate),
+                labels={"submitted_by": caller.name[:200]},
+                names=(_label(baseline), _label(candidate)),
+                uploaded=True,
+            )
+        except UsageError as exc:
+            raise UsageError(f"{_REFUSED}{exc}") from None
     redacted: dict[str, Any] = redact_report(report)
     return redacted
 
