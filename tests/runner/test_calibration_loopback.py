@@ -165,3 +165,45 @@ def test_needle_walks_lengths_up_to_the_probed_context(store: Store, tmp_path: P
     assert cal["chosen"] == ["4096 tokens"] and cal["all_in_band"]
     lengths = {h["context_length"] for h in entry["details"]["heatmap"]["baseline"]}
     assert lengths == {4096} and entry["n"] == 10
+
+
+def test_a_resumed_run_reuses_its_stored_pilot(tmp_path: Path) -> None:
+    """The runner's resume contract (``done`` + ``stored``): the pilot's samples of a first
+    attempt are not sent again, and the choice is the same."""
+    import asyncio
+
+    from evalsvc.domain import Sample
+    from evalsvc.runner import execute
+    from evalsvc.suites import load_suite
+
+    suite_file = tmp_path / "calib.yaml"
+    suite_file.write_text(SUITE)
+    kept: list[Sample] = []
+
+    async def sink(sample: Sample) -> None:
+        kept.append(sample)
+
+    def run(done: set[tuple[str, str, str, int]], stored: list[Sample]) -> Any:
+        async def previous() -> list[Sample]:
+            return list(stored)
+
+        ref = EndpointRef(url=srv.url)
+        return asyncio.run(execute(
+            run_id="r", baseline=ref, candidates=[ref], suites=[load_suite(str(suite_file), allow_paths=True)],
+            options=RunOptions(concurrency=4), sink=sink, done=done, stored=previous,
+        ))
+
+    with level_server(GRADED, [SEED, pilot_seed(SEED)], per_level=50) as srv:
+        first = run(set(), [])
+        sent = len(srv.seen)
+        assert sent == 100 + 80  # pilot (baseline only) + 40 gated items on each side
+        stored = list(kept)
+        kept.clear()
+        again = run({s.key for s in stored}, stored)
+        assert len(srv.seen) == sent  # nothing resent: neither the pilot nor the gated items
+    assert kept == []
+    cal1 = first.candidates[0].suites[0].details["calibration"]
+    cal2 = again.candidates[0].suites[0].details["calibration"]
+    assert cal1 == cal2 and cal1["chosen"] == ["arithmetic L3", "arithmetic L4", "lists L3",
+                                                "lists L4"]
+    assert again.candidates[0].suites[0].outcome.n == 40
