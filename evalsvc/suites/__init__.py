@@ -16,6 +16,7 @@ from evalsvc.suites._base import (
     prompt_text,
 )
 from evalsvc.suites._calibrate import (
+    PILOT_SUFFIX,
     CalibrationPolicy,
     GroupChoice,
     Rung,
@@ -54,6 +55,7 @@ from evalsvc.suites._registry import (
 )
 
 __all__ = [
+    "PILOT_SUFFIX",
     "CalibrationPolicy",
     "GroupChoice",
     "Rung",

@@ -97,6 +97,12 @@ def test_pilot_picks_the_band_records_it_and_never_enters_the_gate(
         assert store.get_report(report["run_id"])["candidates"][0]["suites"][0]["details"][
             "calibration"]["chosen"] == cal["chosen"]
         check_schema(report)
+        # The dashboard's progress shows the pilot as the baseline's alone.
+        from evalsvc.services import dashboard
+
+        rows = dashboard.live_status(store, [report["run_id"]])[report["run_id"]]["progress"]
+        pilot_rows = [r for r in rows["rows"] if r["suite"] == "calib:pilot"]
+        assert [(r["endpoint"], r["done"]) for r in pilot_rows] == [("baseline", 100)]
         md = to_markdown(report)
         assert "Calibrated difficulty: ran at arithmetic L3, arithmetic L4, lists L3, lists L4" in md
 
