@@ -85,13 +85,15 @@ def gate_uploaded_logs(
     candidate: Annotated[
         list[UploadFile], File(min_length=1, description="The candidate's log file(s).")
     ],
-    metric: Annotated[str | None, Form(max_length=200)] = None,
-    slice: Annotated[list[str] | None, Form(max_length=200)] = None,  # noqa: A002 - the CLI's name
-    filter: Annotated[str | None, Form(max_length=200)] = None,  # noqa: A002
-    margin: Annotated[float | None, Form(ge=0)] = None,
-    alpha: Annotated[float | None, Form(gt=0, lt=0.5)] = None,
-    recovery_min: Annotated[float | None, Form(gt=0, le=1)] = None,
-    baseline_floor: Annotated[float | None, Form(ge=0, lt=1)] = None,
+    # Optional fields are absent when unset, never null: a multipart form has no null, and a
+    # nullable schema would invite clients to send one (as an empty string).
+    metric: Annotated[str, Form(min_length=1, max_length=200, pattern=limits.NO_NUL_PATTERN)] = None,  # type: ignore[assignment]
+    slice: Annotated[list[str], Form(max_length=64)] = None,  # type: ignore[assignment]  # noqa: A002 - the CLI's name
+    filter: Annotated[str, Form(min_length=1, max_length=200, pattern=limits.NO_NUL_PATTERN)] = None,  # type: ignore[assignment]  # noqa: A002
+    margin: Annotated[float, Form(ge=0, le=1)] = None,  # type: ignore[assignment]
+    alpha: Annotated[float, Form(gt=0, lt=0.5)] = None,  # type: ignore[assignment]
+    recovery_min: Annotated[float, Form(gt=0, le=1)] = None,  # type: ignore[assignment]
+    baseline_floor: Annotated[float, Form(ge=0, lt=1)] = None,  # type: ignore[assignment]
     max_error_rate: Annotated[float, Form(ge=0, le=1)] = 0.05,
 ) -> dict[str, Any]:
     """Pair two uploaded lm-eval or Inspect logs by document id, gate them with the paired gate
