@@ -8,6 +8,10 @@ Contract:
   ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
   item is sent. Everything after that is recorded, never raised: errored requests are samples
   with ``error`` set, counted per suite; too many make the run's verdict ``error``.
+- A suite whose calibration is on (``Suite.calibration``: its ``calibrate:`` or ``--calibrate``)
+  is first piloted on the baseline alone (``evalsvc.runner._pilot.calibrate``) and replaced by
+  the suite at the chosen difficulty; the pilot's samples go to the sink as ``<suite>:pilot``
+  and never reach a gate, and its record is the suite's ``details["calibration"]``.
 - How each suite is gated is ``Suite.gate``, resolved once per suite by the service layer
   (``evalsvc.services.runs.bind_gates``: ``evalsvc.gates.resolve`` within the server's limits,
   the one place that decides metric, direction, margin or threshold, α and whether it gates); a
