@@ -149,6 +149,10 @@ class RunOptions(BaseModel):
     recovery_min: float | None = None
     """Raise the recovery floor of suites gated by one (tighten only; docs/statistics.md)."""
     sequential: bool = False
+    calibrate: bool | None = None
+    """Adaptive difficulty: ``True`` calibrates every suite whose kind can (``--calibrate``; a
+    short pilot on the baseline picks the levels, docs/suites.md), ``False`` turns the suites'
+    own ``calibrate:`` off, ``None`` follows each suite's YAML."""
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0)
     """Above this share of errored samples on any endpoint/suite the run is an infrastructure error."""
     request_timeout_s: float = Field(default=300.0, gt=0.0, le=limits.MAX_REQUEST_TIMEOUT_S)

@@ -76,6 +76,12 @@ DATE_PATTERN = r"^20[0-9][0-9]-"
 
 #: Bytes of a request body the API reads (a run spec is a few kB).
 MAX_BODY_BYTES = 1_048_576
+#: Bytes of a ``POST /gate-logs`` upload (both sides' logs together): lm-eval's samples file
+#: for a few thousand documents with ``--log_samples`` is tens of MB (every document, its
+#: arguments and responses); more is refused (413) before it is read.
+MAX_UPLOAD_BYTES = 64 * 1_048_576
+#: Files per side of a ``POST /gate-logs`` upload (an lm-eval output directory's files).
+MAX_UPLOAD_FILES = 64
 #: Bytes of a suite or set YAML file.
 MAX_YAML_BYTES = 1_048_576
 

@@ -49,7 +49,7 @@ from evalsvc.suites import SuiteError
 from ._deps import ApiState, auth_enabled_from_env
 from ._metrics import make_registry
 from ._openapi import BodyLimit, document_errors
-from .routes import endpoints, health, runs, schedules, suites
+from .routes import endpoints, gatelogs, health, runs, schedules, suites
 
 log = logging.getLogger("evalsvc.api")
 
@@ -156,7 +156,11 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         redoc_url=None,
     )
     _install_error_handlers(app)
-    app.add_middleware(BodyLimit, max_bytes=limits.MAX_BODY_BYTES)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=limits.MAX_BODY_BYTES,
+        paths={f"{API_PREFIX}/gate-logs": limits.MAX_UPLOAD_BYTES},
+    )
     _install_docs(app)
 
     @app.middleware("http")
@@ -172,7 +176,7 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         return response
 
     app.include_router(health.router, prefix=API_PREFIX)
-    for module in (endpoints, runs, suites, schedules):
+    for module in (endpoints, runs, suites, schedules, gatelogs):
         app.include_router(module.router, prefix=API_PREFIX)
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)

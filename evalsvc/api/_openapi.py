@@ -36,16 +36,20 @@ _STATUSES: dict[str, str] = {
 class BodyLimit:
     """ASGI middleware: 413 for a request body over ``max_bytes`` (declared or streamed)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, paths: dict[str, int] | None = None
+    ) -> None:
+        """``paths``: a larger bound for these exact paths (the log upload)."""
+        self.app, self.max_bytes, self.paths = app, max_bytes, dict(paths or {})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        bound = self.paths.get(str(scope.get("path", "")).rstrip("/"), self.max_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-            await _send_problem(send, 413, self._message())
+        if declared is not None and (not declared.isdigit() or int(declared) > bound):
+            await _send_problem(send, 413, self._message(bound))
             return
         seen = 0
 
@@ -54,15 +58,15 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
+                if seen > bound:
                     # FastAPI re-raises an HTTPException from reading the body as is.
-                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, self._message())
+                    raise HTTPException(status.HTTP_413_CONTENT_TOO_LARGE, self._message(bound))
             return message
 
         await self.app(scope, limited, send)
 
-    def _message(self) -> str:
-        return f"request body too large: at most {self.max_bytes} bytes"
+    def _message(self, bound: int | None = None) -> str:
+        return f"request body too large: at most {bound or self.max_bytes} bytes"
 
 
 async def _send_problem(send: Send, code: int, message: str) -> None:

@@ -255,6 +255,14 @@ def compare(
     sequential: Annotated[
         bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")
     ] = False,
+    calibrate: Annotated[
+        bool | None,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Pick each suite's difficulty by a pilot on the baseline (kinds that can); "
+            "default: each suite's own `calibrate:`.",
+        ),
+    ] = None,
     server: Annotated[
         str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
     ] = None,
@@ -297,6 +305,7 @@ def compare(
             alpha=alpha,
             recovery_min=recovery_min,
             sequential=sequential,
+            calibrate=calibrate,
             request_timeout_s=timeout,
         )
     except ValidationError as exc:

@@ -122,6 +122,28 @@ def _interval(ci: Any) -> str:
     return f"[{_num(ci[0], 3)}, {_num(ci[1], 3)}]"
 
 
+def _calibration(d: dict[str, Any]) -> list[str]:
+    """The difficulty a calibration pilot chose (``details.calibration``, evalsvc.runner._pilot)."""
+    c = d.get("calibration")
+    if not isinstance(c, dict) or "pilot" not in c:
+        return []
+    band = c.get("band") or [None, None]
+    tried = ", ".join(
+        f"{p.get('label')} {_pct(p.get('score'))} (n {p.get('n')})" for p in c.get("pilot") or []
+    )
+    lines = [
+        f"Calibrated difficulty: ran at {', '.join(str(x) for x in c.get('chosen') or []) or '—'}, "
+        f"chosen by a pilot of {c.get('baseline_requests')} baseline requests for a baseline "
+        f"score within {_pct(band[0])}–{_pct(band[1])} (pilot samples are stored as "
+        f"`{c.get('pilot_suite')}` and never gated). Pilot: {tried}.",
+        "",
+    ]
+    for g in c.get("groups") or []:
+        if g.get("note"):
+            lines += [f"**Not in band.** {g['note']}.", ""]
+    return lines
+
+
 def _guard(d: dict[str, Any]) -> list[str]:
     g = d.get("baseline_guard")
     if not isinstance(g, dict) or g.get("informative", True):
@@ -145,6 +167,11 @@ def suite_findings(suite: dict[str, Any]) -> list[Finding]:
     gate = _gate_line(d)
     if gate:
         out.append(Finding(title="gate", markdown=gate, data=dict(d.get("gate") or {})))
+    calibration = _calibration(d)
+    if calibration:
+        out.append(Finding(title="calibration", markdown=calibration,
+                           severity="info" if d["calibration"].get("all_in_band") else "warn",
+                           data=dict(d["calibration"])))
     recovery = _recovery(d)
     if recovery:
         out.append(Finding(title="recovery", markdown=recovery,

@@ -8,6 +8,10 @@ Contract:
   ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
   item is sent. Everything after that is recorded, never raised: errored requests are samples
   with ``error`` set, counted per suite; too many make the run's verdict ``error``.
+- A suite whose calibration is on (``Suite.calibration``: its ``calibrate:`` or ``--calibrate``)
+  is first piloted on the baseline alone (``evalsvc.runner._pilot.calibrate``) and replaced by
+  the suite at the chosen difficulty; the pilot's samples go to the sink as ``<suite>:pilot``
+  and never reach a gate, and its record is the suite's ``details["calibration"]``.
 - How each suite is gated is ``Suite.gate``, resolved once per suite by the service layer
   (``evalsvc.services.runs.bind_gates``: ``evalsvc.gates.resolve`` within the server's limits,
   the one place that decides metric, direction, margin or threshold, α and whether it gates); a
@@ -44,8 +48,9 @@ from evalsvc.gates import (
     slice_gates,
     threshold_gate,
 )
+from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
-from evalsvc.suites import Analysis, Suite, flips
+from evalsvc.suites import Analysis, Suite, flips, pilot_name
 
 
 class InfrastructureError(RuntimeError):
@@ -277,7 +282,27 @@ async def execute(
         plans: dict[str, list[Item]] = {}
         sequential: dict[str, dict[str, Any]] = {}
         staged: dict[str, dict[str, Any]] = {}
-        for suite in suites:
+        calibrations: dict[str, dict[str, Any]] = {}
+        suites = list(suites)
+        for index, suite in enumerate(suites):
+            policy = suite.calibration(options.calibrate)
+            if policy is not None:
+                # The pilot on the baseline alone picks the levels; the suite runs there.
+                progress.message(f"calibrating {suite.name} on the baseline")
+                suite, calibrations[suite.name] = await calibrate(
+                    suite,
+                    policy,
+                    clients[0],
+                    provs[0],
+                    emit=emit,
+                    done={(k[2], k[3]) for k in done if k[0] == "baseline"
+                          and k[1] == pilot_name(suite.name)},
+                    stored=stored,
+                    collected=collected,
+                    options=options,
+                    progress=progress,
+                )
+                suites[index] = suite
             progress.message(f"planning {suite.name}")
             try:
                 items = await suite.plan(clients[0], provs[0])
@@ -351,6 +376,8 @@ async def execute(
                     sres.details["sequential"] = sequential[sres.suite]
                 if sres.suite in staged:
                     sres.details["stages"] = staged[sres.suite]
+                if sres.suite in calibrations:
+                    sres.details["calibration"] = calibrations[sres.suite]
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
     result.duration_s = time.perf_counter() - started

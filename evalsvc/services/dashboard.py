@@ -21,7 +21,15 @@ from typing import Any
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
 from evalsvc.services import run_verdict
-from evalsvc.suites import Scored, Suite, SuiteSpec, ViewInput, prompt_text, suite_kinds
+from evalsvc.suites import (
+    PILOT_SUFFIX,
+    Scored,
+    Suite,
+    SuiteSpec,
+    ViewInput,
+    prompt_text,
+    suite_kinds,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -139,6 +147,8 @@ def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str
     for suite in suites:
         per = stored.get(suite, {})
         roles = [*spec_roles, *sorted(set(per) - set(spec_roles))]
+        if suite.endswith(PILOT_SUFFIX):  # a calibration pilot runs on the baseline alone
+            roles = ["baseline"]
         for role in roles:
             n, errors = per.get(role, [0, 0])
             p = planned.get(suite)

@@ -135,13 +135,17 @@ def gate_logs(
     options: RunOptions | None = None,
     labels: dict[str, str] | None = None,
     names: tuple[str, str] | None = None,
+    uploaded: bool = False,
 ) -> dict[str, Any]:
     """Pair, gate and store two existing logs; return the JSON report (module docstring).
 
     ``gate`` is the gate policy for every task (``margin``, ``alpha``, ``recovery_min``,
     ``baseline_floor``, ``slice_min_items``: the keys of a suite's ``gate:`` block), bounded by
     the server's limits; ``options`` carries ``max_error_rate`` and ``seed`` (the bootstrap's).
-    ``names`` labels the two sides in the report (default: the paths).
+    ``names`` labels the two sides in the report (default: the paths). ``uploaded`` (REST): the
+    logs are in a temporary directory that is gone after the call, so the stored run names them
+    ``upload:<name>`` and records file names relative to each side's upload, never the server's
+    temporary paths.
     """
     options = options or RunOptions()
     base = _read(baseline, "baseline")
@@ -176,8 +180,8 @@ def gate_logs(
                 "filter": notes.get("filter"),
                 "format": base.format,
                 "files": {
-                    "baseline": base.files.get(task, base.source),
-                    "candidate": cand.files.get(task, cand.source),
+                    "baseline": _shown(base.files.get(task, base.source), baseline, uploaded),
+                    "candidate": _shown(cand.files.get(task, cand.source), candidate, uploaded),
                 },
             },
             gate=policy,
@@ -231,8 +235,8 @@ def gate_logs(
             **({"other_filters": notes["other_filters"]} if "other_filters" in notes else {}),
         }
     b_name, c_name = names or (str(baseline), str(candidate))
-    refs = [_log_ref(base, b_name), _log_ref(cand, c_name)]
-    provs = [_log_provenance(base), _log_provenance(cand)]
+    refs = [_log_ref(base, b_name, uploaded), _log_ref(cand, c_name, uploaded)]
+    provs = [_log_provenance(base, baseline, uploaded), _log_provenance(cand, candidate, uploaded)]
     run_spec = RunSpec(
         baseline=refs[0],
         candidates=[refs[1]],
@@ -296,19 +300,31 @@ def _natural(key: str) -> tuple[Any, ...]:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))
 
 
-def _log_ref(side: EvalLogSide, name: str) -> EndpointRef:
+def _shown(path: Any, root: str | Path, uploaded: bool) -> Any:
+    """A log file's path as the stored run records it: relative to the upload when uploaded."""
+    if not uploaded or not isinstance(path, str):
+        return path
+    base = Path(root) if Path(root).is_dir() else Path(root).parent
+    try:
+        return str(Path(path).relative_to(base))
+    except ValueError:
+        return Path(path).name
+
+
+def _log_ref(side: EvalLogSide, name: str, uploaded: bool = False) -> EndpointRef:
     source = Path(side.source)
-    url = source.resolve().as_uri() if source.exists() else f"upload:{name}"
+    url = source.resolve().as_uri() if source.exists() and not uploaded else f"upload:{name}"
     label = _NAME.sub("_", Path(name).name)[:60] or "log"
     model = (side.model or f"{side.format} log: {Path(name).name}")[:200]
     return EndpointRef(url=url, model=model, name=label)
 
 
-def _log_provenance(side: EvalLogSide) -> Provenance:
+def _log_provenance(side: EvalLogSide, root: str | Path = "", uploaded: bool = False) -> Provenance:
     return Provenance(
         engine=f"{side.format} log",
         model=side.model,
         capabilities={},
-        log_source=side.source,  # extra="allow": where the scores came from
-        log_files=side.files,
+        # extra="allow": where the scores came from
+        log_source=_shown(side.source, root, uploaded) if uploaded else side.source,
+        log_files={k: _shown(v, root, uploaded) for k, v in side.files.items()},
     )

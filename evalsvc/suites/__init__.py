@@ -15,6 +15,18 @@ from evalsvc.suites._base import (
     paired_scores,
     prompt_text,
 )
+from evalsvc.suites._calibrate import (
+    PILOT_SUFFIX,
+    CalibrationPolicy,
+    GroupChoice,
+    Rung,
+    RungScore,
+    choose,
+    next_rungs,
+    pilot_name,
+    pilot_seed,
+)
+from evalsvc.suites._calibrate import record as calibration_record
 
 # ``suite_kinds`` (not ``kinds``): ``evalsvc.suites.kinds`` is the subpackage of built-in kinds,
 # and importing it would shadow a function of the same name on this package.
@@ -43,6 +55,16 @@ from evalsvc.suites._registry import (
 )
 
 __all__ = [
+    "PILOT_SUFFIX",
+    "CalibrationPolicy",
+    "GroupChoice",
+    "Rung",
+    "RungScore",
+    "calibration_record",
+    "choose",
+    "next_rungs",
+    "pilot_name",
+    "pilot_seed",
     "Analysis",
     "Chart",
     "Finding",

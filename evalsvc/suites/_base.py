@@ -47,6 +47,7 @@ from evalsvc.gates import (
     resolve,
 )
 from evalsvc.stats import mde_paired_binary, required_n
+from evalsvc.suites._calibrate import CalibrationPolicy, Rung, pilot_name
 from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
 
 Emit = Callable[[Sample], Awaitable[None]]
@@ -92,6 +93,9 @@ class SuiteSpec(BaseModel):
     seed: int = 0
     params: dict[str, Any] = Field(default_factory=dict)
     gate: GatePolicy = Field(default_factory=GatePolicy)
+    calibrate: CalibrationPolicy | None = None
+    """``auto`` (or a block with ``band``, ``pilot_n``, ``max_rungs``): pick the difficulty from
+    a pilot on the baseline first (``evalsvc.suites._calibrate``; calibratable kinds only)."""
     _base_dir: Path | None = PrivateAttr(default=None)
 
     @property
@@ -162,6 +166,11 @@ class Suite(ABC):
         self.spec = spec
         self.params = self.Params.model_validate(spec.params)
         self._gate: ResolvedGate | None = None
+        if spec.calibrate is not None and spec.calibrate.enabled and not self.calibratable():
+            raise ValueError(
+                f"calibrate: kind {self.kind!r} declares no difficulty ladder, so it cannot "
+                "calibrate (calibratable kinds: docs/suites.md, 'Adaptive difficulty')"
+            )
 
     def traffic_concurrency(self) -> int:
         """Requests this suite itself keeps in flight on one endpoint (0: none of its own).
@@ -284,6 +293,61 @@ class Suite(ABC):
         decided (the last is the cap ``plan()`` generates); ``None``: one stage, all items.
         The kind's gate must stay valid over these looks (determinism splits α over them)."""
         return None
+
+    # ------------------------------------------------------------------ adaptive difficulty
+    # A kind that can calibrate declares its ladder and how to build a pilot at one rung and the
+    # suite at the chosen rungs; the runner does the pilot (evalsvc.suites._calibrate).
+
+    @classmethod
+    def calibratable(cls) -> bool:
+        """Whether this kind declares a difficulty ladder (overrides ``difficulty_ladder``)."""
+        return cls.difficulty_ladder is not Suite.difficulty_ladder
+
+    def calibration(self, requested: bool | None = None) -> CalibrationPolicy | None:
+        """The calibration this suite runs with: the spec's ``calibrate``, switched on
+        (``--calibrate``: the default policy when the spec has none) or off by ``requested``;
+        ``None`` for a kind without a ladder or when off."""
+        if not self.calibratable() or requested is False:
+            return None
+        policy = self.spec.calibrate
+        if requested and (policy is None or not policy.enabled):
+            policy = CalibrationPolicy()
+        return policy if policy is not None and policy.enabled else None
+
+    def difficulty_ladder(self, provenance: Provenance) -> list[Rung]:
+        """The rungs a pilot may try, given the baseline's ``provenance`` (needle: lengths up to
+        its max context). Default: none (the kind cannot calibrate)."""
+        return []
+
+    def calibration_keep(self) -> int | None:
+        """Most in-band rungs kept per group when the policy does not say (None: all)."""
+        return None
+
+    def pilot_suite(self, rung: Rung, n: int) -> Suite:
+        """A suite of ``n`` items at ``rung`` alone, drawn from the pilot seed, whose samples are
+        named ``<suite>:pilot``; never gated."""
+        raise NotImplementedError(f"kind {self.kind} declares no pilot")
+
+    def at_difficulty(self, rungs: Sequence[Rung]) -> Suite:
+        """This suite at the chosen ``rungs`` (same name, size, seed and bound gate)."""
+        raise NotImplementedError(f"kind {self.kind} declares no difficulty ladder")
+
+    def _derived(self, params: dict[str, Any], *, pilot: bool = False, seed: int | None = None) -> Suite:
+        """A copy with ``params`` replaced and calibration off: the pilot (named
+        ``<suite>:pilot``; the name bypasses validation on purpose, a colon never being in a
+        suite name) or the calibrated suite (keeping the bound gate)."""
+        update: dict[str, Any] = {"params": params, "calibrate": None}
+        if seed is not None:
+            update["seed"] = seed
+        if pilot:
+            update["name"] = pilot_name(self.spec.name)
+        spec = self.spec.model_copy(update=update, deep=True)
+        if self.spec.base_dir is not None:
+            spec.located_at(self.spec.base_dir)
+        out = type(self)(spec)
+        if not pilot:
+            out._gate = self._gate
+        return out
 
     # ------------------------------------------------------------------ presentation
     # Class methods: the views call them with a stored report entry or stored sample data, for

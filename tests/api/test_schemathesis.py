@@ -43,6 +43,9 @@ STATE_REASONS = (
     "resolved to no address",
     # URL parsing beyond the schema's pattern (port range, IDNA host names) is not a regex.
     "invalid endpoint URL",
+    # POST /gate-logs: what an uploaded file holds (a readable log of the same documents as the
+    # other side's) is not in any schema; every such refusal carries this prefix.
+    "uploaded logs refused: ",
 )
 
 

@@ -23,9 +23,11 @@ with the project), shuffled by paragraph per haystack draw and repeated as neede
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol
 
@@ -37,6 +39,7 @@ from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.stats import holm, mcnemar_exact
 from evalsvc.suites._base import Suite, SuiteSpec
+from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, pct
 
@@ -222,6 +225,46 @@ class NeedleSuite(Suite):
         p = self.params
         grid = len(p.lengths) * len(p.depths) * p.haystacks
         return min(grid, p.n) if p.n else grid
+
+    # ---- adaptive difficulty: one group, the context length -------------------------------
+
+    def difficulty_ladder(self, provenance: Provenance) -> list[Rung]:
+        # The configured lengths, then doublings of the shortest, up to the longest user message
+        # the baseline's max context (from the probe) leaves room for with the answer (the same
+        # headroom plan() checks); without a known max context, no longer than the longest
+        # configured length.
+        # Depths are not an axis of the ladder: every chosen length runs at every depth.
+        p = self.params
+        top = max(p.lengths)
+        if provenance.max_context is not None:
+            top = provenance.max_context - p.max_tokens - 64
+        top = min(top, limits.MAX_CONTEXT_TOKENS)
+        start = min(min(p.lengths), top)
+        if top < 1:
+            return []
+        values = {length for length in p.lengths if length <= top} | {start, top}
+        x = start
+        while x * 2 <= top:
+            x *= 2
+            values.add(x)
+        return [
+            Rung(group="length", level=i, label=f"{v} tokens", value=v)
+            for i, v in enumerate(sorted(values))
+        ]
+
+    def calibration_keep(self) -> int | None:
+        return len(self.params.lengths)
+
+    def pilot_suite(self, rung: Rung, n: int) -> Suite:
+        params = self.params.model_dump(mode="json")
+        haystacks = max(1, math.ceil(n / len(self.params.depths)))
+        params.update(lengths=[int(rung.value)], haystacks=haystacks, n=n)
+        return self._derived(params, pilot=True, seed=pilot_seed(self.spec.seed))
+
+    def at_difficulty(self, rungs: Sequence[Rung]) -> Suite:
+        params = self.params.model_dump(mode="json")
+        params["lengths"] = sorted(int(r.value) for r in rungs)
+        return self._derived(params)
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,6 +39,7 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Analysis, Suite, flips, paired_scores, prompt_text
+from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
 
@@ -377,6 +378,42 @@ class ReasoningSuite(Suite):
 
     def item_count(self) -> int:
         return self.params.n
+
+    # ---- adaptive difficulty: each family of the suite's tasks is one group, levels 1-5 -----
+
+    def difficulty_ladder(self, provenance: Provenance) -> list[Rung]:
+        families = list(dict.fromkeys(t.family for t in self.params.tasks))
+        return [
+            Rung(group=f, level=level, label=f"{f} L{level}", value=level)
+            for f in families
+            for level in range(1, 6)
+        ]
+
+    def pilot_suite(self, rung: Rung, n: int) -> Suite:
+        params = self.params.model_dump(mode="json")
+        params.update(n=n, tasks=[{"family": rung.group, "level": int(rung.value)}])
+        return self._derived(params, pilot=True, seed=pilot_seed(self.spec.seed))
+
+    def at_difficulty(self, rungs: Sequence[Rung]) -> Suite:
+        # Each family keeps its share of the suite (its tasks' total weight), split evenly over
+        # its chosen levels: 60 is divisible by every count of levels 1-5.
+        share: dict[str, int] = {}
+        for t in self.params.tasks:
+            share[t.family] = share.get(t.family, 0) + t.weight
+        per_family: dict[str, int] = {}
+        for r in rungs:
+            per_family[r.group] = per_family.get(r.group, 0) + 1
+        tasks = [
+            {
+                "family": r.group,
+                "level": int(r.value),
+                "weight": max(1, min(1000, share.get(r.group, 1) * 60 // per_family[r.group])),
+            }
+            for r in rungs
+        ]
+        params = self.params.model_dump(mode="json")
+        params["tasks"] = tasks
+        return self._derived(params)
 
     @classmethod
     def slice_label(cls, data: dict[str, Any]) -> str | None:
