@@ -52,6 +52,40 @@ def _iso(t: datetime | None) -> str | None:
     return t.astimezone(UTC).isoformat() if t else None
 
 
+def endpoint_name(name: str | None, url: str | None, model: str | None) -> str:
+    """The one label every view gives an endpoint: its registered name, else host:port, with
+    the engine's model name (``evalsvc.reports.endpoint_label``; URL userinfo redacted)."""
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    return endpoint_label({"name": name, "url": redact_url(url) if url else "", "model": model})
+
+
+def _roles(run: RunInfo) -> list[str]:
+    return ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+
+
+def endpoint_labels(run: RunInfo, stored: dict[str, dict[str, str | None]]) -> dict[str, str]:
+    """``{role: label}`` of a run's endpoints: from their snapshots (``stored``, with the
+    served model) once the run has started, else from the spec."""
+    out = {}
+    for i, role in enumerate(_roles(run)):
+        ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
+        snap = stored.get(role) or {}
+        out[role] = endpoint_name(snap.get("name") or ref.name, snap.get("url") or ref.url,
+                                  snap.get("model") or ref.model)
+    return out
+
+
+def suite_label(requested: str) -> str:
+    """A requested suite as a name: a file path (``--suite ./x.yaml``) shows its file's stem
+    until the run has started and its snapshot gives the suite's own name."""
+    if "/" in requested or "\\" in requested or requested.endswith((".yaml", ".yml")):
+        stem = requested.replace("\\", "/").rsplit("/", 1)[-1]
+        return stem.rsplit(".", 1)[0] if stem.endswith((".yaml", ".yml")) else stem
+    return requested
+
+
 def encode_cursor(run: RunInfo) -> str:
     return f"{run.created_at.astimezone(UTC).isoformat()}~{run.id}"
 
@@ -128,7 +162,9 @@ def parse_filters(
     )
 
 
-def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
+def _progress(
+    run: RunInfo, stored: dict[str, dict[str, list[int]]], labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Items done / planned per suite and endpoint. Done counts are the stored samples (live for
     every run); planned comes from the worker's progress record when it has one."""
     planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
@@ -143,7 +179,7 @@ def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str
             n, errors = per.get(role, [0, 0])
             p = planned.get(suite)
             rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
-                         "planned": p})
+                         "planned": p, "label": (labels or {}).get(role, role)})
             done_total += n
             planned_total += p or 0
     return {
@@ -154,8 +190,12 @@ def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str
     }
 
 
-def _run_row(run: RunInfo, gates: list[dict[str, Any]], stored: Any) -> dict[str, Any]:
+def _run_row(
+    run: RunInfo, gates: list[dict[str, Any]], stored: Any,
+    ends: dict[str, dict[str, str | None]], suites: list[str],
+) -> dict[str, Any]:
     spec = run.spec
+    labels = endpoint_labels(run, ends)
     return {
         "id": run.id,
         "status": run.status.value,
@@ -163,14 +203,17 @@ def _run_row(run: RunInfo, gates: list[dict[str, Any]], stored: Any) -> dict[str
         "error": run.error,
         "created_at": _iso(run.created_at),
         "finished_at": _iso(run.finished_at),
-        "baseline": spec.baseline.name or spec.baseline.model or spec.baseline.url,
+        "baseline": labels["baseline"],
         "baseline_url": spec.baseline.url,
-        "candidates": [c.name or c.model or c.url for c in spec.candidates],
-        "suites": list(spec.suites),
+        "candidates": [labels[f"candidate:{i}"] for i in range(len(spec.candidates))],
+        "candidate_urls": [c.url for c in spec.candidates],
+        # The suites' own names (their snapshots) once run, never the file path they came from.
+        "suites": suites or [suite_label(x) for x in spec.suites],
         "labels": dict(spec.labels),
         "schedule_id": run.schedule_id,
         "gates": [
-            {"candidate": g.get("candidate"), "suite": g.get("suite"), "verdict": g.get("verdict")}
+            {"candidate": labels.get(str(g.get("candidate")), g.get("candidate")),
+             "suite": g.get("suite"), "verdict": g.get("verdict")}
             for g in gates
         ],
         "progress": _progress(run, stored)
@@ -196,9 +239,12 @@ def runs_list(
     live = [r.id for r in runs if r.status in (RunStatus.queued, RunStatus.running)]
     gates = store.dashboard.gate_rows(ids)
     stored = store.dashboard.sample_progress(live)
+    ends = store.dashboard.endpoints_of(ids)
+    names = store.dashboard.suite_names(ids)
     paging_newer = newer_c is not None and older_c is None
     return {
-        "rows": [_run_row(r, gates.get(r.id, []), stored.get(r.id, {})) for r in runs],
+        "rows": [_run_row(r, gates.get(r.id, []), stored.get(r.id, {}), ends.get(r.id, {}),
+                          names.get(r.id, [])) for r in runs],
         "total": total,
         # Keyset paging: "older" continues after the last row, "newer" before the first.
         "older": encode_cursor(runs[-1]) if runs and (more or paging_newer) else None,
@@ -268,13 +314,16 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
 
 def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> dict[str, Any]:
     """Baseline and candidates side by side; a field differs when any endpoint's value does."""
-    roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+    roles = _roles(run)
+    labels = endpoint_labels(run, {
+        role: {"name": ref.name, "url": ref.url, "model": ref.model or prov.model}
+        for role, (ref, prov) in snapshots.items()
+    })
     columns: list[dict[str, Any]] = []
     for i, role in enumerate(roles):
         ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
         prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
-        columns.append({"role": role, "label": ref.name or ref.model or ref.url, "url": ref.url,
-                        "values": prov})
+        columns.append({"role": role, "label": labels[role], "url": ref.url, "values": prov})
     rows = []
     for name in PROVENANCE_FIELDS:
         vals = [c["values"].get(name) for c in columns]
@@ -309,11 +358,12 @@ def _previous_of_pair(store: Store, run: RunInfo) -> str | None:
 
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
     """Everything the run page shows: status, gates with CI geometry, findings, provenance."""
-    from evalsvc.reports import headline
+    from evalsvc.reports import endpoint_label, headline
 
     run = _get(store, run_id)
     report = store.get_report(run_id)
     snapshots = store.get_endpoint_snapshots(run_id)
+    labels = _labels_of(store, run)
     suites = store.get_suite_snapshots(run_id)
     kinds = {s["name"]: s["kind"] for s in suites}
     stored = store.dashboard.sample_progress([run_id]).get(run_id, {})
@@ -323,7 +373,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
             for s in cand.get("suites") or []:
                 d = s.get("details") or {}
                 gates.append({
-                    "candidate": cand.get("name") or cand.get("model") or cand.get("url"),
+                    "candidate": labels.get(str(cand.get("role"))) or endpoint_label(cand),
                     "role": cand.get("role"),
                     "suite": s.get("suite"),
                     "kind": s.get("kind"),
@@ -374,15 +424,20 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "suites": [{"name": s["name"], "kind": s["kind"], "version": s["version"]}
                    for s in suites],
         "kinds": kinds,
-        "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
-                       for i, c in enumerate(run.spec.candidates)],
+        "candidates": [{"role": f"candidate:{i}", "label": labels[f"candidate:{i}"]}
+                       for i in range(len(run.spec.candidates))],
+        "labels": labels,
         "gates": gates,
         # The decision banner and the gates table on one scale (evalsvc.services.run_verdict).
         "banner": run_verdict.banner(store, run, report),
         "gate_table": run_verdict.gate_table(report),
         "provenance": _provenance(snapshots, run),
-        "progress": _progress(run, stored),
+        "progress": _progress(run, stored, labels),
     }
+
+
+def _labels_of(store: Store, run: RunInfo) -> dict[str, str]:
+    return endpoint_labels(run, store.dashboard.endpoints_of([run.id]).get(run.id, {}))
 
 
 # ---------------------------------------------------------------------------- kinds
@@ -440,7 +495,7 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
     entry = _suite_entry(report, suite, role)
     details = (entry or {}).get("details") or {}
     cls = kind_class(kind)
-    ref = run.spec.candidates[roles.index(role)]
+    labels = _labels_of(store, run)
     alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
     source = ViewInput(
         suite=suite,
@@ -460,8 +515,9 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
         "suite": suite,
         "kind": kind,
         "role": role,
-        "candidate": ref.name or ref.model or ref.url,
+        "candidate": labels[role],
         "roles": roles,
+        "labels": labels,
         "gate": entry,
         "details": details,
         "findings": _findings(entry) if entry else [],
@@ -601,6 +657,7 @@ def flips_view(
         "run_id": run_id,
         "role": role,
         "roles": roles,
+        "labels": _labels_of(store, run),
         "suites": [s["name"] for s in flipping],
         "suite": suite or "",
         "slices": sorted(slices),
