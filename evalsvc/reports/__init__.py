@@ -10,7 +10,7 @@ from typing import Any
 
 from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline, suite_findings
-from evalsvc.reports._gatecols import reason_lines, reasons_of
+from evalsvc.reports._gatecols import is_threshold, reason_lines, reasons_of
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
@@ -37,6 +37,7 @@ __all__ = [
     "error_report",
     "findings",
     "headline",
+    "is_threshold",
     "md_text",
     "reason_lines",
     "reasons_of",

@@ -13,6 +13,7 @@ this module knows no kind by name.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from typing import Any
 
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
+from evalsvc.reports import is_threshold
 from evalsvc.services import run_verdict
 from evalsvc.suites import Scored, Suite, SuiteSpec, ViewInput, prompt_text, suite_kinds
 
@@ -670,6 +672,128 @@ def flips_view(
     }
 
 
+# ---------------------------------------------------------------------------- all samples
+
+#: The samples browser's outcomes of an item (one repeat) between baseline and a candidate.
+OUTCOMES = ("regression", "improvement", "unchanged", "scored", "error", "unpaired")
+#: Items per page of the samples browser (its largest page: the store reads outputs only for
+#: the page shown).
+SAMPLES_PAGE_MAX = 200
+
+
+def _outcome(cls: type[Suite], b: Any, c: Any) -> str:
+    """``b``/``c``: ``(score, errored, fields)`` of the baseline's and the candidate's sample."""
+    if b is None or c is None:
+        return "unpaired"
+    if b[1] or c[1] or b[0] is None or c[0] is None:
+        return "error"
+    if not cls.shows_flips():  # scores that are not right/wrong (KLD, determinism, speed)
+        return "scored"
+    return cls.flip(float(b[0]), float(c[0])) or "unchanged"
+
+
+def _side(x: Sample | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"output": x.output, "score": x.score, "error": x.error, "latency_s": x.latency_s,
+            "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens}
+
+
+def samples_view(
+    store: Store,
+    run_id: str,
+    suite: str,
+    *,
+    role: str | None = None,
+    slice_: str | None = None,
+    outcome: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """Every item of one suite, paged: its slice and outcome (``OUTCOMES``) between the
+    baseline and ``role``, and for the page shown both sides' output, score, error and timing,
+    the prompt and the expected answer. The filters read one light index query (scores, error
+    flags and the kind's slice fields: no text); outputs are read for the page's items only."""
+    run = _get(store, run_id)
+    snaps = {s["name"]: s for s in store.get_suite_snapshots(run_id)}
+    if suite not in snaps:
+        raise NotFound(f"run {run_id} has no suite {suite!r}")
+    roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
+    role = role or (roles[0] if roles else None)
+    if role not in roles:
+        raise NotFound(f"run {run_id} has no candidate {role!r}")
+    snap = snaps[suite]
+    cls = kind_class(snap["kind"])
+    outcome = outcome if outcome in OUTCOMES else None  # an unknown value filters nothing
+    limit = max(1, min(int(limit), SAMPLES_PAGE_MAX))
+    offset = max(0, int(offset))
+    sides: dict[str, dict[tuple[str, int], tuple[Any, bool, dict[str, Any]]]] = {
+        "baseline": {}, role: {}}
+    order: dict[tuple[str, int], None] = {}
+    for endpoint, item, rep, score, errored, fields in store.dashboard.sample_index(
+        run_id, suite, cls.slice_fields
+    ):
+        if endpoint in sides:
+            sides[endpoint][(item, rep)] = (score, errored, fields)
+            order[(item, rep)] = None
+    entries: list[tuple[str, int, str, str]] = []
+    counts = Counter[str]()
+    slices: set[str] = set()
+    for key in order:
+        b, c = sides["baseline"].get(key), sides[role].get(key)
+        way = _outcome(cls, b, c)
+        sl = cls.slice_label((b or c or (None, False, {}))[2]) or "all"
+        slices.add(sl)
+        if slice_ and sl != slice_:
+            continue
+        counts[way] += 1  # within the chosen slice: the outcome menu says what it would show
+        if outcome and way != outcome:
+            continue
+        entries.append((key[0], key[1], way, sl))
+    shown = entries[offset:offset + limit]
+    full: dict[tuple[str, str, int], Sample] = {}
+    ids = list(dict.fromkeys(e[0] for e in shown))
+    for x in store.dashboard.samples_of_items(run_id, suite, ids) if ids else []:
+        full[(x.endpoint, x.item_id, x.repeat)] = x
+    runnable = _suite_of(snap) if shown else None
+    rows = []
+    for item, rep, way, sl in shown:
+        sb, sc = full.get(("baseline", item, rep)), full.get((role, item, rep))
+        data = (sb or sc).data if (sb or sc) is not None else {}  # type: ignore[union-attr]
+        try:
+            prompt = (runnable.prompt(item, data) if runnable is not None
+                      else prompt_text(data.get("prompt")))
+        except Exception:  # a plugin's bug loses the prompt, never the page
+            _log.exception("suite %r: prompt of %r failed", suite, item)
+            prompt = None
+        expected = data.get("expected")
+        if expected is not None and not isinstance(expected, (str, int, float)):
+            expected = ", ".join(str(e) for e in expected)
+        rows.append({"item_id": item, "repeat": rep, "outcome": way, "slice": sl,
+                     "prompt": prompt, "expected": expected,
+                     "baseline": _side(sb), "candidate": _side(sc)})
+    labels = _labels_of(store, run)
+    return {
+        "run_id": run_id,
+        "suite": suite,
+        "kind": snap["kind"],
+        "role": role,
+        "roles": roles,
+        "labels": labels,
+        "slices": sorted(slices),
+        "slice": slice_ or "",
+        "outcomes": [o for o in OUTCOMES if counts.get(o)],
+        "outcome": outcome or "",
+        "counts": dict(counts),
+        "total": len(entries),
+        "offset": offset,
+        "limit": limit,
+        "previous": max(0, offset - limit) if offset > 0 else None,
+        "next": offset + limit if offset + limit < len(entries) else None,
+        "rows": rows,
+    }
+
+
 # ---------------------------------------------------------------------------- trends, compare
 
 
@@ -684,6 +808,7 @@ def trend(
     """Δ with its CI and the verdict of every completed run of this (baseline, candidate,
     suite), oldest first; ``scheduled_only`` keeps the runs that schedules created."""
     points = []
+    kept = []
     want = candidate_url.rstrip("/")
     for row in store.dashboard.gate_history(baseline_url=baseline_url, suite=suite):
         p = row["payload"]
@@ -691,6 +816,7 @@ def trend(
             continue
         if scheduled_only and row["schedule_id"] is None:
             continue
+        kept.append(row)
         ci = p.get("ci") or [None, None]
         points.append({
             "run_id": row["run_id"],
@@ -703,8 +829,31 @@ def trend(
             "n": p.get("n"),
             "scheduled": row["schedule_id"] is not None,
         })
+    metric = next((str(r["payload"].get("metric")) for r in reversed(kept) if
+                   r["payload"].get("metric")), None)
+    threshold = any(is_threshold(r["payload"]) for r in kept)
     return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
-            "scheduled_only": scheduled_only, "points": points}
+            "scheduled_only": scheduled_only, "points": points,
+            "metric": metric,
+            # What the y-axis shows: the paired difference, or for a threshold gate the metric's
+            # distance to its threshold.
+            "y_name": (f"{metric or 'metric'} − threshold" if threshold
+                       else f"Δ {metric or ''} (candidate − baseline)".replace("  ", " ")),
+            "y_range": _trend_range(points)}
+
+
+def _trend_range(points: list[dict[str, Any]]) -> list[float] | None:
+    """The trend's y-axis range: every estimate and CI end, 0 and every margin boundary inside
+    it (a chart fitted to the data alone can leave the margin off-screen), padded by 8%."""
+    values = [float(v) for p in points for v in (p["delta"], p["ci_low"], p["ci_high"],
+                                                 p["boundary"])
+              if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not values:
+        return None
+    values.append(0.0)
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.08 or 0.01
+    return [lo - pad, hi + pad]
 
 
 def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:
