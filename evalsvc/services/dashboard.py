@@ -432,10 +432,17 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "gates": gates,
         # The decision banner and the gates table on one scale (evalsvc.services.run_verdict).
         "banner": run_verdict.banner(store, run, report),
-        "gate_table": run_verdict.gate_table(report),
+        "gate_table": _with_flips(run_verdict.gate_table(report)),
         "provenance": _provenance(snapshots, run),
         "progress": _progress(run, stored, labels),
     }
+
+
+def _with_flips(table: dict[str, Any]) -> dict[str, Any]:
+    """The gates table's rows link to the flips page where the kind scores items right/wrong."""
+    for row in (table or {}).get("rows") or []:
+        row["shows_flips"] = kind_class(str(row.get("kind"))).shows_flips()
+    return table
 
 
 def _labels_of(store: Store, run: RunInfo) -> dict[str, str]:

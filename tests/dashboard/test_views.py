@@ -21,7 +21,8 @@ from evalsvc.domain import EndpointRef, RunSpec, RunStatus
 from evalsvc.reports import md_text, to_junit, to_markdown
 from evalsvc.services import dashboard as svc
 
-from .conftest import LOOP_SUITES, LoopRuns, Server
+from .conftest import LOOP_SUITES, LoopRuns, Server, SyntheticRun, Watched, watch
+from .test_pages import _clean, _open
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -103,3 +104,206 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     got = rest.json()
     assert got["exit_code"] == code
     assert [{k: v for k, v in r.items() if v is not None} for r in got["reasons"]] == want
+
+
+# ---------------------------------------------------------------------------- all samples
+
+
+def test_samples_browser_pages_and_filters_from_the_store(
+    dash_store: Store, loop_runs: LoopRuns, synthetic_run: SyntheticRun
+) -> None:
+    run = loop_runs.main
+    stored = dash_store.get_samples(run, suite="reasoning-smoke")
+    items = sorted({s.item_id for s in stored})
+    first = svc.samples_view(dash_store, run, "reasoning-smoke", limit=4)
+    assert first["total"] == len(items) == 6 and len(first["rows"]) == 4
+    assert first["next"] == 4 and first["previous"] is None
+    rest = svc.samples_view(dash_store, run, "reasoning-smoke", offset=4, limit=4)
+    assert rest["next"] is None and rest["previous"] == 0
+    assert sorted(r["item_id"] for r in first["rows"] + rest["rows"]) == items
+    # Both sides' outputs (the loopback servers' known answers), the prompt, the expected answer.
+    by_key = {(s.endpoint, s.item_id): s for s in stored}
+    for r in first["rows"]:
+        assert r["baseline"]["output"] == "OK" == by_key[("baseline", r["item_id"])].output
+        assert r["candidate"]["output"] == "A" * 24
+        assert r["prompt"] and r["expected"] is not None
+        assert r["outcome"] == "unchanged"  # both wrong: "OK" is never the answer
+    # Slices are the kind's own (family/level), each item in exactly one.
+    per_slice = [svc.samples_view(dash_store, run, "reasoning-smoke", slice_=sl)["total"]
+                 for sl in first["slices"]]
+    assert sum(per_slice) == 6 and len(first["slices"]) >= 1
+    assert svc.samples_view(dash_store, run, "reasoning-smoke", outcome="regression")["total"] == 0
+    # Determinism has repeats: one row per (item, repeat); not scored right/wrong.
+    det = svc.samples_view(dash_store, run, "determinism-smoke", limit=200)
+    n_det = len({(s.item_id, s.repeat) for s in dash_store.get_samples(run, suite="determinism-smoke")})
+    assert det["total"] == n_det and set(det["counts"]) == {"scored"}
+    # Mixed outcomes (the stored synthetic run: half its reasoning items flipped).
+    mixed = svc.samples_view(dash_store, synthetic_run.id, "reasoning-smoke")
+    assert mixed["counts"] == {"regression": 4, "unchanged": 4}
+    only = svc.samples_view(dash_store, synthetic_run.id, "reasoning-smoke", outcome="regression")
+    assert only["total"] == 4 and {r["outcome"] for r in only["rows"]} == {"regression"}
+    assert {r["candidate"]["score"] for r in only["rows"]} == {0.0}
+    with pytest.raises(svc.NotFound):
+        svc.samples_view(dash_store, run, "no-such-suite")
+    with pytest.raises(svc.NotFound):
+        svc.samples_view(dash_store, run, "reasoning-smoke", role="candidate:7")
+
+
+def test_samples_page_in_chromium(
+    page: Watched, dash_server: Server, loop_runs: LoopRuns, shot: Any
+) -> None:
+    run = loop_runs.main
+    base, cand = _labels(loop_runs)
+    _open(page, f"{dash_server.url}/runs/{run}/suites/reasoning-smoke")
+    page.page.click("#all-samples")
+    page.page.wait_for_selector("#samples")
+    rows = page.page.locator("tr[data-sample]")
+    assert rows.count() == 6
+    assert cand in page.page.inner_text("h1") and base in page.page.inner_text("h1")
+    rows.first.locator("summary").click()
+    opened = rows.first.locator("div.sample")
+    assert opened.is_visible()
+    text = opened.inner_text()
+    assert "Prompt" in text and "OK" in text and "A" * 24 in text
+    page.page.goto(f"{dash_server.url}/runs/{run}/suites/reasoning-smoke/samples?limit=4")
+    assert page.page.locator("tr[data-sample]").count() == 4
+    page.page.click("#next-page")
+    page.page.wait_for_load_state("networkidle")
+    assert page.page.locator("tr[data-sample]").count() == 2
+    shot(page.page, "samples")
+    _clean(page, "samples")
+
+
+# ---------------------------------------------------------------------------- layout, theme
+
+
+def _narrow(browser: Any, state: dict[str, Any], **kw: Any) -> Watched:
+    context = browser.new_context(storage_state=state, viewport={"width": 800, "height": 900},
+                                  **kw)
+    return watch(context.new_page())
+
+
+def test_gates_table_fits_800px_with_its_links_on_screen(
+    browser: Any, signed_in_state: dict[str, Any], dash_server: Server, loop_runs: LoopRuns,
+    shot: Any,
+) -> None:
+    w = _narrow(browser, signed_in_state)
+    try:
+        _open(w, f"{dash_server.url}/runs/{loop_runs.main}")
+        p = w.page
+        width = p.evaluate("document.getElementById('gates').getBoundingClientRect().width")
+        page_width = p.evaluate("document.documentElement.scrollWidth")
+        assert width <= 800 and page_width <= 800, (width, page_width)
+        links = p.locator("#gates td.drill a")
+        assert links.count() == 2 * len(LOOP_SUITES) + 1  # details + samples; flips: reasoning
+        for i in range(links.count()):
+            box = links.nth(i).bounding_box()
+            assert links.nth(i).is_visible() and box is not None
+            assert 0 <= box["x"] and box["x"] + box["width"] <= 800, box
+        # Every other wide table scrolls inside its own box, never the page.
+        for url in (f"/runs/{loop_runs.main}/suites/reasoning-smoke/samples", "/"):
+            _open(w, dash_server.url + url)
+            assert p.evaluate("document.documentElement.scrollWidth") <= 800, url
+        _open(w, f"{dash_server.url}/runs/{loop_runs.main}")
+        shot(p, "run-800px")
+        _clean(w, "run at 800 px")
+    finally:
+        w.page.context.close()
+    # At 1280 px it stays a table.
+    wide = browser.new_context(storage_state=signed_in_state, viewport={"width": 1280, "height": 900})
+    try:
+        p = wide.new_page()
+        p.goto(f"{dash_server.url}/runs/{loop_runs.main}", wait_until="networkidle")
+        assert p.evaluate("getComputedStyle(document.getElementById('gates')).display") == "table"
+    finally:
+        wide.close()
+
+
+def _luminance(css: str) -> float:
+    """WCAG 2.x relative luminance of an ``rgb(...)``/``rgba(...)`` colour."""
+    r, g, b = (int(float(x)) for x in css[css.index("(") + 1:css.index(")")].split(",")[:3])
+
+    def ch(v: int) -> float:
+        c = v / 255
+        return c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * ch(r) + 0.7152 * ch(g) + 0.0722 * ch(b)
+
+
+def _contrast(a: str, b: str) -> float:
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def test_dark_theme_follows_the_system_preference(
+    browser: Any, signed_in_state: dict[str, Any], dash_server: Server, loop_runs: LoopRuns,
+    shot: Any,
+) -> None:
+    style = "e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]"
+    seen = {}
+    for scheme in ("light", "dark"):
+        w = _narrow(browser, signed_in_state, color_scheme=scheme)
+        try:
+            _open(w, f"{dash_server.url}/runs/{loop_runs.main}")
+            fg, bg = w.page.eval_on_selector("body", style)
+            if bg in ("rgba(0, 0, 0, 0)", "transparent"):
+                bg = "rgb(255, 255, 255)"  # the canvas of an unstyled page
+            seen[scheme] = (fg, bg)
+            # WCAG AA for body text: contrast ≥ 4.5 (Understanding SC 1.4.3).
+            assert _contrast(fg, bg) >= 4.5, (scheme, fg, bg)
+            muted = w.page.eval_on_selector(".muted", "e => getComputedStyle(e).color")
+            assert _contrast(muted, bg) >= 4.5, (scheme, muted, bg)
+            link = w.page.eval_on_selector("#gates td.drill a", "e => getComputedStyle(e).color")
+            assert _contrast(link, bg) >= 4.5, (scheme, link, bg)
+            shot(w.page, f"run-{scheme}")
+            _clean(w, scheme)
+        finally:
+            w.page.context.close()
+    assert _luminance(seen["dark"][1]) < 0.05 < _luminance(seen["light"][1])
+    assert _luminance(seen["dark"][0]) > 0.5 > _luminance(seen["light"][0])
+
+
+# ---------------------------------------------------------------------------- trends
+
+
+def _chart_option(w: Watched) -> dict[str, Any]:
+    opt: dict[str, Any] = w.page.evaluate(
+        "() => { const o = echarts.getInstanceByDom(document.querySelector('[data-chart=trend]'))"
+        ".getOption(); return {x: o.xAxis[0], y: o.yAxis[0], series: o.series.map(s => "
+        "({name: s.name, type: s.type, data: s.data, markLine: s.markLine || null}))}; }"
+    )
+    return opt
+
+
+def test_trend_has_a_time_axis_the_margin_in_range_and_a_ci_for_one_run(
+    page: Watched, dash_server: Server, dash_store: Store, loop_runs: LoopRuns, shot: Any
+) -> None:
+    from urllib.parse import urlencode
+
+    q = {"baseline": loop_runs.baseline, "candidate": loop_runs.candidate,
+         "suite": "determinism-smoke"}
+    t = svc.trend(dash_store, baseline_url=loop_runs.baseline, candidate_url=loop_runs.candidate,
+                  suite="determinism-smoke")
+    (point,) = t["points"]  # one run of this suite
+    assert point["boundary"] is not None and t["y_range"][0] < point["boundary"] < t["y_range"][1]
+    _open(page, f"{dash_server.url}/trends?{urlencode(q)}")
+    opt = _chart_option(page)
+    assert opt["x"]["type"] == "time"
+    assert opt["y"]["min"] <= point["boundary"] <= opt["y"]["max"]
+    assert opt["y"]["min"] <= min(point["ci_low"], point["delta"])
+    assert opt["y"]["max"] >= max(point["ci_high"], point["delta"])
+    series = {s["name"]: s for s in opt["series"]}
+    assert series["Δ"]["markLine"]["data"][0]["yAxis"] == pytest.approx(point["boundary"])
+    (whisker,) = series["CI"]["data"]  # a single run still has its interval drawn
+    assert whisker[1:3] == [point["ci_low"], point["ci_high"]]
+    assert "determinism" not in (t["y_name"] or "") and t["metric"] in t["y_name"]
+    shot(page.page, "trend-single")
+    # Two runs of reasoning-smoke: on the time axis at their own times, oldest first.
+    q["suite"] = "reasoning-smoke"
+    _open(page, f"{dash_server.url}/trends?{urlencode(q)}")
+    opt = _chart_option(page)
+    xs = [d["value"][0] for d in {s["name"]: s for s in opt["series"]}["Δ"]["data"]]
+    runs_ = [dash_store.get_run(r) for r in (loop_runs.main, loop_runs.again)]
+    want = [int(r.created_at.timestamp() * 1000) for r in runs_ if r is not None]
+    assert [abs(a - b) < 1000 for a, b in zip(xs, want, strict=True)] == [True, True]
+    _clean(page, "trends")
