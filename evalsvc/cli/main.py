@@ -111,13 +111,20 @@ class _RichProgress:
     def __init__(self, progress: RichProgress, labels: dict[str, str]) -> None:
         self.progress, self.labels = progress, labels
         self.tasks: dict[tuple[str, str], TaskID] = {}
+        self.order: list[str] = []
+
+    def suites(self, names: Sequence[str]) -> None:
+        """Every suite of the run in execution order (bars then read "suite 2/5")."""
+        self.order = list(names)
 
     def planned(
         self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
     ) -> None:
+        which = (f"suite {self.order.index(suite) + 1}/{len(self.order)} "
+                 if suite in self.order else "")
         for role in roles:
             self.tasks[(suite, role)] = self.progress.add_task(
-                f"{term(suite)} · {term(self.labels.get(role, role))}",
+                f"{which}{term(suite)} · {term(self.labels.get(role, role))}",
                 total=n_items,
                 completed=n_done.get(role, 0),
             )

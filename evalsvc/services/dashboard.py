@@ -167,28 +167,60 @@ def parse_filters(
 def _progress(
     run: RunInfo, stored: dict[str, dict[str, list[int]]], labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Items done / planned per suite and endpoint. Done counts are the stored samples (live for
-    every run); planned comes from the worker's progress record when it has one."""
-    planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
-    suites = list(dict.fromkeys([*planned, *stored]))
-    spec_roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+    """Items done / planned per suite and endpoint, and where the run is: "suite 2 of 5".
+
+    Done counts are the stored samples (live for every run); planned comes from the worker's
+    progress record (``{"suites": [...], "items": {suite: n}}``). Suites are planned one after
+    the other, so a share of the items planned so far overstates progress; ``fraction`` weighs
+    every suite of the run equally instead (a suite not planned yet counts 0), and is None when
+    the run's suite list is unknown (records written before it was kept)."""
+    record = run.progress or {}
+    planned: dict[str, int] = dict(record.get("items") or {})
+    order = [str(x) for x in record.get("suites") or []]
+    suites = list(dict.fromkeys([*order, *planned, *stored]))
+    spec_roles = _roles(run)
     rows = []
     done_total = planned_total = 0
+    share: dict[str, float] = {}
     for suite in suites:
         per = stored.get(suite, {})
         roles = [*spec_roles, *sorted(set(per) - set(spec_roles))]
+        p = planned.get(suite)
+        done_suite = 0
         for role in roles:
             n, errors = per.get(role, [0, 0])
-            p = planned.get(suite)
             rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
                          "planned": p, "label": (labels or {}).get(role, role)})
             done_total += n
+            done_suite += min(n, p or 0)
             planned_total += p or 0
+        share[suite] = done_suite / (p * len(roles)) if p else 0.0
+    current = None
+    if order:
+        started = [s for s in order if s in planned]
+        current = started[-1] if started else None
+    summary = None
+    fraction: float | None
+    if order:
+        fraction = sum(share.get(x, 0.0) for x in order) / len(order)
+        if current is None:
+            summary = f"{len(order)} suites, none planned yet"
+        else:
+            k = order.index(current) + 1
+            per_role = [r["done"] for r in rows if r["suite"] == current]
+            done_now = min(per_role) if per_role else 0
+            summary = (f"suite {k} of {len(order)} · {current} "
+                       f"{done_now}/{planned[current]} items")
+    else:
+        fraction = min(1.0, done_total / planned_total) if planned_total else None
     return {
         "rows": rows,
         "done": done_total,
         "planned": planned_total or None,
-        "fraction": (min(1.0, done_total / planned_total) if planned_total else None),
+        "fraction": fraction,
+        "suite_count": len(order) or None,
+        "current": current,
+        "summary": summary,
     }
 
 
@@ -218,7 +250,7 @@ def _run_row(
              "suite": g.get("suite"), "verdict": g.get("verdict")}
             for g in gates
         ],
-        "progress": _progress(run, stored)
+        "progress": _progress(run, stored, labels)
         if run.status in (RunStatus.queued, RunStatus.running)
         else None,
     }
@@ -259,15 +291,17 @@ def live_status(store: Store, run_ids: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ids = list(dict.fromkeys(run_ids))[:200]
     stored = store.dashboard.sample_progress(ids)
+    ends = store.dashboard.endpoints_of(ids)
     for rid in ids:
         run = store.get_run(rid)
         if run is None:
             continue
+        labels = endpoint_labels(run, ends.get(rid, {}))
         out[rid] = {
             "status": run.status.value,
             "verdict": run.verdict,
             "error": run.error,
-            "progress": _progress(run, stored.get(rid, {})),
+            "progress": _progress(run, stored.get(rid, {}), labels),
         }
     return out
 
@@ -284,7 +318,9 @@ def _boundary(s: dict[str, Any]) -> float | None:
     margin = s.get("margin")
     if margin is None:
         return None
-    hib = (s.get("details") or {}).get("higher_is_better", True)
+    d = s.get("details") or {}
+    # The gate's direction is in details.gate (the resolved gate); older payloads had it at top.
+    hib = d.get("higher_is_better", (d.get("gate") or {}).get("higher_is_better", True))
     return -float(margin) if hib else float(margin)
 
 

@@ -285,6 +285,8 @@ def test_trend_has_a_time_axis_the_margin_in_range_and_a_ci_for_one_run(
     t = svc.trend(dash_store, baseline_url=loop_runs.baseline, candidate_url=loop_runs.candidate,
                   suite="determinism-smoke")
     (point,) = t["points"]  # one run of this suite
+    # unstable_rate: lower is better, so the margin sits above 0 (Δ = candidate − baseline).
+    assert point["boundary"] == pytest.approx(0.1)
     assert point["boundary"] is not None and t["y_range"][0] < point["boundary"] < t["y_range"][1]
     _open(page, f"{dash_server.url}/trends?{urlencode(q)}")
     opt = _chart_option(page)

@@ -151,14 +151,14 @@
               var bar = el.querySelector("[data-progress]");
               var count = el.querySelector("[data-count]");
               var p = s.progress || {};
-              if (bar && p.planned) { bar.max = p.planned; bar.value = Math.min(p.done, p.planned); }
-              if (count) count.textContent = p.done + (p.planned ? " / " + p.planned : "") + " items";
+              if (bar && p.fraction != null) { bar.max = 1000; bar.value = Math.round(1000 * p.fraction); }
+              if (count) count.textContent = p.summary || (p.done + (p.planned ? " / " + p.planned : "") + " items");
               var rows = el.querySelector("[data-progress-rows]");
               if (rows && p.rows) {
                 while (rows.firstChild) rows.removeChild(rows.firstChild);
                 p.rows.forEach(function (r) {
                   var tr = document.createElement("tr");
-                  [r.suite, r.endpoint, r.done, r.errors, r.planned == null ? "—" : r.planned]
+                  [r.suite, r.label || r.endpoint, r.done, r.errors, r.planned == null ? "—" : r.planned]
                     .forEach(function (v) {
                       var td = document.createElement("td");
                       td.textContent = String(v);
