@@ -309,3 +309,37 @@ def test_trend_has_a_time_axis_the_margin_in_range_and_a_ci_for_one_run(
     want = [int(r.created_at.timestamp() * 1000) for r in runs_ if r is not None]
     assert [abs(a - b) < 1000 for a, b in zip(xs, want, strict=True)] == [True, True]
     _clean(page, "trends")
+
+
+# ---------------------------------------------------------------------------- progress
+
+
+def test_cli_bars_and_the_stored_record_say_which_suite_of_how_many(
+    tmp_path: Any, dash_store: Store, loop_runs: LoopRuns
+) -> None:
+    from tests.fixtures.faults import base_url, fault_server
+
+    for name in ("tiny-a", "tiny-b"):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"name: {name}\nkind: reasoning\nseed: 3\nparams: {{n: 4, max_tokens: 8}}\n")
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    with fault_server() as srv:
+        url = base_url(srv, "ok")
+        r = subprocess.run(
+            [sys.executable, "-m", "evalsvc.cli.main", "compare", url, url,
+             "--suite", str(tmp_path / "tiny-a.yaml"), "--suite", str(tmp_path / "tiny-b.yaml"),
+             "--database-url", db, "--json", str(tmp_path / "r.json")],
+            capture_output=True, text=True, timeout=600,
+        )
+    assert r.returncode in (0, 1, 3), r.stderr
+    host = url.split("/")[2]
+    assert f"suite 1/2 tiny-a · baseline {host}" in r.stderr, r.stderr
+    assert f"suite 2/2 tiny-b · candidate {host}" in r.stderr, r.stderr
+    # The record the dashboard reads keeps the run's suites in order (real runner, in-process).
+    run = dash_store.get_run(loop_runs.main)
+    assert run is not None and (run.progress or {}).get("suites") == LOOP_SUITES
+    p = svc.run_page(dash_store, loop_runs.main)["progress"]
+    per_side = sum(1 for x in dash_store.get_samples(loop_runs.main, suite="determinism-smoke")
+                   if x.endpoint == "baseline")  # its repeats count: what the runner planned
+    assert p["summary"] == f"suite 2 of 2 · determinism-smoke {per_side}/{per_side} items"
+    assert p["fraction"] == 1.0
