@@ -179,7 +179,7 @@ def _progress(
     order = [str(x) for x in record.get("suites") or []]
     suites = list(dict.fromkeys([*order, *planned, *stored]))
     spec_roles = _roles(run)
-    rows = []
+    rows: list[dict[str, Any]] = []
     done_total = planned_total = 0
     share: dict[str, float] = {}
     for suite in suites:
@@ -207,7 +207,7 @@ def _progress(
             summary = f"{len(order)} suites, none planned yet"
         else:
             k = order.index(current) + 1
-            per_role = [r["done"] for r in rows if r["suite"] == current]
+            per_role = [int(r["done"]) for r in rows if r["suite"] == current]
             done_now = min(per_role) if per_role else 0
             summary = (f"suite {k} of {len(order)} · {current} "
                        f"{done_now}/{planned[current]} items")

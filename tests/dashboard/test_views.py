@@ -199,7 +199,7 @@ def test_gates_table_fits_800px_with_its_links_on_screen(
         for i in range(links.count()):
             box = links.nth(i).bounding_box()
             assert links.nth(i).is_visible() and box is not None
-            assert 0 <= box["x"] and box["x"] + box["width"] <= 800, box
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 800, box
         # Every other wide table scrolls inside its own box, never the page.
         for url in (f"/runs/{loop_runs.main}/suites/reasoning-smoke/samples", "/"):
             _open(w, dash_server.url + url)
