@@ -724,13 +724,14 @@ OUTCOMES = ("regression", "improvement", "unchanged", "scored", "error", "unpair
 SAMPLES_PAGE_MAX = 200
 
 
-def _outcome(cls: type[Suite], b: Any, c: Any) -> str:
-    """``b``/``c``: ``(score, errored, fields)`` of the baseline's and the candidate's sample."""
+def _outcome(cls: type[Suite], binary: bool, b: Any, c: Any) -> str:
+    """``b``/``c``: ``(score, errored, fields)`` of the baseline's and the candidate's sample;
+    ``binary``: the kind scores items right/wrong (``Suite.shows_flips``)."""
     if b is None or c is None:
         return "unpaired"
     if b[1] or c[1] or b[0] is None or c[0] is None:
         return "error"
-    if not cls.shows_flips():  # scores that are not right/wrong (KLD, determinism, speed)
+    if not binary:  # scores that are not right/wrong (KLD, determinism, speed)
         return "scored"
     return cls.flip(float(b[0]), float(c[0])) or "unchanged"
 
@@ -779,12 +780,13 @@ def samples_view(
         if endpoint in sides:
             sides[endpoint][(item, rep)] = (score, errored, fields)
             order[(item, rep)] = None
+    binary = cls.shows_flips()
     entries: list[tuple[str, int, str, str]] = []
     counts = Counter[str]()
     slices: set[str] = set()
     for key in order:
         b, c = sides["baseline"].get(key), sides[role].get(key)
-        way = _outcome(cls, b, c)
+        way = _outcome(cls, binary, b, c)
         sl = cls.slice_label((b or c or (None, False, {}))[2]) or "all"
         slices.add(sl)
         if slice_ and sl != slice_:
