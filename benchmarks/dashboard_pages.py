@@ -161,6 +161,11 @@ def main() -> None:
             "run page (5,000 samples)": f"/runs/{run}",
             "needle heatmap page (5,000 samples)": f"/runs/{run}/suites/needle-big",
             "flips page (5,000 samples)": f"/runs/{run}/flips",
+            "samples page (5,000 samples, 50 shown)": f"/runs/{run}/suites/needle-big/samples",
+            "samples page, last page (offset 2,450)":
+                f"/runs/{run}/suites/needle-big/samples?offset=2450",
+            "samples page, outcome filter": (
+                f"/runs/{run}/suites/needle-big/samples?outcome=regression"),
         }
         with TestClient(create_app(url, auth=False)) as client:
             print("\n| page | median | min | max | HTML |\n|---|---|---|---|---|")

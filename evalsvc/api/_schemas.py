@@ -255,6 +255,16 @@ class RunRead(BaseModel):
     spec: RunSpec
 
 
+class ReasonRead(BaseModel):
+    """One reason of a verdict, as in the JSON report (docs/report.md, Reasons)."""
+
+    code: str
+    suite: str | None = None
+    candidate: str | None = None
+    """Which candidate (``candidate:N``) the reason is about."""
+    message: str
+
+
 class GateRead(BaseModel):
     """The overall verdict of a finished run and the matching ``evalsvc compare`` exit code."""
 
@@ -264,6 +274,8 @@ class GateRead(BaseModel):
     """``error`` also for a cancelled run: it gives no evidence to promote anything."""
     exit_code: int
     """0 pass, 1 fail, 3 inconclusive, 4 error (docs/cli.md)."""
+    reasons: list[ReasonRead] = []
+    """Why the run reads its verdict: the report's run-level reasons (docs/report.md)."""
 
 
 # ---------------------------------------------------------------------------- suites

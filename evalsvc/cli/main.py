@@ -23,7 +23,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from evalsvc.cli._safe import term
-from evalsvc.domain import EXIT_CODES, RunOptions, RunSpec
+from evalsvc.domain import EXIT_CODES, EndpointRef, RunOptions, RunSpec
 from evalsvc.settings import Settings
 
 app = typer.Typer(
@@ -111,13 +111,20 @@ class _RichProgress:
     def __init__(self, progress: RichProgress, labels: dict[str, str]) -> None:
         self.progress, self.labels = progress, labels
         self.tasks: dict[tuple[str, str], TaskID] = {}
+        self.order: list[str] = []
+
+    def suites(self, names: Sequence[str]) -> None:
+        """Every suite of the run in execution order (bars then read "suite 2/5")."""
+        self.order = list(names)
 
     def planned(
         self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
     ) -> None:
+        which = (f"suite {self.order.index(suite) + 1}/{len(self.order)} "
+                 if suite in self.order else "")
         for role in roles:
             self.tasks[(suite, role)] = self.progress.add_task(
-                f"{term(suite)} · {term(self.labels.get(role, role))}",
+                f"{which}{term(suite)} · {term(self.labels.get(role, role))}",
                 total=n_items,
                 completed=n_done.get(role, 0),
             )
@@ -330,10 +337,14 @@ def compare(
         raise _die(_one_line(exc), EXIT_CODES["usage"]) from exc
     except StoreError as exc:
         raise _die(str(exc), store_exit_code(exc)) from exc
-    labels = {"baseline": f"baseline {refs[0].name or redact_url(refs[0].url)}"}
-    labels.update(
-        {f"candidate:{i}": f"candidate {r.name or redact_url(r.url)}" for i, r in enumerate(refs[1:])}
-    )
+    from evalsvc.reports import endpoint_label
+
+    # The reports' label (name, else host:port; the served model is not known before the probe).
+    def label(r: EndpointRef) -> str:
+        return endpoint_label({"name": r.name, "url": redact_url(r.url), "model": r.model})
+
+    labels = {"baseline": f"baseline {label(refs[0])}"}
+    labels.update({f"candidate:{i}": f"candidate {label(r)}" for i, r in enumerate(refs[1:])})
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),

@@ -25,7 +25,7 @@ from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
 
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
-from ._safe import term
+from ._safe import plain, term
 
 app = typer.Typer(no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)
@@ -200,9 +200,14 @@ def report(
 def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None) -> None:
     """Print the run's verdict and exit with its code (0 pass, 1 fail, 3 inconclusive, 4 error)."""
     store, info = _with_run(database_url, run)
-    store.close()
     try:
-        g = history.gate(info)
+        report = store.get_report(info.id)
+    except StoreError as err:
+        fail_store(err)
+    finally:
+        store.close()
+    try:
+        g = history.gate(info, report)
     except history.RunNotFinished as err:
         fail(str(err), EXIT_CONFIG)
     if as_json:
@@ -212,8 +217,15 @@ def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
                 "status": g.status.value,
                 "verdict": g.verdict,
                 "exit_code": g.exit_code,
+                "reasons": list(g.reasons),
             }
         )
     else:
         typer.echo(f"run {g.run_id}: {g.verdict} (exit {g.exit_code})", err=True)
+        # The same reasons `compare` prints under its table (the report's run-level reasons).
+        for r in g.reasons:
+            who = f"{r['candidate']} · " if r.get("candidate") else ""
+            where = f"{r['suite']} · " if r.get("suite") else ""
+            typer.echo(f"  - {plain(who + where)}{plain(r['code'])}: {plain(r['message'])}",
+                       err=True)
     raise typer.Exit(g.exit_code)

@@ -317,6 +317,22 @@ def suite_page(
                  view=view)
 
 
+@router.get("/runs/{run_id}/suites/{suite}/samples", response_class=HTMLResponse)
+def samples_page(
+    request: Request, run_id: str, suite: str, store: StoreDep, viewer: Viewer,
+    candidate: str = "", slice: str = "", outcome: str = "",
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=svc.SAMPLES_PAGE_MAX)] = 50,
+) -> HTMLResponse:
+    try:
+        view = svc.samples_view(store, run_id, suite, role=candidate or None,
+                                slice_=slice or None, outcome=outcome or None,
+                                offset=offset, limit=limit)
+    except svc.NotFound as exc:
+        return _not_found(request, viewer, str(exc))
+    return _page(request, "samples.html", viewer, title=f"Samples · {suite}", view=view)
+
+
 @router.get("/runs/{run_id}/flips", response_class=HTMLResponse)
 def flips_page(
     request: Request, run_id: str, store: StoreDep, viewer: Viewer,

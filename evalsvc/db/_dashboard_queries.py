@@ -20,7 +20,14 @@ import sqlalchemy as sa
 from evalsvc.domain import RunInfo, RunStatus, Sample
 
 from . import _queue
-from ._orm import GateResultRow, RunCandidateRow, RunRow, SampleRow, SuiteSnapshotRow
+from ._orm import (
+    EndpointSnapshotRow,
+    GateResultRow,
+    RunCandidateRow,
+    RunRow,
+    SampleRow,
+    SuiteSnapshotRow,
+)
 from ._session import Database
 
 
@@ -111,6 +118,59 @@ class DashboardQueries:
                 (e, i, int(r), s, dict(zip(names, rest, strict=True)))
                 for e, i, r, s, *rest in result.all()
             ]
+
+    def sample_index(
+        self, run_id: str, suite: str, fields: tuple[tuple[str, str], ...] = ()
+    ) -> list[tuple[str, str, int, float | None, bool, dict[str, Any]]]:
+        """``(endpoint, item_id, repeat, score, errored, {field: data[field]})`` of a suite's
+        samples, in stored order: what the samples browser filters and pages on, without
+        outputs or prompts (those are read for the shown page only, ``samples_of_items``)."""
+        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
+        cols = [getattr(SampleRow.data[name], cast[kind])() for name, kind in fields]
+        names = [name for name, _ in fields]
+        stmt = sa.select(
+            SampleRow.endpoint, SampleRow.item_id, SampleRow.repeat, SampleRow.score,
+            SampleRow.error.is_not(None), *cols,
+        ).where(SampleRow.run_id == run_id, SampleRow.suite == suite).order_by(SampleRow.id)
+        with self._db.session(write=False) as session:
+            result = session.connection().execute(stmt)
+            return [
+                (e, i, int(r), s, bool(err), dict(zip(names, rest, strict=True)))
+                for e, i, r, s, err, *rest in result.all()
+            ]
+
+    def endpoints_of(self, run_ids: list[str]) -> dict[str, dict[str, dict[str, str | None]]]:
+        """``{run_id: {role: {"name", "url", "model"}}}`` from the runs' endpoint snapshots
+        (``model``: the one asked for, else the one the engine served when probed), in one
+        query: what the views label endpoints with."""
+        if not run_ids:
+            return {}
+        served = EndpointSnapshotRow.provenance["model"].as_string()
+        stmt = sa.select(
+            EndpointSnapshotRow.run_id, EndpointSnapshotRow.role, EndpointSnapshotRow.name,
+            EndpointSnapshotRow.url, EndpointSnapshotRow.model, served,
+        ).where(EndpointSnapshotRow.run_id.in_(run_ids))
+        out: dict[str, dict[str, dict[str, str | None]]] = defaultdict(dict)
+        with self._db.session(write=False) as session:
+            for run_id, role, name, url, model, probed in session.execute(stmt):
+                out[run_id][role] = {"name": name, "url": url, "model": model or probed}
+        return dict(out)
+
+    def suite_names(self, run_ids: list[str]) -> dict[str, list[str]]:
+        """``{run_id: [suite name, ...]}`` of the suites the runs executed (their snapshots),
+        in snapshot order."""
+        if not run_ids:
+            return {}
+        stmt = (
+            sa.select(SuiteSnapshotRow.run_id, SuiteSnapshotRow.name)
+            .where(SuiteSnapshotRow.run_id.in_(run_ids))
+            .order_by(SuiteSnapshotRow.id)
+        )
+        out: dict[str, list[str]] = defaultdict(list)
+        with self._db.session(write=False) as session:
+            for run_id, name in session.execute(stmt):
+                out[run_id].append(name)
+        return dict(out)
 
     def samples_of_items(self, run_id: str, suite: str, item_ids: list[str]) -> list[Sample]:
         """Full samples (outputs included) of some items of a suite."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline, suite_findings
+from evalsvc.reports._gatecols import is_threshold, reason_lines, reasons_of
 from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
@@ -36,7 +37,10 @@ __all__ = [
     "error_report",
     "findings",
     "headline",
+    "is_threshold",
     "md_text",
+    "reason_lines",
+    "reasons_of",
     "redact_report",
     "report_schema",
     "suite_findings",

@@ -32,12 +32,14 @@ SCHEMA_VERSION = 1
 
 
 def _endpoint(ref: EndpointRef, prov: Provenance) -> dict[str, Any]:
-    return {
+    entry = {
         "url": redact_url(ref.url),
         "model": ref.model or prov.model,
         "name": ref.name,
-        "provenance": prov.model_dump(mode="json", exclude_none=True),
     }
+    # The one name every view shows for this endpoint (endpoint_label).
+    return {**entry, "label": endpoint_label(entry),
+            "provenance": prov.model_dump(mode="json", exclude_none=True)}
 
 
 def _clean(value: Any) -> Any:
@@ -211,7 +213,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# evalsvc report — verdict: **{report['verdict']}**",
         "",
-        f"Run `{report['run_id']}` · baseline {m(base.get('model'))} at {m(base['url'])}",
+        f"Run `{report['run_id']}` · baseline {m(endpoint_label(base))} at {m(base['url'])}",
         "",
     ]
     if report.get("error"):

@@ -13,6 +13,7 @@ this module knows no kind by name.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from typing import Any
 
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus, Sample
+from evalsvc.reports import is_threshold
 from evalsvc.services import run_verdict
 from evalsvc.suites import (
     PILOT_SUFFIX,
@@ -58,6 +60,40 @@ class NotFound(LookupError):
 
 def _iso(t: datetime | None) -> str | None:
     return t.astimezone(UTC).isoformat() if t else None
+
+
+def endpoint_name(name: str | None, url: str | None, model: str | None) -> str:
+    """The one label every view gives an endpoint: its registered name, else host:port, with
+    the engine's model name (``evalsvc.reports.endpoint_label``; URL userinfo redacted)."""
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    return endpoint_label({"name": name, "url": redact_url(url) if url else "", "model": model})
+
+
+def _roles(run: RunInfo) -> list[str]:
+    return ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+
+
+def endpoint_labels(run: RunInfo, stored: dict[str, dict[str, str | None]]) -> dict[str, str]:
+    """``{role: label}`` of a run's endpoints: from their snapshots (``stored``, with the
+    served model) once the run has started, else from the spec."""
+    out = {}
+    for i, role in enumerate(_roles(run)):
+        ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
+        snap = stored.get(role) or {}
+        out[role] = endpoint_name(snap.get("name") or ref.name, snap.get("url") or ref.url,
+                                  snap.get("model") or ref.model)
+    return out
+
+
+def suite_label(requested: str) -> str:
+    """A requested suite as a name: a file path (``--suite ./x.yaml``) shows its file's stem
+    until the run has started and its snapshot gives the suite's own name."""
+    if "/" in requested or "\\" in requested or requested.endswith((".yaml", ".yml")):
+        stem = requested.replace("\\", "/").rsplit("/", 1)[-1]
+        return stem.rsplit(".", 1)[0] if stem.endswith((".yaml", ".yml")) else stem
+    return requested
 
 
 def encode_cursor(run: RunInfo) -> str:
@@ -136,36 +172,74 @@ def parse_filters(
     )
 
 
-def _progress(run: RunInfo, stored: dict[str, dict[str, list[int]]]) -> dict[str, Any]:
-    """Items done / planned per suite and endpoint. Done counts are the stored samples (live for
-    every run); planned comes from the worker's progress record when it has one."""
-    planned: dict[str, int] = dict((run.progress or {}).get("items") or {})
-    suites = list(dict.fromkeys([*planned, *stored]))
-    spec_roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
-    rows = []
+def _progress(
+    run: RunInfo, stored: dict[str, dict[str, list[int]]], labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Items done / planned per suite and endpoint, and where the run is: "suite 2 of 5".
+
+    Done counts are the stored samples (live for every run); planned comes from the worker's
+    progress record (``{"suites": [...], "items": {suite: n}}``). Suites are planned one after
+    the other, so a share of the items planned so far overstates progress; ``fraction`` weighs
+    every suite of the run equally instead (a suite not planned yet counts 0), and is None when
+    the run's suite list is unknown (records written before it was kept)."""
+    record = run.progress or {}
+    planned: dict[str, int] = dict(record.get("items") or {})
+    order = [str(x) for x in record.get("suites") or []]
+    suites = list(dict.fromkeys([*order, *planned, *stored]))
+    spec_roles = _roles(run)
+    rows: list[dict[str, Any]] = []
     done_total = planned_total = 0
+    share: dict[str, float] = {}
     for suite in suites:
         per = stored.get(suite, {})
         roles = [*spec_roles, *sorted(set(per) - set(spec_roles))]
         if suite.endswith(PILOT_SUFFIX):  # a calibration pilot runs on the baseline alone
             roles = ["baseline"]
+        p = planned.get(suite)
+        done_suite = 0
         for role in roles:
             n, errors = per.get(role, [0, 0])
-            p = planned.get(suite)
             rows.append({"suite": suite, "endpoint": role, "done": n, "errors": errors,
-                         "planned": p})
+                         "planned": p, "label": (labels or {}).get(role, role)})
             done_total += n
+            done_suite += min(n, p or 0)
             planned_total += p or 0
+        share[suite] = done_suite / (p * len(roles)) if p else 0.0
+    current = None
+    if order:
+        started = [s for s in order if s in planned]
+        current = started[-1] if started else None
+    summary = None
+    fraction: float | None
+    if order:
+        fraction = sum(share.get(x, 0.0) for x in order) / len(order)
+        if current is None:
+            summary = f"{len(order)} suites, none planned yet"
+        else:
+            k = order.index(current) + 1
+            per_role = [int(r["done"]) for r in rows if r["suite"] == current]
+            done_now = min(per_role) if per_role else 0
+            summary = (f"suite {k} of {len(order)} · {current} "
+                       f"{done_now}/{planned[current]} items")
+    else:
+        fraction = min(1.0, done_total / planned_total) if planned_total else None
     return {
         "rows": rows,
         "done": done_total,
         "planned": planned_total or None,
-        "fraction": (min(1.0, done_total / planned_total) if planned_total else None),
+        "fraction": fraction,
+        "suite_count": len(order) or None,
+        "current": current,
+        "summary": summary,
     }
 
 
-def _run_row(run: RunInfo, gates: list[dict[str, Any]], stored: Any) -> dict[str, Any]:
+def _run_row(
+    run: RunInfo, gates: list[dict[str, Any]], stored: Any,
+    ends: dict[str, dict[str, str | None]], suites: list[str],
+) -> dict[str, Any]:
     spec = run.spec
+    labels = endpoint_labels(run, ends)
     return {
         "id": run.id,
         "status": run.status.value,
@@ -173,17 +247,20 @@ def _run_row(run: RunInfo, gates: list[dict[str, Any]], stored: Any) -> dict[str
         "error": run.error,
         "created_at": _iso(run.created_at),
         "finished_at": _iso(run.finished_at),
-        "baseline": spec.baseline.name or spec.baseline.model or spec.baseline.url,
+        "baseline": labels["baseline"],
         "baseline_url": spec.baseline.url,
-        "candidates": [c.name or c.model or c.url for c in spec.candidates],
-        "suites": list(spec.suites),
+        "candidates": [labels[f"candidate:{i}"] for i in range(len(spec.candidates))],
+        "candidate_urls": [c.url for c in spec.candidates],
+        # The suites' own names (their snapshots) once run, never the file path they came from.
+        "suites": suites or [suite_label(x) for x in spec.suites],
         "labels": dict(spec.labels),
         "schedule_id": run.schedule_id,
         "gates": [
-            {"candidate": g.get("candidate"), "suite": g.get("suite"), "verdict": g.get("verdict")}
+            {"candidate": labels.get(str(g.get("candidate")), g.get("candidate")),
+             "suite": g.get("suite"), "verdict": g.get("verdict")}
             for g in gates
         ],
-        "progress": _progress(run, stored)
+        "progress": _progress(run, stored, labels)
         if run.status in (RunStatus.queued, RunStatus.running)
         else None,
     }
@@ -206,9 +283,12 @@ def runs_list(
     live = [r.id for r in runs if r.status in (RunStatus.queued, RunStatus.running)]
     gates = store.dashboard.gate_rows(ids)
     stored = store.dashboard.sample_progress(live)
+    ends = store.dashboard.endpoints_of(ids)
+    names = store.dashboard.suite_names(ids)
     paging_newer = newer_c is not None and older_c is None
     return {
-        "rows": [_run_row(r, gates.get(r.id, []), stored.get(r.id, {})) for r in runs],
+        "rows": [_run_row(r, gates.get(r.id, []), stored.get(r.id, {}), ends.get(r.id, {}),
+                          names.get(r.id, [])) for r in runs],
         "total": total,
         # Keyset paging: "older" continues after the last row, "newer" before the first.
         "older": encode_cursor(runs[-1]) if runs and (more or paging_newer) else None,
@@ -221,15 +301,17 @@ def live_status(store: Store, run_ids: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     ids = list(dict.fromkeys(run_ids))[:200]
     stored = store.dashboard.sample_progress(ids)
+    ends = store.dashboard.endpoints_of(ids)
     for rid in ids:
         run = store.get_run(rid)
         if run is None:
             continue
+        labels = endpoint_labels(run, ends.get(rid, {}))
         out[rid] = {
             "status": run.status.value,
             "verdict": run.verdict,
             "error": run.error,
-            "progress": _progress(run, stored.get(rid, {})),
+            "progress": _progress(run, stored.get(rid, {}), labels),
         }
     return out
 
@@ -246,7 +328,9 @@ def _boundary(s: dict[str, Any]) -> float | None:
     margin = s.get("margin")
     if margin is None:
         return None
-    hib = (s.get("details") or {}).get("higher_is_better", True)
+    d = s.get("details") or {}
+    # The gate's direction is in details.gate (the resolved gate); older payloads had it at top.
+    hib = d.get("higher_is_better", (d.get("gate") or {}).get("higher_is_better", True))
     return -float(margin) if hib else float(margin)
 
 
@@ -278,13 +362,16 @@ def _ci_bar(s: dict[str, Any]) -> dict[str, Any] | None:
 
 def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> dict[str, Any]:
     """Baseline and candidates side by side; a field differs when any endpoint's value does."""
-    roles = ["baseline", *(f"candidate:{i}" for i in range(len(run.spec.candidates)))]
+    roles = _roles(run)
+    labels = endpoint_labels(run, {
+        role: {"name": ref.name, "url": ref.url, "model": ref.model or prov.model}
+        for role, (ref, prov) in snapshots.items()
+    })
     columns: list[dict[str, Any]] = []
     for i, role in enumerate(roles):
         ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
         prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
-        columns.append({"role": role, "label": ref.name or ref.model or ref.url, "url": ref.url,
-                        "values": prov})
+        columns.append({"role": role, "label": labels[role], "url": ref.url, "values": prov})
     rows = []
     for name in PROVENANCE_FIELDS:
         vals = [c["values"].get(name) for c in columns]
@@ -319,11 +406,12 @@ def _previous_of_pair(store: Store, run: RunInfo) -> str | None:
 
 def run_page(store: Store, run_id: str) -> dict[str, Any]:
     """Everything the run page shows: status, gates with CI geometry, findings, provenance."""
-    from evalsvc.reports import headline
+    from evalsvc.reports import endpoint_label, headline
 
     run = _get(store, run_id)
     report = store.get_report(run_id)
     snapshots = store.get_endpoint_snapshots(run_id)
+    labels = _labels_of(store, run)
     suites = store.get_suite_snapshots(run_id)
     kinds = {s["name"]: s["kind"] for s in suites}
     stored = store.dashboard.sample_progress([run_id]).get(run_id, {})
@@ -333,7 +421,7 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
             for s in cand.get("suites") or []:
                 d = s.get("details") or {}
                 gates.append({
-                    "candidate": cand.get("name") or cand.get("model") or cand.get("url"),
+                    "candidate": labels.get(str(cand.get("role"))) or endpoint_label(cand),
                     "role": cand.get("role"),
                     "suite": s.get("suite"),
                     "kind": s.get("kind"),
@@ -384,15 +472,27 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         "suites": [{"name": s["name"], "kind": s["kind"], "version": s["version"]}
                    for s in suites],
         "kinds": kinds,
-        "candidates": [{"role": f"candidate:{i}", "label": c.name or c.model or c.url}
-                       for i, c in enumerate(run.spec.candidates)],
+        "candidates": [{"role": f"candidate:{i}", "label": labels[f"candidate:{i}"]}
+                       for i in range(len(run.spec.candidates))],
+        "labels": labels,
         "gates": gates,
         # The decision banner and the gates table on one scale (evalsvc.services.run_verdict).
         "banner": run_verdict.banner(store, run, report),
-        "gate_table": run_verdict.gate_table(report),
+        "gate_table": _with_flips(run_verdict.gate_table(report)),
         "provenance": _provenance(snapshots, run),
-        "progress": _progress(run, stored),
+        "progress": _progress(run, stored, labels),
     }
+
+
+def _with_flips(table: dict[str, Any]) -> dict[str, Any]:
+    """The gates table's rows link to the flips page where the kind scores items right/wrong."""
+    for row in (table or {}).get("rows") or []:
+        row["shows_flips"] = kind_class(str(row.get("kind"))).shows_flips()
+    return table
+
+
+def _labels_of(store: Store, run: RunInfo) -> dict[str, str]:
+    return endpoint_labels(run, store.dashboard.endpoints_of([run.id]).get(run.id, {}))
 
 
 # ---------------------------------------------------------------------------- kinds
@@ -450,7 +550,7 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
     entry = _suite_entry(report, suite, role)
     details = (entry or {}).get("details") or {}
     cls = kind_class(kind)
-    ref = run.spec.candidates[roles.index(role)]
+    labels = _labels_of(store, run)
     alpha = float((entry or {}).get("alpha") or run.spec.options.alpha or 0.05)
     source = ViewInput(
         suite=suite,
@@ -470,8 +570,9 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
         "suite": suite,
         "kind": kind,
         "role": role,
-        "candidate": ref.name or ref.model or ref.url,
+        "candidate": labels[role],
         "roles": roles,
+        "labels": labels,
         "gate": entry,
         "details": details,
         "findings": _findings(entry) if entry else [],
@@ -611,6 +712,7 @@ def flips_view(
         "run_id": run_id,
         "role": role,
         "roles": roles,
+        "labels": _labels_of(store, run),
         "suites": [s["name"] for s in flipping],
         "suite": suite or "",
         "slices": sorted(slices),
@@ -619,6 +721,130 @@ def flips_view(
         "query": query or "",
         "counts": dict(counts),
         "total": matched if needle else len(found),
+        "rows": rows,
+    }
+
+
+# ---------------------------------------------------------------------------- all samples
+
+#: The samples browser's outcomes of an item (one repeat) between baseline and a candidate.
+OUTCOMES = ("regression", "improvement", "unchanged", "scored", "error", "unpaired")
+#: Items per page of the samples browser (its largest page: the store reads outputs only for
+#: the page shown).
+SAMPLES_PAGE_MAX = 200
+
+
+def _outcome(cls: type[Suite], binary: bool, b: Any, c: Any) -> str:
+    """``b``/``c``: ``(score, errored, fields)`` of the baseline's and the candidate's sample;
+    ``binary``: the kind scores items right/wrong (``Suite.shows_flips``)."""
+    if b is None or c is None:
+        return "unpaired"
+    if b[1] or c[1] or b[0] is None or c[0] is None:
+        return "error"
+    if not binary:  # scores that are not right/wrong (KLD, determinism, speed)
+        return "scored"
+    return cls.flip(float(b[0]), float(c[0])) or "unchanged"
+
+
+def _side(x: Sample | None) -> dict[str, Any] | None:
+    if x is None:
+        return None
+    return {"output": x.output, "score": x.score, "error": x.error, "latency_s": x.latency_s,
+            "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens}
+
+
+def samples_view(
+    store: Store,
+    run_id: str,
+    suite: str,
+    *,
+    role: str | None = None,
+    slice_: str | None = None,
+    outcome: str | None = None,
+    offset: int = 0,
+    limit: int = 50,
+) -> dict[str, Any]:
+    """Every item of one suite, paged: its slice and outcome (``OUTCOMES``) between the
+    baseline and ``role``, and for the page shown both sides' output, score, error and timing,
+    the prompt and the expected answer. The filters read one light index query (scores, error
+    flags and the kind's slice fields: no text); outputs are read for the page's items only."""
+    run = _get(store, run_id)
+    snaps = {s["name"]: s for s in store.get_suite_snapshots(run_id)}
+    if suite not in snaps:
+        raise NotFound(f"run {run_id} has no suite {suite!r}")
+    roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
+    role = role or (roles[0] if roles else None)
+    if role not in roles:
+        raise NotFound(f"run {run_id} has no candidate {role!r}")
+    snap = snaps[suite]
+    cls = kind_class(snap["kind"])
+    outcome = outcome if outcome in OUTCOMES else None  # an unknown value filters nothing
+    limit = max(1, min(int(limit), SAMPLES_PAGE_MAX))
+    offset = max(0, int(offset))
+    sides: dict[str, dict[tuple[str, int], tuple[Any, bool, dict[str, Any]]]] = {
+        "baseline": {}, role: {}}
+    order: dict[tuple[str, int], None] = {}
+    for endpoint, item, rep, score, errored, fields in store.dashboard.sample_index(
+        run_id, suite, cls.slice_fields
+    ):
+        if endpoint in sides:
+            sides[endpoint][(item, rep)] = (score, errored, fields)
+            order[(item, rep)] = None
+    binary = cls.shows_flips()
+    entries: list[tuple[str, int, str, str]] = []
+    counts = Counter[str]()
+    slices: set[str] = set()
+    for key in order:
+        b, c = sides["baseline"].get(key), sides[role].get(key)
+        way = _outcome(cls, binary, b, c)
+        sl = cls.slice_label((b or c or (None, False, {}))[2]) or "all"
+        slices.add(sl)
+        if slice_ and sl != slice_:
+            continue
+        counts[way] += 1  # within the chosen slice: the outcome menu says what it would show
+        if outcome and way != outcome:
+            continue
+        entries.append((key[0], key[1], way, sl))
+    shown = entries[offset:offset + limit]
+    full: dict[tuple[str, str, int], Sample] = {}
+    ids = list(dict.fromkeys(e[0] for e in shown))
+    for x in store.dashboard.samples_of_items(run_id, suite, ids) if ids else []:
+        full[(x.endpoint, x.item_id, x.repeat)] = x
+    runnable = _suite_of(snap) if shown else None
+    rows = []
+    for item, rep, way, sl in shown:
+        sb, sc = full.get(("baseline", item, rep)), full.get((role, item, rep))
+        data = (sb or sc).data if (sb or sc) is not None else {}  # type: ignore[union-attr]
+        try:
+            prompt = (runnable.prompt(item, data) if runnable is not None
+                      else prompt_text(data.get("prompt")))
+        except Exception:  # a plugin's bug loses the prompt, never the page
+            _log.exception("suite %r: prompt of %r failed", suite, item)
+            prompt = None
+        expected = data.get("expected")
+        if expected is not None and not isinstance(expected, (str, int, float)):
+            expected = ", ".join(str(e) for e in expected)
+        rows.append({"item_id": item, "repeat": rep, "outcome": way, "slice": sl,
+                     "prompt": prompt, "expected": expected,
+                     "baseline": _side(sb), "candidate": _side(sc)})
+    labels = _labels_of(store, run)
+    return {
+        "run_id": run_id,
+        "suite": suite,
+        "kind": snap["kind"],
+        "role": role,
+        "roles": roles,
+        "labels": labels,
+        "slices": sorted(slices),
+        "slice": slice_ or "",
+        "outcomes": [o for o in OUTCOMES if counts.get(o)],
+        "outcome": outcome or "",
+        "counts": dict(counts),
+        "total": len(entries),
+        "offset": offset,
+        "limit": limit,
+        "previous": max(0, offset - limit) if offset > 0 else None,
+        "next": offset + limit if offset + limit < len(entries) else None,
         "rows": rows,
     }
 
@@ -637,6 +863,7 @@ def trend(
     """Δ with its CI and the verdict of every completed run of this (baseline, candidate,
     suite), oldest first; ``scheduled_only`` keeps the runs that schedules created."""
     points = []
+    kept = []
     want = candidate_url.rstrip("/")
     for row in store.dashboard.gate_history(baseline_url=baseline_url, suite=suite):
         p = row["payload"]
@@ -644,6 +871,7 @@ def trend(
             continue
         if scheduled_only and row["schedule_id"] is None:
             continue
+        kept.append(row)
         ci = p.get("ci") or [None, None]
         points.append({
             "run_id": row["run_id"],
@@ -656,8 +884,31 @@ def trend(
             "n": p.get("n"),
             "scheduled": row["schedule_id"] is not None,
         })
+    metric = next((str(r["payload"].get("metric")) for r in reversed(kept) if
+                   r["payload"].get("metric")), None)
+    threshold = any(is_threshold(r["payload"]) for r in kept)
     return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
-            "scheduled_only": scheduled_only, "points": points}
+            "scheduled_only": scheduled_only, "points": points,
+            "metric": metric,
+            # What the y-axis shows: the paired difference, or for a threshold gate the metric's
+            # distance to its threshold.
+            "y_name": (f"{metric or 'metric'} − threshold" if threshold
+                       else f"Δ {metric or ''} (candidate − baseline)".replace("  ", " ")),
+            "y_range": _trend_range(points)}
+
+
+def _trend_range(points: list[dict[str, Any]]) -> list[float] | None:
+    """The trend's y-axis range: every estimate and CI end, 0 and every margin boundary inside
+    it (a chart fitted to the data alone can leave the margin off-screen), padded by 8%."""
+    values = [float(v) for p in points for v in (p["delta"], p["ci_low"], p["ci_high"],
+                                                 p["boundary"])
+              if isinstance(v, (int, float)) and math.isfinite(v)]
+    if not values:
+        return None
+    values.append(0.0)
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.08 or 0.01
+    return [lo - pad, hi + pad]
 
 
 def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ HTTP 409) and :class:`RunNotFinished` / :class:`RunAlreadyFinished` (exit 2 / HT
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from evalsvc.db import Store
 from evalsvc.domain import EXIT_CODES, RunInfo, RunStatus, RunVerdict
@@ -91,17 +92,30 @@ class Gate:
     status: RunStatus
     verdict: RunVerdict
     exit_code: int
+    reasons: tuple[dict[str, Any], ...] = ()
+    """Why the run reads its verdict: the stored report's run-level ``reasons`` (``code``,
+    ``suite``, ``candidate``, ``message``; docs/report.md), or one ``infrastructure_error``
+    reason for a run that ended without a report."""
 
 
-def gate(run: RunInfo) -> Gate:
+def gate(run: RunInfo, report: dict[str, Any] | None = None) -> Gate:
     """The gate of a finished run; a cancelled or crashed run proves nothing and gates as an
-    infrastructure error (exit 4), never as a pass."""
+    infrastructure error (exit 4), never as a pass. ``report`` (the stored one) supplies the
+    reasons, the same ones ``compare`` prints; URLs in them are redacted."""
+    from evalsvc.endpoints import redact_urls_in
+    from evalsvc.reports import reasons_of
+
     if run.status in _UNFINISHED:
         raise RunNotFinished(f"run {run.id} is {run.status.value}: no verdict yet")
     verdict: RunVerdict = (
         run.verdict if run.status == RunStatus.completed and run.verdict else "error"
     )
-    return Gate(run_id=run.id, status=run.status, verdict=verdict, exit_code=EXIT_CODES[verdict])
+    reasons = [dict(r) for r in reasons_of(report or {})]
+    if not reasons and verdict == "error":
+        why = run.error or f"the run is {run.status.value}"
+        reasons = [{"code": "infrastructure_error", "suite": None, "message": why}]
+    return Gate(run_id=run.id, status=run.status, verdict=verdict, exit_code=EXIT_CODES[verdict],
+                reasons=tuple(redact_urls_in(reasons)))
 
 
 def cancel(store: Store, run: RunInfo) -> RunInfo:

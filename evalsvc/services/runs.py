@@ -207,7 +207,8 @@ def compare(
                 store,
                 run,
                 suites,
-                progress=_StoreProgress(store, run.id, also=progress),
+                progress=_StoreProgress(store, run.id, also=progress,
+                                        suites=[x.name for x in suites]),
                 cancel=heartbeat.lost,
                 worker_id=None,
             )
@@ -280,7 +281,7 @@ def execute_stored_run(
             store,
             run,
             suites,
-            progress=progress or _StoreProgress(store, run.id),
+            progress=progress or _StoreProgress(store, run.id, suites=[x.name for x in suites]),
             cancel=cancel,
             worker_id=worker_id,
             egress=policy,
@@ -403,11 +404,20 @@ class _StoreProgress:
     ``GET /runs/{id}``, ``evalsvc runs show`` and the dashboard's live page read; ``also`` (the
     CLI's progress bars) sees every event too, so in-process runs are followed like queued ones."""
 
-    def __init__(self, store: Store, run_id: str, also: Progress | None = None) -> None:
+    def __init__(
+        self, store: Store, run_id: str, also: Progress | None = None,
+        suites: list[str] | None = None,
+    ) -> None:
         self.store, self.run_id, self.also = store, run_id, also
         self.counts: dict[str, dict[str, int]] = {}
         self.totals: dict[str, int] = {}
+        # Every suite of the run in execution order, before any is planned: the views say
+        # "suite 2 of 5" instead of a share of the suites planned so far.
+        self.suites = list(suites or [])
         self._since = 0
+        announce = getattr(also, "suites", None)
+        if callable(announce) and self.suites:
+            announce(self.suites)
 
     def planned(self, suite: str, roles: Any, n_items: int, n_done: dict[str, int]) -> None:
         if self.also is not None:
@@ -436,4 +446,6 @@ class _StoreProgress:
         self._since = 0
         # Progress is advisory: never fail a run over it.
         with contextlib.suppress(Exception):
-            self.store.update_progress(self.run_id, {"items": self.totals, "done": self.counts})
+            self.store.update_progress(
+                self.run_id, {"suites": self.suites, "items": self.totals, "done": self.counts}
+            )

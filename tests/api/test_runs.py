@@ -133,6 +133,8 @@ def test_cancel(api: Api) -> None:
             "status": "cancelled",
             "verdict": "error",
             "exit_code": 4,
+            "reasons": [{"code": "infrastructure_error", "suite": None, "candidate": None,
+                         "message": "the run is cancelled"}],
         }
         assert client.get(f"/runs/{run_id}/report").status_code == 409
 
@@ -181,6 +183,7 @@ def test_completed_run_report_and_gate(api: Api, verdict: str) -> None:
         "status": "completed",
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
+        "reasons": [],  # the test executor's report gives none
     }
 
 

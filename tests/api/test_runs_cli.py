@@ -76,7 +76,8 @@ def test_runs_commands_round_trip(api: Api, tmp_path: Path) -> None:
     gate = evalsvc("runs", "gate", prefix, "--json", *db)
     assert gate.returncode == 1  # the gate's own exit code: fail
     assert json.loads(gate.stdout) == {
-        "run_id": done, "status": "completed", "verdict": "fail", "exit_code": 1
+        "run_id": done, "status": "completed", "verdict": "fail", "exit_code": 1,
+        "reasons": [],  # the test executor's report gives none
     }
     md = tmp_path / "report.md"
     report = evalsvc("runs", "report", prefix, "-f", "markdown", "-o", str(md), *db)

@@ -6,7 +6,9 @@
     reasoning run of the same pair for the trend and the comparison;
   * ``synthetic_run``: a run written through the store whose needle grid has one cell where the
     candidate lost every item (the one significant cell) and whose outputs are hostile HTML;
-  * ``many_runs``: 120 stored runs with labels, for filters and pagination.
+  * ``many_runs``: 120 stored runs with labels, for filters and pagination;
+  * ``loop_runs``: runs of the real runner against loopback servers of known behaviour (any
+    host: no model).
 - ``dash_server``: the real API app (auth on) under uvicorn on loopback, over that store.
 - ``browser``: the system Chromium (Debian's ``chromium``) driven by Playwright; the tests skip
   with a message when it is missing (``scripts/install-browser.sh`` installs it).
@@ -128,6 +130,50 @@ def real_runs(local_endpoints: Any, dash_store: Store) -> RealRuns:
     again = one(["reasoning-smoke"], 6, "again")
     t2 = time.monotonic()
     return RealRuns(base, cand, main, again, {"main": t1 - t0, "again": t2 - t1})
+
+
+@dataclass
+class LoopRuns:
+    """Runs of the real runner against two loopback servers of known behaviour
+    (``tests.fixtures.faults``: the baseline answers every chat request "OK", the candidate
+    "AAAAAAAAAAAAAAAAAAAAAAAA"); no model needed, so they run on any host."""
+
+    baseline: str
+    candidate: str
+    main: str
+    """reasoning-smoke and determinism-smoke at --samples 6."""
+    again: str
+    """A later reasoning-smoke run of the same pair (trend)."""
+    candidate_hostport: str
+
+
+LOOP_SUITES = ["reasoning-smoke", "determinism-smoke"]
+
+
+@pytest.fixture(scope="session")
+def loop_runs(dash_store: Store) -> LoopRuns:
+    from evalsvc.services import runs
+    from tests.fixtures.faults import base_url, fault_server
+
+    with fault_server() as a, fault_server() as b:
+        b.long_chars = 24
+        base, cand = base_url(a, "ok"), base_url(b, "long")
+
+        def one(suites: list[str]) -> str:
+            spec = RunSpec(
+                # The candidate has no registered name: views label it host:port (model).
+                baseline=EndpointRef(url=base, name="bf16-loop"),
+                candidates=[EndpointRef(url=cand)],
+                suites=suites,
+                options=RunOptions(samples=6, concurrency=4),
+                labels={"source": "loopback"},
+            )
+            return str(in_thread(runs.compare, spec, store=dash_store)["run_id"])
+
+        main = one(LOOP_SUITES)
+        again = one(["reasoning-smoke"])
+    host, port = b.server_address[:2]
+    return LoopRuns(base, cand, main, again, f"{host}:{port}")
 
 
 def _reasoning_item_ids(n: int) -> list[tuple[str, str, int]]:

@@ -74,6 +74,67 @@ def test_progress_counts_stored_samples_per_suite_and_endpoint(store: Store) -> 
     assert live[run.id]["progress"]["planned"] == 8 and live[run.id]["progress"]["done"] == 3
 
 
+def test_progress_says_which_suite_of_how_many(store: Store) -> None:
+    """Issue 16: "52 / 80" with 4 of 5 suites not yet planned. With the run's suite list in
+    the record, the run reads "suite 2 of 3" and every suite weighs the same."""
+    run = store.create_run(_spec(0), status=RunStatus.running)
+    order = ["needle-4k", "reasoning", "drift"]
+    store.update_progress(run.id, {"suites": order, "items": {"needle-4k": 2, "reasoning": 4},
+                                   "done": {}})
+    store.add_samples(run.id, [
+        *(Sample(suite="needle-4k", item_id=i, endpoint=e, score=1.0)
+          for i in "ab" for e in ("baseline", "candidate:0")),
+        Sample(suite="reasoning", item_id="a", endpoint="baseline", score=1.0),
+        Sample(suite="reasoning", item_id="b", endpoint="baseline", score=1.0),
+        Sample(suite="reasoning", item_id="a", endpoint="candidate:0", score=1.0),
+    ])
+    p = svc.live_status(store, [run.id])[run.id]["progress"]
+    assert p["suite_count"] == 3 and p["current"] == "reasoning"
+    # The slower endpoint is where the suite stands: 1 of 4 items on the candidate.
+    assert p["summary"] == "suite 2 of 3 · reasoning 1/4 items"
+    # needle done (1), reasoning 3 of 8 samples (0.375), drift not planned (0): / 3 suites.
+    assert p["fraction"] == pytest.approx((1 + 3 / 8 + 0) / 3)
+    assert [r["suite"] for r in p["rows"]][-2:] == ["drift", "drift"]  # not planned yet
+    # Records kept before the suite list: the share of the items planned so far, as before.
+    store.update_progress(run.id, {"items": {"needle-4k": 2, "reasoning": 4}, "done": {}})
+    old = svc.live_status(store, [run.id])[run.id]["progress"]
+    assert old["summary"] is None and old["fraction"] == pytest.approx(7 / 12)
+
+
+def test_label_and_sample_index_queries(store: Store) -> None:
+    """The bounded reads behind labels and the samples browser, on SQLite and PostgreSQL."""
+    from evalsvc.domain import Provenance
+
+    run = store.create_run(_spec(0), status=RunStatus.running)
+    store.save_endpoint_snapshot(run.id, role="baseline",
+                                 endpoint=EndpointRef(url="http://gpu-a:8000/v1", name="prod"),
+                                 provenance=Provenance(model="served-a"))
+    store.save_endpoint_snapshot(run.id, role="candidate:0",
+                                 endpoint=EndpointRef(url="http://gpu-b:8000/v1"),
+                                 provenance=Provenance(model="served-b"))
+    for name in ("needle-4k", "reasoning"):
+        store.save_suite_snapshot(run.id, name=name, kind="needle", version="1", spec={})
+    store.add_samples(run.id, [
+        Sample(suite="reasoning", item_id="a", endpoint="baseline", score=1.0,
+               data={"family": "lists", "level": 2}),
+        Sample(suite="reasoning", item_id="a", endpoint="candidate:0", error="timeout",
+               data={"family": "lists", "level": 2}),
+    ])
+    q = store.dashboard
+    ends = q.endpoints_of([run.id, "0" * 32])[run.id]
+    assert ends["baseline"] == {"name": "prod", "url": "http://gpu-a:8000/v1", "model": "served-a"}
+    assert ends["candidate:0"]["model"] == "served-b" and ends["candidate:0"]["name"] is None
+    info = store.get_run(run.id)
+    assert info is not None
+    assert svc.endpoint_labels(info, ends) == {"baseline": "prod (served-a)",
+                                               "candidate:0": "cand0 (served-b)"}
+    assert q.suite_names([run.id]) == {run.id: ["needle-4k", "reasoning"]}
+    assert q.endpoints_of([]) == {} and q.suite_names([]) == {}
+    rows = q.sample_index(run.id, "reasoning", (("family", "str"), ("level", "int")))
+    assert rows == [("baseline", "a", 0, 1.0, False, {"family": "lists", "level": 2}),
+                    ("candidate:0", "a", 0, None, True, {"family": "lists", "level": 2})]
+
+
 def test_needle_heatmap_significance_matches_scipy_and_statsmodels() -> None:
     rng = random.Random(5)
     rows: list[Scored] = []

@@ -45,6 +45,8 @@ def test_json_report_contract() -> None:
     json.dumps(report, allow_nan=False)  # strict JSON: no NaN/inf anywhere
     assert report["run_id"] == "r1" and report["verdict"] == "fail"
     assert report["baseline"] == {"url": "http://base/v1", "model": "b", "name": None,
+                                  # host:port (no name) with the model: every view's label
+                                  "label": "base (b)",
                                   "provenance": report["baseline"]["provenance"]}
     good, bad = report["candidates"]
     assert good["verdict"] == "pass" and bad["verdict"] == "fail"

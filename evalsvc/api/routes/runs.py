@@ -18,6 +18,7 @@ from evalsvc.api._schemas import (
     GateRead,
     PathKey,
     Problem,
+    ReasonRead,
     RunCreate,
     RunEndpoint,
     RunRead,
@@ -150,10 +151,11 @@ def get_report(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]
 def get_gate(run_id: PathKey, store: StoreDep, _: ReadScope) -> GateRead:
     """The run's overall verdict and the exit code ``evalsvc compare`` would have returned."""
     try:
-        g = history.gate(_get(store, run_id))
+        g = history.gate(_get(store, run_id), store.get_report(run_id))
     except history.RunNotFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
-    return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=g.exit_code)
+    return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=g.exit_code,
+                    reasons=[ReasonRead.model_validate(r) for r in g.reasons])
 
 
 @router.post(

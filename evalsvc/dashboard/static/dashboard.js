@@ -15,10 +15,14 @@
   var COLORS = { baseline: "#6e7781", candidate: "#0969da", pass: "#1a7f37",
                  fail: "#cf222e", inconclusive: "#9a6700", error: "#6e7781" };
 
+  // Charts follow the page's theme (prefers-color-scheme; ECharts ships a "dark" theme).
+  var dark = !!(window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);
+
   function chart(name, option) {
     var el = document.querySelector('[data-chart="' + name + '"]');
     if (!el || typeof echarts === "undefined") return null;
-    var c = echarts.init(el, null, { renderer: "canvas" });
+    var c = echarts.init(el, dark ? "dark" : null, { renderer: "canvas" });
+    if (dark) option.backgroundColor = "transparent";
     option.animation = false;
     c.setOption(option);
     el.setAttribute("data-rendered", "1");
@@ -62,45 +66,66 @@
     ((view.kind_view || {}).charts || []).forEach(kindChart);
   }
 
+  /* The trend: Δ of every run on a time axis, its CI as a whisker (a single run has one too),
+   * the margin as a dashed line inside the y-range the server computed (evalsvc.services.
+   * dashboard.trend: every CI end, 0 and the margin). */
   function trendChart(t) {
     if (!t || !t.points || !t.points.length) return;
     var pts = t.points;
-    var xs = pts.map(function (p) { return p.time.slice(0, 16).replace("T", " "); });
-    var lows = pts.map(function (p) { return p.ci_low; });
-    var widths = pts.map(function (p) {
-      return p.ci_low == null || p.ci_high == null ? null : p.ci_high - p.ci_low;
-    });
-    var boundary = pts.length ? pts[pts.length - 1].boundary : null;
+    var ms = pts.map(function (p) { return Date.parse(p.time); });
+    var range = t.y_range || [null, null];
+    var lo = range[0], hi = range[1];
+    var tmin = Math.min.apply(null, ms), tmax = Math.max.apply(null, ms);
+    // One run (or runs seconds apart): half a day either side, so the point is not on the edge.
+    var tpad = Math.max((tmax - tmin) * 0.05, 12 * 3600 * 1000);
+    var boundary = pts[pts.length - 1].boundary;
+    var fg = dark ? "#e6edf3" : "#1f2328";
+    var ci = pts.map(function (p, i) {
+      // A one-sided interval (threshold gates) runs to the edge of the drawn range.
+      var a = p.ci_low == null ? lo : p.ci_low, b = p.ci_high == null ? hi : p.ci_high;
+      return [ms[i], a, b, i];
+    }).filter(function (d) { return d[1] != null && d[2] != null; });
     var c = chart("trend", {
       tooltip: { trigger: "item", formatter: function (p) {
-        var q = pts[p.dataIndex] || {};
-        return xs[p.dataIndex] + "<br>Δ " + (q.delta == null ? "—" : q.delta.toFixed(3)) +
-          " [" + (q.ci_low == null ? "—" : q.ci_low.toFixed(3)) + ", " +
+        var q = pts[p.seriesName === "CI" ? p.value[3] : p.dataIndex] || {};
+        return (q.time || "").slice(0, 19).replace("T", " ") + "<br>Δ " +
+          (q.delta == null ? "—" : q.delta.toFixed(3)) + " [" +
+          (q.ci_low == null ? "—" : q.ci_low.toFixed(3)) + ", " +
           (q.ci_high == null ? "—" : q.ci_high.toFixed(3)) + "] · " + (q.verdict || "—");
       } },
-      grid: { left: 60, right: 20, top: 20, bottom: 50 },
-      xAxis: { type: "category", data: xs, boundaryGap: false },
-      yAxis: { type: "value", name: "Δ", scale: true },
+      grid: { left: 70, right: 30, top: 30, bottom: 50 },
+      xAxis: { type: "time", name: "run time (UTC)", nameLocation: "middle", nameGap: 30,
+               min: tmin - tpad, max: tmax + tpad },
+      yAxis: { type: "value", name: t.y_name || "Δ", nameLocation: "middle", nameGap: 52,
+               min: lo, max: hi, axisLabel: { formatter: function (v) { return v.toFixed(3); } } },
       series: [
-        { name: "ci-low", type: "line", data: lows, stack: "ci", stackStrategy: "all", symbol: "none",
-          lineStyle: { opacity: 0 }, silent: true, tooltip: { show: false } },
-        { name: "CI", type: "line", data: widths, stack: "ci", stackStrategy: "all", symbol: "none",
-          lineStyle: { opacity: 0 }, areaStyle: { color: "rgba(9,105,218,0.18)" }, silent: true,
-          tooltip: { show: false } },
-        { name: "Δ", type: "line", symbolSize: 11,
-          data: pts.map(function (p) {
-            return { value: p.delta, itemStyle: { color: COLORS[p.verdict] || COLORS.error } };
+        { name: "CI", type: "custom", data: ci, z: 1, encode: { x: 0, y: [1, 2] },
+          renderItem: function (params, api) {
+            var x = api.value(0);
+            var top = api.coord([x, api.value(2)]), bottom = api.coord([x, api.value(1)]);
+            var style = { stroke: COLORS.candidate, lineWidth: 2 };
+            var w = 6;
+            return { type: "group", children: [
+              { type: "line", shape: { x1: top[0], y1: top[1], x2: bottom[0], y2: bottom[1] }, style: style },
+              { type: "line", shape: { x1: top[0] - w, y1: top[1], x2: top[0] + w, y2: top[1] }, style: style },
+              { type: "line", shape: { x1: bottom[0] - w, y1: bottom[1], x2: bottom[0] + w, y2: bottom[1] }, style: style }
+            ] };
+          } },
+        { name: "Δ", type: "line", symbolSize: 11, z: 3,
+          data: pts.map(function (p, i) {
+            return { value: [ms[i], p.delta], itemStyle: { color: COLORS[p.verdict] || COLORS.error } };
           }),
-          lineStyle: { color: "#1f2328" },
+          lineStyle: { color: fg },
           markLine: boundary == null ? undefined : {
-            symbol: "none", silent: true, label: { formatter: "margin" },
-            lineStyle: { color: COLORS.fail, type: "dashed" }, data: [{ yAxis: boundary }] } }
+            symbol: "none", silent: true,
+            label: { formatter: "margin " + boundary.toFixed(3), position: "insideEndTop", color: COLORS.fail },
+            lineStyle: { color: COLORS.fail, type: "dashed", width: 2 }, data: [{ yAxis: boundary }] } }
       ]
     });
     if (c) {
       c.on("click", function (p) {
-        var q = pts[p.dataIndex];
-        if (q && p.seriesName === "Δ") window.location.href = "/runs/" + encodeURIComponent(q.run_id);
+        var q = p.seriesName === "Δ" ? pts[p.dataIndex] : null;
+        if (q) window.location.href = "/runs/" + encodeURIComponent(q.run_id);
       });
     }
   }
@@ -126,14 +151,14 @@
               var bar = el.querySelector("[data-progress]");
               var count = el.querySelector("[data-count]");
               var p = s.progress || {};
-              if (bar && p.planned) { bar.max = p.planned; bar.value = Math.min(p.done, p.planned); }
-              if (count) count.textContent = p.done + (p.planned ? " / " + p.planned : "") + " items";
+              if (bar && p.fraction != null) { bar.max = 1000; bar.value = Math.round(1000 * p.fraction); }
+              if (count) count.textContent = p.summary || (p.done + (p.planned ? " / " + p.planned : "") + " items");
               var rows = el.querySelector("[data-progress-rows]");
               if (rows && p.rows) {
                 while (rows.firstChild) rows.removeChild(rows.firstChild);
                 p.rows.forEach(function (r) {
                   var tr = document.createElement("tr");
-                  [r.suite, r.endpoint, r.done, r.errors, r.planned == null ? "—" : r.planned]
+                  [r.suite, r.label || r.endpoint, r.done, r.errors, r.planned == null ? "—" : r.planned]
                     .forEach(function (v) {
                       var td = document.createElement("td");
                       td.textContent = String(v);
