@@ -41,41 +41,41 @@ from collections import Counter
 import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
-r, ref = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2])
+ref = GGUFReader(sys.argv[1])  # reading a GGUF's 49k-token vocabulary takes seconds: once each
 ref_t = {t.name: t for t in ref.tensors}
-num = den = 0.0
-for t in r.tensors:
-    if len(t.shape) < 2 or not t.name.startswith(("blk.0.", "blk.4.")):
-        continue
-    a = dequantize(t.data, t.tensor_type).astype(np.float64)
-    b = dequantize(ref_t[t.name].data, ref_t[t.name].tensor_type).astype(np.float64)
-    num += float(((a - b) ** 2).sum()); den += float((b ** 2).sum())
-print(json.dumps({
-    "types": dict(Counter(t.tensor_type.name for t in r.tensors)),
-    "file_type": int(r.fields["general.file_type"].contents()),
-    "template": r.fields["tokenizer.chat_template"].contents(),
-    "keys": sorted(k for k in r.fields if not k.startswith("GGUF.")),
-    "ref_keys": sorted(k for k in ref.fields if not k.startswith("GGUF.")),
-    "rel_rms": (num / den) ** 0.5,
-}))
+ref_keys = sorted(k for k in ref.fields if not k.startswith("GGUF."))
+out = {}
+for path in sys.argv[1:]:
+    r = ref if path == sys.argv[1] else GGUFReader(path)
+    num = den = 0.0
+    for t in r.tensors:
+        if len(t.shape) < 2 or not t.name.startswith(("blk.0.", "blk.4.")):
+            continue
+        a = dequantize(t.data, t.tensor_type).astype(np.float64)
+        b = dequantize(ref_t[t.name].data, ref_t[t.name].tensor_type).astype(np.float64)
+        num += float(((a - b) ** 2).sum()); den += float((b ** 2).sum())
+    out[path] = {
+        "types": dict(Counter(t.tensor_type.name for t in r.tensors)),
+        "file_type": int(r.fields["general.file_type"].contents()),
+        "template": r.fields["tokenizer.chat_template"].contents(),
+        "same_keys": sorted(k for k in r.fields if not k.startswith("GGUF.")) == ref_keys,
+        "rel_rms": (num / den) ** 0.5,
+    }
+print(json.dumps(out))
 """
 
 
-def inspect(layout: Layout, scheme: str) -> dict[str, Any]:
+def inspect(layout: Layout, schemes: list[str]) -> list[dict[str, Any]]:
+    paths = [str(gguf_file(layout, s)) for s in ["f16", *schemes]]
     out = subprocess.run(
-        [
-            str(venv_python(layout.llamacpp_venv)),
-            "-c",
-            INSPECT,
-            str(gguf_file(layout, scheme)),
-            str(gguf_file(layout, "f16")),
-        ],
+        [str(venv_python(layout.llamacpp_venv)), "-c", INSPECT, *paths],
         capture_output=True,
         text=True,
         check=True,
         timeout=600,
     )
-    return json.loads(out.stdout)
+    data = json.loads(out.stdout)
+    return [data[p] for p in paths]
 
 
 def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
@@ -84,7 +84,7 @@ def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
     local.prepare_llamacpp(["q8_0", "q4_k_m"])  # minutes the first time, then markers
     assert local.prepare_llamacpp(["q8_0", "q4_k_m", "q8_0-kv"]) == {}
     layout = Layout.current()
-    f16, q8, q4 = (inspect(layout, s) for s in ("f16", "q8_0", "q4_k_m"))
+    f16, q8, q4 = inspect(layout, ["q8_0", "q4_k_m"])
     # general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_F16 = 1, _Q8_0 = 7, _Q4_K_M = 15.
     assert [d["file_type"] for d in (f16, q8, q4)] == [1, 7, 15]
     assert set(f16["types"]) == {"F16", "F32"}
@@ -93,7 +93,7 @@ def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
     assert f16["types"]["F32"] == q8["types"]["F32"] == q4["types"]["F32"]  # norms untouched
     for d in (f16, q8, q4):
         assert "<|im_start|>" in d["template"]
-        assert d["keys"] == d["ref_keys"]
+        assert d["same_keys"]
     assert f16["rel_rms"] == 0.0
     # 8-bit blocks keep the weights within a fraction of a percent; 4-5-bit ones lose more.
     assert 0 < q8["rel_rms"] < 0.01 < q4["rel_rms"] < 0.2
