@@ -175,6 +175,11 @@ def llamacpp_endpoints() -> Iterator[object]:
     if os.environ.get("EVALSVC_TEST_LLAMACPP") == "0":
         pytest.skip("EVALSVC_TEST_LLAMACPP=0")
     from evalsvc import local
+    from evalsvc.local._host import unsupported_reason
+
+    reason = unsupported_reason("f16")
+    if reason is not None:
+        pytest.skip(reason)
 
     before = local.status("llamacpp")
     timeout = float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500"))

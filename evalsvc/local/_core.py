@@ -153,6 +153,9 @@ def _ensure_up_llamacpp(candidates: Iterable[str] | str | None, timeout: float) 
         candidates = llamacpp.DEFAULT_CANDIDATES
     items = candidates.split(",") if isinstance(candidates, str) else candidates
     names = llamacpp.validate_candidates(items)
+    reason = unsupported_reason(llamacpp.BASELINE)
+    if reason is not None:
+        raise LocalError(f"llama.cpp cannot serve on this host: {reason}")
     layout = Layout.current()
     layout.home.mkdir(parents=True, exist_ok=True)
     specs = [llamacpp.build_spec(layout, n) for n in (llamacpp.BASELINE, *names)]

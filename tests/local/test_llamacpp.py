@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import evalsvc.local as local
 from evalsvc.cli.local import app
-from evalsvc.local import _core, _gguf_quant, _llamacpp, _prepare, _serve
+from evalsvc.local import _core, _gguf_quant, _host, _llamacpp, _prepare, _serve
 from evalsvc.local._errors import UnknownCandidateError
 from evalsvc.local._paths import Layout
 from tests.local.test_local import FAKE_SERVER, home, spec  # noqa: F401  (fixture)
@@ -49,6 +49,13 @@ def test_use_more_bits_matches_llama_cpp_for_30_layers() -> None:
 )
 def test_q4_k_m_type_choice(name: str, n_per_row: int, has_output: bool, expected: GQ) -> None:
     assert _gguf_quant.q4_k_m_type(name, n_per_row, 30, has_output, GQ) is expected
+
+
+def test_llamacpp_names_known_to_the_host_rules() -> None:
+    assert frozenset(_llamacpp.NAMES) == _host.LLAMACPP_NAMES
+    assert _host.unsupported_reason("f16", frozenset({"sse2", "avx"})) is not None
+    assert _host.unsupported_reason("q8_0-kv", frozenset({"sse2", "avx", "avx2"})) is None
+    assert _host.unsupported_reason("f16", frozenset({"asimd"})) is None  # not x86: no rule
 
 
 def test_llamacpp_spec(tmp_path: Path) -> None:
