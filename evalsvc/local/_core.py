@@ -125,7 +125,7 @@ def ensure_up(
     ``supported_candidates``), or when a step fails or a server does not become healthy in
     ``timeout`` seconds (after printing its log tail to stderr and stopping what this call
     started). ``engine="llamacpp"`` serves the GGUF baseline ``f16`` and ``llamacpp.CANDIDATES``
-    with llama.cpp instead (no host restriction: its CPU build runs on any x86-64 with AVX2).
+    with llama.cpp instead (no AVX-512 needed; refused at once on an x86 CPU without AVX2).
     """
     if _check_engine(engine) == llamacpp.ENGINE:
         return _ensure_up_llamacpp(candidates, timeout)
