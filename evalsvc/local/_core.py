@@ -170,7 +170,9 @@ def _ensure_up_llamacpp(candidates: Iterable[str] | str | None, timeout: float) 
     )
 
 
-def prepare_llamacpp(candidates: Iterable[str] | str = llamacpp.DEFAULT_CANDIDATES) -> dict[str, float]:
+def prepare_llamacpp(
+    candidates: Iterable[str] | str = llamacpp.DEFAULT_CANDIDATES,
+) -> dict[str, float]:
     """Prepare (without serving) the llama.cpp venv and the GGUFs of ``f16`` and these
     candidates; returns the seconds taken by each step that actually ran."""
     items = candidates.split(",") if isinstance(candidates, str) else candidates

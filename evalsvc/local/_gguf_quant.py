@@ -147,7 +147,8 @@ def main() -> int:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    print(f"wrote {args.out} ({args.scheme}): tensor types {dict(sorted(counts.items()))}", flush=True)
+    types = dict(sorted(counts.items()))
+    print(f"wrote {args.out} ({args.scheme}): tensor types {types}", flush=True)
     return 0
 
 
