@@ -58,6 +58,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # reads the group before any modifyitems hook of ours.
     if _needs_endpoints(item):
         item.add_marker(pytest.mark.xdist_group("local-endpoints"))
+    # Likewise the llama.cpp servers: one worker starts, uses and stops them.
+    if "llamacpp_endpoints" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
 
 
 def _xdist_worker() -> bool:
