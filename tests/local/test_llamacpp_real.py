@@ -9,9 +9,11 @@ Servers: the ``f16`` baseline and the ``q8_0-kv`` candidate (tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,12 @@ import pytest
 
 import evalsvc.local as local
 from evalsvc.domain import EndpointRef, RunOptions, Sample
+from evalsvc.local import _llamacpp
+from evalsvc.local._errors import LocalError
 from evalsvc.local._llamacpp import gguf_file
 from evalsvc.local._paths import Layout, venv_python
+from evalsvc.local._serve import ensure_running
+from evalsvc.local._state import load_state
 from evalsvc.runner import CapabilityError, execute
 from evalsvc.runner._runner import check_capabilities, probe_all
 from evalsvc.suites import Suite, SuiteSpec, suite_kinds
@@ -195,3 +201,23 @@ def test_a_refused_suite_sends_nothing(llamacpp_endpoints: Any) -> None:
     drift = next(s for s in catalog() if isinstance(s, Suite) and s.name == "drift-smoke")
     with pytest.raises(CapabilityError, match="needs prompt_logprobs"):
         _run(llamacpp_endpoints, [drift])
+
+
+def test_a_broken_gguf_fails_fast_with_its_cause(
+    llamacpp_endpoints: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real launcher pointed at a file that is not a GGUF: the server exits at once, and
+    the error names llama.cpp's cause; nothing is left recorded."""
+    real = Layout.current()
+    monkeypatch.setenv("EVALSVC_HOME", str(tmp_path / "home"))
+    home = Layout.current()
+    spec = _llamacpp.build_spec(home, "f16")
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_text("not a GGUF\n")
+    argv = [str(venv_python(real.llamacpp_venv)), *spec.argv[1:]]
+    argv[2] = str(bogus)
+    started = time.monotonic()
+    with pytest.raises(LocalError, match="f16 died during startup.*Failed to init server"):
+        ensure_running(home, [dataclasses.replace(spec, argv=tuple(argv))], timeout=120)
+    assert time.monotonic() - started < 60
+    assert load_state(home.state_file).servers == {}
