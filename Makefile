@@ -36,10 +36,11 @@ browser:
 test: install browser
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The inner loop: no endpoint (no vLLM server is started), no browser, nothing marked slow.
+# The inner loop: no endpoint (no vLLM or llama.cpp server is started), no browser, nothing
+# marked slow.
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
-	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not slow and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not llamacpp and not slow and not browser" $(PYTEST_ARGS)
 
 # The endpoint tests alone, on any host (on AVX2-only hosts `make test` skips them: the emulated
 # bf16 baseline is too slow for one session; tests/conftest.py says why).

@@ -14,6 +14,11 @@
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
 - Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
+- ``llamacpp_endpoints``: the real local llama.cpp endpoints (``f16`` baseline, ``q8_0-kv``
+  candidate), prepared and started once per session through ``ensure_up(engine="llamacpp")``
+  and stopped at the end unless they were already running. No CPU gate: llama.cpp's CPU build
+  serves SmolLM2-135M on an AVX2-only host within the tests' budget (docs/local-endpoints.md);
+  tests using it are marked ``llamacpp`` and ``EVALSVC_TEST_LLAMACPP=0`` skips them.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # reads the group before any modifyitems hook of ours.
     if _needs_endpoints(item):
         item.add_marker(pytest.mark.xdist_group("local-endpoints"))
+    # Likewise the llama.cpp servers: one worker starts, uses and stops them.
+    if "llamacpp_endpoints" in getattr(item, "fixturenames", ()):
+        item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
 
 
 def _xdist_worker() -> bool:
@@ -127,7 +135,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if _bg.get("before") is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
         from evalsvc import local
 
-        local.down()
+        local.down("vllm")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -158,7 +166,30 @@ def local_endpoints() -> Iterator[object]:
     # Stop the servers only if this session started them all (a developer's own `evalsvc local
     # up` is left running); `down` stops exactly the PIDs in the state file.
     if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
-        local.down()
+        local.down("vllm")
+
+
+LLAMACPP_TEST_CANDIDATES = ("q8_0-kv",)
+
+
+@pytest.fixture(scope="session")
+def llamacpp_endpoints() -> Iterator[object]:
+    """The real llama.cpp baseline and ``q8_0-kv`` candidate (two servers, one thread each)."""
+    if os.environ.get("EVALSVC_TEST_LLAMACPP") == "0":
+        pytest.skip("EVALSVC_TEST_LLAMACPP=0")
+    from evalsvc import local
+    from evalsvc.local._host import unsupported_reason
+
+    reason = unsupported_reason("f16")
+    if reason is not None:
+        pytest.skip(reason)
+
+    before = local.status("llamacpp")
+    timeout = float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500"))
+    endpoints = local.ensure_up(LLAMACPP_TEST_CANDIDATES, engine="llamacpp", timeout=timeout)
+    yield endpoints
+    if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
+        local.down("llamacpp")
 
 
 @pytest.fixture

