@@ -1,5 +1,6 @@
-"""The CLI around the API, in real subprocesses: ``evalsvc compare --server`` (the existing REST
-client) against a real server and a real worker; ``evalsvc tokens`` and ``evalsvc api serve``."""
+"""The CLI around the API: ``evalsvc compare --server`` (the existing REST client, run in this
+process) against a real server and a real worker; ``evalsvc tokens`` and ``evalsvc api serve`` in
+real subprocesses."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.scheduler import Executor, Worker
+from tests.fixtures.cli import run_cli
 from tests.fixtures.db import REPO_ROOT
 
 from .conftest import Api
@@ -58,7 +60,7 @@ def evalsvc(
 @pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1)])
 def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
     with background_worker(api.db_url, make_executor(verdict)):
-        result = evalsvc(
+        result = run_cli(
             "compare",
             BASE,
             CAND,
@@ -86,6 +88,7 @@ def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
 
 def test_compare_server_refusals(api: Api) -> None:
     token = {"EVALSVC_TOKEN": api.tokens["submit"]}
+    evalsvc = run_cli  # the command in this process: only what it refuses is under test
     unknown = evalsvc(
         "compare", BASE, CAND, "--suite", "no-such-suite", "--server", api.base_url, env=token
     )

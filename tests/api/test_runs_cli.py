@@ -1,5 +1,6 @@
-"""``evalsvc runs ...`` and ``evalsvc compare --server`` interrupted, in real subprocesses
-against a real API server and store (SQLite and PostgreSQL), with a real worker thread.
+"""``evalsvc runs ...`` (the real command in this process: ``tests/fixtures/cli.py``) and
+``evalsvc compare --server`` interrupted (real subprocesses, signalled) against a real API server
+and store (SQLite and PostgreSQL), with a real worker thread.
 
 The worker's executor completes runs without model endpoints (``tests/api/executors.py``): these
 tests are about the views over stored runs, not about scoring.
@@ -21,11 +22,12 @@ import pytest
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus
 from evalsvc.services import history
 from tests.cli.test_compare import check_schema
+from tests.fixtures.cli import run_cli as evalsvc
 from tests.fixtures.db import REPO_ROOT
 
 from .conftest import Api
 from .executors import make_executor
-from .test_cli import BASE, CAND, background_worker, evalsvc
+from .test_cli import BASE, CAND, background_worker
 
 
 def _submit(api: Api, verdict: str = "pass") -> str:

@@ -8,14 +8,16 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.cli import run_cli
+
 from .conftest import Api
-from .test_cli import BASE, CAND, evalsvc
+from .test_cli import BASE, CAND
 
 _URL = "http://127.0.0.1:9003/v1"
 
 
 def _cli(api: Api, *args: str) -> Any:
-    return evalsvc(*args, "--database-url", api.db_url)
+    return run_cli(*args, "--database-url", api.db_url)
 
 
 @pytest.mark.parametrize(
