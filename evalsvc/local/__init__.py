@@ -25,8 +25,11 @@ from ._core import (
     down,
     ensure_up,
     prepare,
+    recorded_names,
     server_info,
+    start_command,
     status,
+    stop_servers,
     supported_candidates,
 )
 from ._errors import LocalError, UnknownCandidateError
@@ -46,8 +49,11 @@ __all__ = [
     "ensure_up",
     "home_dir",
     "prepare",
+    "recorded_names",
     "server_info",
     "served_model_name",
+    "start_command",
     "status",
+    "stop_servers",
     "supported_candidates",
 ]
