@@ -205,7 +205,7 @@ def _start_sweep(home: Path, baseline: str, tmp: Path) -> subprocess.Popen[str]:
 
 def _wait_launched(home: Path, proc: subprocess.Popen[str], timeout: float = 120) -> int:
     """Pid of the server the sweep launched, once it is recorded and healthy."""
-    state = home / "state.json"
+    state = home / "local-state.json"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
