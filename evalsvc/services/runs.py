@@ -193,7 +193,9 @@ def compare(
     ``reuse_baseline_from`` (a run id, ``evalsvc sweep``): that run's error-free baseline samples
     are copied into this run first, so the runner skips those items on the baseline (as for a
     resumed run) and every candidate is gated against the very same baseline samples; the spec
-    must plan the same items (same suites and seed). Raises ``UsageError`` before anything is recorded when the suites are invalid; raises
+    must plan the same items (same suites and seed).
+
+    Raises ``UsageError`` before anything is recorded when the suites are invalid; raises
     ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
     """
     suites = load_suites(spec)

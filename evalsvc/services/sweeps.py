@@ -421,7 +421,7 @@ def run_sweep(
             reap_orphans(log)
             if spec.baseline == "local":
                 base_url = local.ensure_up([], timeout=spec.health_timeout_s).baseline
-                base_model = local.served_model_name(local.BASELINE)
+                base_model: str | None = local.served_model_name(local.BASELINE)
             else:
                 base_url, base_model = spec.baseline, spec.baseline_model
             baseline = EndpointRef(url=base_url, model=base_model)

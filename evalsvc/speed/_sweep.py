@@ -130,7 +130,7 @@ async def measure_point(make_send: MakeSend, rate: float, cfg: SweepConfig, k: i
     offsets = arrival_offsets(
         cfg.requests, rate, arrival=cfg.arrival, burstiness=cfg.burstiness, seed=cfg.seed * 1009 + k
     )
-    records = await open_loop(make_send(f"p{k}"), offsets)
+    records = await open_loop(make_send(f"p{k}"), offsets.tolist())
     summary = summarize(records, cfg.slo)
     achieved, offered = summary.get("achieved_rps"), summary.get("offered_rps")
     saturated = bool(

@@ -3,7 +3,6 @@ against a real loopback server whose saturation rate is known in advance."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 
 import numpy as np
