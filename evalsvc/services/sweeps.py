@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from evalsvc import local
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
-from evalsvc.endpoints import EndpointClient
+from evalsvc.endpoints import EndpointClient, probe
 from evalsvc.services.runs import UsageError, compare
 from evalsvc.speed import (
     Outcome,
@@ -274,9 +274,17 @@ async def measure_capacity(
         "baseline": EndpointClient(baseline, concurrency=1024, retries=0),
         "candidate": EndpointClient(candidate, concurrency=1024, retries=0),
     }
+    kv: dict[str, Any] = {}
     try:
-        for ref, client in ((baseline, clients["baseline"]), (candidate, clients["candidate"])):
-            client.model = await _model_of(client, ref.model)
+        for role, ref in (("baseline", baseline), ("candidate", candidate)):
+            client = clients[role]
+            try:  # the probe names the model and reads the KV capacity (vLLM's /metrics)
+                prov = await probe(client)
+                kv[f"{role}_tokens"] = prov.kv_capacity_tokens
+                kv[f"{role}_kv_dtype"] = prov.kv_cache_dtype
+            except Exception:  # noqa: BLE001 - capacity can be measured without the probe
+                kv[f"{role}_tokens"] = None
+            client.model = await _model_of(client, ref.model or client.model)
         async def measure(role: str, rep: int) -> dict[str, Any]:
             client = clients[role]
 
@@ -308,7 +316,10 @@ async def measure_capacity(
         requests_per_point=speed.requests,
     )
     sat = {r: [e["saturation_rps"] for e in results[r]] for r in results}
+    if kv.get("baseline_tokens") and kv.get("candidate_tokens"):
+        kv["ratio"] = kv["candidate_tokens"] / kv["baseline_tokens"]
     return {
+        "kv_capacity": kv,
         "slo": cfg.slo.to_dict(),
         "slo_text": cfg.slo.describe(),
         "order": order,
@@ -540,8 +551,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"**Recommendation: {rec['config'] or 'none'}** — {rec['reason']}.",
         "",
         "| Configuration | Status | Quality verdict | Worst quality Δ [CI] | Capacity at SLO "
-        "(baseline / candidate, req/s, medians) | Capacity ratio [CI] | Frontier |",
-        "|---|---|---|---|---|---|---|",
+        "(baseline / candidate, req/s, medians) | Capacity ratio [CI] | KV capacity | Frontier |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in report["configs"]:
         q = c.get("quality") or {}
@@ -558,8 +569,10 @@ def markdown(report: dict[str, Any]) -> str:
         caps = (f"{_fmt(cap.get('baseline_median'))} / {_fmt(cap.get('candidate_median'))}"
                 if cap else "—")
         status = c["status"] + (f": {c['error']}" if c.get("error") else "")
+        kv = ((c.get("speed") or {}).get("kv_capacity") or {}).get("ratio")
         lines.append(
             f"| {c['name']} | {status} | {q.get('verdict') or '—'} | {qtext} | {caps} | {rtext} | "
+            f"{'—' if kv is None else f'×{kv:.2f}'} | "
             f"{'yes' if c['name'] in report['frontier'] else ''} |"
         )
     lines.append("")
