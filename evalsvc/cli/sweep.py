@@ -4,7 +4,8 @@ Contract: builds an ``evalsvc.services.sweeps.SweepSpec`` from ``--spec FILE`` (
 flags (flags win), runs it through ``evalsvc.services.sweeps.run_sweep``, prints the Markdown
 report on stdout (progress on stderr) and writes ``--json`` / ``--markdown`` files. Exit status:
 0 a configuration is recommended; 1 none passes every gate (or none could be measured);
-2 bad input; 4 the baseline could not be started or the store is unusable.
+2 bad input; 4 the baseline could not be started, the store is unusable, or the sweep was
+interrupted (Ctrl-C, SIGTERM; what it launched is stopped first).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ def sweep(
     except local.LocalError as exc:
         raise die(str(exc), exc.exit_code) from exc
     except KeyboardInterrupt as exc:
-        raise die("sweep interrupted; everything it launched was stopped", 130) from exc
+        raise die("sweep interrupted; everything it launched was stopped", 4) from exc
     text = sweeps.markdown(report)
     if json_out is not None:
         json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
