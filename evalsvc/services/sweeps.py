@@ -45,7 +45,7 @@ from evalsvc import local
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.endpoints import EndpointClient, probe
-from evalsvc.services.runs import UsageError, compare
+from evalsvc.services.runs import UsageError, compare, load_suites
 from evalsvc.speed import (
     Outcome,
     Send,
@@ -417,6 +417,9 @@ def run_sweep(
 ) -> dict[str, Any]:
     """Run the sweep; see the module contract. Raises ``UsageError`` for bad input before
     anything starts and ``local.LocalError`` when the baseline cannot be started."""
+    if spec.suites:  # unknown suites or bad YAML are refused before anything starts
+        placeholder = EndpointRef(url="http://127.0.0.1/v1")
+        load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites))
     for c in spec.configs:  # every template renders before anything starts
         if c.kind == "command":
             render_command(c.command or spec.command_template or "", c.params, c.name)

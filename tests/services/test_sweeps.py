@@ -264,3 +264,17 @@ def test_sigkilled_sweep_leaves_nothing_after_local_down_or_the_next_sweep(
     proc.wait(timeout=10)
     assert sweeps.reap_orphans(lambda _m: None) != []
     assert dead(pid)
+
+
+def test_bad_input_is_refused_before_anything_starts(home: Path, store: Store) -> None:
+    cfg = [ConfigSpec(name="x", kind="command", params={"service_ms": "5", "extra": ""})]
+    with pytest.raises(UsageError):
+        sweeps.run_sweep(SweepSpec(baseline="http://127.0.0.1:9/v1", command_template=TEMPLATE,
+                                   configs=cfg, suites=["no-such-suite"]), store=store)
+    with pytest.raises(UsageError, match="unknown local configuration"):
+        sweeps.run_sweep(SweepSpec(baseline="http://127.0.0.1:9/v1",
+                                   configs=[ConfigSpec(name="w9a9", kind="local")]), store=store)
+    with pytest.raises(UsageError, match="needs {service_ms}"):
+        sweeps.run_sweep(SweepSpec(baseline="http://127.0.0.1:9/v1", command_template=TEMPLATE,
+                                   configs=[ConfigSpec(name="y", kind="command")]), store=store)
+    assert local.recorded_names() == []  # nothing was launched
