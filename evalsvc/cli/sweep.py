@@ -2,7 +2,7 @@
 
 Contract: builds an ``evalsvc.services.sweeps.SweepSpec`` from ``--spec FILE`` (YAML) and/or
 flags (flags win), runs it through ``evalsvc.services.sweeps.run_sweep``, prints the Markdown
-report on stdout (progress on stderr) and writes ``--json`` / ``--markdown`` files. Exit status:
+report on stdout (progress on stderr) and writes ``--json`` / ``--markdown`` / ``--svg`` files. Exit status:
 0 a configuration is recommended; 1 none passes every gate (or none could be measured);
 2 bad input; 4 the baseline could not be started, the store is unusable, or the sweep was
 interrupted (Ctrl-C, SIGTERM; what it launched is stopped first).
@@ -83,6 +83,10 @@ def sweep(
     markdown_out: Annotated[
         Path | None, typer.Option("--markdown", help="Write the Markdown here.")
     ] = None,
+    svg_out: Annotated[
+        Path | None,
+        typer.Option("--svg", help="Write the quality Δ vs capacity scatter (SVG) here."),
+    ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Gate and speed-measure a grid of serving configurations against one baseline."""
@@ -160,5 +164,9 @@ def sweep(
         json_out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     if markdown_out is not None:
         markdown_out.write_text(text + "\n", encoding="utf-8")
+    if svg_out is not None:
+        from evalsvc.services.sweep_plot import scatter_svg
+
+        svg_out.write_text(scatter_svg(report) + "\n", encoding="utf-8")
     typer.echo(text)
     raise typer.Exit(0 if report["recommendation"]["config"] else 1)

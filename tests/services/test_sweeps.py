@@ -278,3 +278,38 @@ def test_bad_input_is_refused_before_anything_starts(home: Path, store: Store) -
         sweeps.run_sweep(SweepSpec(baseline="http://127.0.0.1:9/v1", command_template=TEMPLATE,
                                    configs=[ConfigSpec(name="y", kind="command")]), store=store)
     assert local.recorded_names() == []  # nothing was launched
+
+
+def test_scatter_draws_both_intervals_the_frontier_and_the_recommendation() -> None:
+    import xml.etree.ElementTree as ET
+
+    from evalsvc.services.sweep_plot import scatter_svg
+
+    def cfg(name: str, ratio: float | None, qd: float | None) -> dict[str, Any]:
+        cap = {"ratio": ratio, "ci": [ratio * 0.9, ratio * 1.1] if ratio else None}
+        return {"name": name, "status": "measured", "speed": {"capacity": cap},
+                "quality_delta": qd, "quality_ci": [qd - 0.01, qd + 0.01] if qd is not None
+                else None}
+
+    report = {
+        "configs": [cfg("a", 1.2, 0.0), cfg("b<x>", 1.9, -0.01), cfg("c", 1.5, -0.02),
+                    cfg("d", None, -0.03)],
+        "frontier": ["a", "b<x>"],
+        "recommendation": {"config": "b<x>"},
+    }
+    svg = scatter_svg(report)
+    root = ET.fromstring(svg)  # well-formed, names escaped
+    ns = "{http://www.w3.org/2000/svg}"
+    groups = root.findall(f"{ns}g")
+    assert [g.get("data-name") for g in groups] == ["a", "b<x>", "c"]
+    for g in groups:
+        assert g.find(f"{ns}line[@class='xci']") is not None
+        assert g.find(f"{ns}line[@class='yci']") is not None
+    b = groups[1]
+    xci = b.find(f"{ns}line[@class='xci']")
+    assert xci is not None and float(xci.get("x1", 0)) < float(xci.get("x2", 0))
+    assert b.find(f"{ns}circle[@class='recommended']") is not None
+    frontier = root.find(f"{ns}polyline[@class='frontier']")
+    assert frontier is not None and len(frontier.get("points", "").split()) == 2
+    missing = root.find(f"{ns}text[@class='missing']")
+    assert missing is not None and "d (measured, no capacity ratio)" in (missing.text or "")
