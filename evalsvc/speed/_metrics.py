@@ -9,7 +9,8 @@ share of *all* sent requests that met it, so errors count against it.
 
 **Achieved rate** is the completion rate between the first and the last completion,
 ``(n_ok − 1) / (last end − first end)``; **offered rate** is the realised arrival rate,
-``(n − 1) / (last scheduled − first scheduled)``. Below saturation completions mirror arrivals and
+``(n − 1) / (last send − first send)`` (``scheduled_rps`` is the draw's own rate and
+``send_lag_max_s`` how far the sender fell behind it). Below saturation completions mirror arrivals and
 the two agree whatever the randomness of one draw; at saturation the server is busy throughout
 and the achieved rate is its service rate.
 """
@@ -95,8 +96,13 @@ def summarize(records: Sequence[RequestRecord], slo: Slo | None = None) -> dict[
     out: dict[str, Any] = {"n": n, "n_ok": len(ok), "n_errors": n - len(ok)}
     out["error_rate"] = (n - len(ok)) / n if n else 0.0
     if n >= 2:
-        span = max(r.t_sched for r in records) - min(r.t_sched for r in records)
+        # Offered = what the endpoint was sent: actual send times, so a load generator that fell
+        # behind its schedule (a starved event loop) is not mistaken for a saturated endpoint.
+        span = max(r.t_start for r in records) - min(r.t_start for r in records)
         out["offered_rps"] = (n - 1) / span if span > 0 else None
+        sched = max(r.t_sched for r in records) - min(r.t_sched for r in records)
+        out["scheduled_rps"] = (n - 1) / sched if sched > 0 else None
+        out["send_lag_max_s"] = max(r.t_start - r.t_sched for r in records)
     if not ok:
         return out
     dur = _duration(ok)

@@ -76,7 +76,8 @@ def test_goodput_and_attainment_against_known_latencies() -> None:
     assert s["e2e_s"]["p99"] == pytest.approx(np.percentile([0.6, 0.5, 1.15, 0.25, 0.01], 99))
     # Five good requests ended at 0.6, 1.5, 3.15, 3.25, 5.01: four gaps over 4.41 s.
     assert s["achieved_rps"] == pytest.approx(4 / (5.01 - 0.6))
-    assert s["offered_rps"] == pytest.approx(5 / 5.0)
+    assert s["offered_rps"] == pytest.approx(5 / 5.0)  # rec() sends exactly on schedule
+    assert s["scheduled_rps"] == pytest.approx(5 / 5.0) and s["send_lag_max_s"] == 0.0
     # Only TTFT bound: request 2 now meets it.
     assert summarize(records, Slo(ttft_ms=200))["slo_attainment"] == pytest.approx(4 / 6)
 
@@ -169,8 +170,10 @@ async def test_rate_sweep_finds_the_known_saturation_rate(queue_server: str) -> 
         result = await rate_sweep(lambda tag: client_send(client, tag), cfg)
     finally:
         await client.aclose()
-    assert result.stop_reason.startswith("saturated"), result.stop_reason
-    assert result.saturation_rps == pytest.approx(20.0, rel=0.10)
+    seen = [(p.rate, p.summary.get("offered_rps"), p.summary.get("achieved_rps"),
+             p.summary.get("send_lag_max_s")) for p in result.points]
+    assert result.stop_reason.startswith("saturated"), (result.stop_reason, seen)
+    assert result.saturation_rps == pytest.approx(20.0, rel=0.10), seen
     # Saturation is judged against the realised arrival rate of the point's draw.
     assert result.points[-1].summary["offered_rps"] > 20.0
     below = [p for p in result.points if p.summary["offered_rps"] < 0.8 * 20]
