@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import math
 import os
+import random
 import re
 import shlex
 import signal
@@ -244,8 +245,6 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def _prompts(seed: int, count: int, chars: int) -> list[str]:
-    import random
-
     text = (Path(catalog_dir()) / "data" / "haystack.txt").read_text(encoding="utf-8")
     while len(text) < 2 * chars:
         text += "\n\n" + text
