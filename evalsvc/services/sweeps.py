@@ -329,6 +329,13 @@ async def measure_capacity(
     }
 
 
+def _port_base() -> int:
+    """Launched servers search for a free port from a base of this process's own (20000-59990),
+    clear of the local servers' 8100 and unlikely to race a concurrent sweep for the same port
+    between the free-port check and the server's bind."""
+    return 20000 + (os.getpid() % 4000) * 10
+
+
 def _fmt(v: float | None, digits: int = 3) -> str:
     return "—" if v is None else f"{v:.{digits}g}"
 
@@ -469,7 +476,7 @@ def _one_config(
             entry["command"] = argv
             launched.append(server_name)
             info = local.start_command(server_name, argv, health_path=cfg.health_path,
-                                       timeout=spec.health_timeout_s)
+                                       timeout=spec.health_timeout_s, port_base=_port_base())
             url, model = info.url, cfg.model
             entry["log"] = info.log
         else:

@@ -84,7 +84,7 @@ def test_command_template_renders_and_refuses_bad_templates() -> None:
 
 def test_command_template_launcher_starts_and_stops_a_real_server(home: Path) -> None:
     argv = sweeps.render_command(TEMPLATE, {"service_ms": "5", "extra": ""}, "t")
-    info = local.start_command("sweep-test-t", argv, timeout=30)
+    info = local.start_command("sweep-test-t", argv, timeout=30, port_base=free_port())
     try:
         assert info.healthy and info.url.endswith("/v1")
         assert httpx.get(info.url.removesuffix("/v1") + "/health").status_code == 200
