@@ -310,9 +310,11 @@ async def measure_capacity(
     order = [{"role": role, "repetition": rep} for role, rep, _ in runs]
     results = {r: [e for role, _, e in runs if role == r] for r in ("baseline", "candidate")}
     caps = {r: [e["capacity_rps"] for e in results[r]] for r in results}
+    upper = {r: [e["capacity_upper_rps"] for e in results[r]] for r in results}
     ratio = compare_repetitions(
         caps["baseline"], caps["candidate"], confidence=speed.confidence,
-        requests_per_point=speed.requests,
+        requests_per_point=speed.requests, baseline_upper=upper["baseline"],
+        candidate_upper=upper["candidate"],
     )
     sat = {r: [e["saturation_rps"] for e in results[r]] for r in results}
     if kv.get("baseline_tokens") and kv.get("candidate_tokens"):
@@ -323,6 +325,7 @@ async def measure_capacity(
         "slo_text": cfg.slo.describe(),
         "order": order,
         "capacity_rps": caps,
+        "capacity_upper_rps": upper,
         "saturation_rps": sat,
         "capacity": ratio.to_dict(),
         "sweeps": results,
@@ -573,6 +576,8 @@ def markdown(report: dict[str, Any]) -> str:
         )
         if cap.get("ratio") is not None:
             rtext = f"×{cap['ratio']:.2f} [{cap['ci'][0]:.2f}, {cap['ci'][1]:.2f}]"
+            if cap.get("resolution_limited"):
+                rtext += " (CI: rate-grid resolution)"
         else:
             rtext = f"— ({cap['reason']})" if cap.get("reason") else "—"
         caps = (f"{_fmt(cap.get('baseline_median'))} / {_fmt(cap.get('candidate_median'))}"

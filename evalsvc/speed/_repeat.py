@@ -11,6 +11,12 @@ repetitions, not the spread between requests of one load, is what the interval r
 of each side are reported beside it. No ratio when there are fewer than ``MIN_BLOCKS`` blocks,
 when a measurement has fewer than ``MIN_REQUESTS`` requests per point, or when a value is missing
 or zero (the reason is given instead).
+
+Capacity is read off a grid of rates, so a measurement only brackets it: [capacity, first rate
+that failed). When repetitions land on the same rungs their spread is zero and the t-interval
+collapses to a point, overstating the precision; given the brackets (``*_upper``), the interval
+is widened to at least the ratio's bracket from the medians, [median c / median upper b,
+median upper c / median b], and ``resolution_limited`` says so.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ class RatioEstimate:
     blocks: int
     block_ratios: list[float]
     reason: str | None = None
+    resolution_limited: bool = False
+    """The interval is the rate grid's bracket, wider than the repetitions' t-interval."""
     """Why no ratio is reported (``ratio`` is None then)."""
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,6 +82,7 @@ class RatioEstimate:
             "blocks": self.blocks,
             "block_ratios": self.block_ratios,
             "reason": self.reason,
+            "resolution_limited": self.resolution_limited,
         }
 
 
@@ -89,6 +98,8 @@ def compare_repetitions(
     confidence: float = 0.9,
     min_blocks: int = MIN_BLOCKS,
     requests_per_point: int | None = None,
+    baseline_upper: Sequence[float | None] | None = None,
+    candidate_upper: Sequence[float | None] | None = None,
 ) -> RatioEstimate:
     """Ratio candidate/baseline from ABBA measurements: ``baseline[2k], baseline[2k+1]`` and
     ``candidate[2k], candidate[2k+1]`` are block ``k``'s."""
@@ -119,4 +130,14 @@ def compare_repetitions(
     sem = float(arr.std(ddof=1)) / math.sqrt(blocks)
     half = float(stats.t.ppf(0.5 + confidence / 2, df=blocks - 1)) * sem
     est.ratio, est.ci_low, est.ci_high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+    if baseline_upper is not None and candidate_upper is not None:
+        ub, uc = _median(baseline_upper), _median(candidate_upper)
+        mb, mc = est.baseline_median, est.candidate_median
+        # A missing upper bound (no tested rate failed) leaves that side open: no widening there.
+        lo = mc / ub if mc is not None and ub else None
+        hi = uc / mb if uc is not None and mb else None
+        if lo is not None and lo < est.ci_low:
+            est.ci_low, est.resolution_limited = lo, True
+        if hi is not None and hi > est.ci_high:
+            est.ci_high, est.resolution_limited = hi, True
     return est

@@ -112,6 +112,9 @@ class SweepResult:
     saturation_rps: float | None
     """The achieved rate at the first saturated point: the endpoint's service rate."""
     max_achieved_rps: float | None
+    capacity_upper_rps: float | None = None
+    """The first tested rate that did not hold the SLO: the capacity lies in
+    [capacity_rps, capacity_upper_rps), the resolution of the rate grid."""
 
     def to_dict(self, with_records: bool = False) -> dict[str, Any]:
         return {
@@ -122,6 +125,7 @@ class SweepResult:
             "capacity_is_lower_bound": self.capacity_is_lower_bound,
             "saturation_rps": self.saturation_rps,
             "max_achieved_rps": self.max_achieved_rps,
+            "capacity_upper_rps": self.capacity_upper_rps,
         }
 
 
@@ -201,6 +205,7 @@ async def rate_sweep(
             break
         await run(math.sqrt(lo * hi))
     capacity, lower = capacity_at_slo(points)
+    upper = next((p.rate for p in sorted(points, key=lambda p: p.rate) if not p.slo_held), None)
     sat = next((p for p in sorted(points, key=lambda p: p.rate) if p.saturated), None)
     achieved = [a for p in points if (a := p.summary.get("achieved_rps")) is not None]
     return SweepResult(
@@ -211,4 +216,5 @@ async def rate_sweep(
         capacity_is_lower_bound=lower,
         saturation_rps=sat.summary.get("achieved_rps") if sat is not None else None,
         max_achieved_rps=max(achieved) if achieved else None,
+        capacity_upper_rps=upper,
     )

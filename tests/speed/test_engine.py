@@ -182,3 +182,21 @@ async def test_rate_sweep_finds_the_known_saturation_rate(queue_server: str) -> 
     # The SLO (TTFT ≤ 250 ms for 90%) holds at low load and fails before or at saturation.
     assert result.capacity_rps is not None and 8.0 <= result.capacity_rps < 20.0
     assert not result.capacity_is_lower_bound
+
+
+def test_identical_repetitions_get_the_rate_grids_bracket_not_a_point() -> None:
+    """Every repetition on the same rungs: the t-interval collapses; the bracket does not."""
+    est = compare_repetitions([10, 10, 10, 10], [20, 20, 20, 20],
+                              baseline_upper=[15, 15, 15, 15], candidate_upper=[30, 30, 30, 30])
+    assert est.ratio == pytest.approx(2.0)
+    assert est.resolution_limited
+    assert (est.ci_low, est.ci_high) == pytest.approx((20 / 15, 30 / 10))
+    # A candidate that never failed (no upper bound) leaves the interval open above: not widened.
+    open_top = compare_repetitions([10, 10, 10, 10], [20, 20, 20, 20],
+                                   baseline_upper=[15] * 4, candidate_upper=[None] * 4)
+    assert open_top.ci_low == pytest.approx(20 / 15) and open_top.ci_high == pytest.approx(2.0)
+    # Noisy repetitions whose t-interval is already wider keep it.
+    wide = compare_repetitions([10, 14, 9, 15], [20, 20, 30, 12],
+                               baseline_upper=[11, 15, 10, 16], candidate_upper=[21, 21, 31, 13])
+    t_only = compare_repetitions([10, 14, 9, 15], [20, 20, 30, 12])
+    assert wide.ci_low == pytest.approx(t_only.ci_low) and not wide.resolution_limited
