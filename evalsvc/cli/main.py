@@ -947,6 +947,7 @@ def _mount_optional() -> None:
     from evalsvc.cli.export import export
     from evalsvc.cli.runs import app as runs_app
     from evalsvc.cli.schedules import app as schedules_app
+    from evalsvc.cli.sweep import sweep
     from evalsvc.cli.tokens import app as tokens_app
     from evalsvc.cli.worker import worker
 
@@ -960,6 +961,7 @@ def _mount_optional() -> None:
     app.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
     app.command("worker")(worker)
     app.command("export")(export)
+    app.command("sweep")(sweep)
 
 
 _mount_optional()

@@ -30,8 +30,11 @@ from ._core import (
     ensure_up,
     prepare,
     prepare_llamacpp,
+    recorded_names,
     server_info,
+    start_command,
     status,
+    stop_servers,
     supported_candidates,
 )
 from ._errors import LocalError, UnknownCandidateError
@@ -53,8 +56,11 @@ __all__ = [
     "home_dir",
     "prepare",
     "prepare_llamacpp",
+    "recorded_names",
     "server_info",
     "served_model_name",
+    "start_command",
     "status",
+    "stop_servers",
     "supported_candidates",
 ]

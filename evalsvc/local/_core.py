@@ -231,3 +231,48 @@ def down(engine: str | None = None) -> None:
         info(f"stopped {rec.name} (pid {rec.pid}, port {rec.port})")
     if not stopped:
         info("no local servers were running")
+
+
+# ---------------------------------------------------------------------------- launched commands
+
+
+def start_command(
+    name: str,
+    argv: Iterable[str],
+    *,
+    health_path: str = "/health",
+    timeout: float = DEFAULT_TIMEOUT,
+    env: dict[str, str] | None = None,
+    port_base: int | None = None,
+) -> ServerInfo:
+    """Start a server from a user's command (``{port}`` is replaced by a free port) and wait for
+    ``health_path``; recorded in the state file like the built-in servers, so ``down()`` (and
+    ``evalsvc local down``) stops it even if the caller is killed. Raises ``LocalError`` (after
+    printing the log tail and stopping it) when it exits or is not healthy in ``timeout`` s.
+    ``port_base``: where the search for a free port starts (default: the local servers' 8100)."""
+    layout = Layout.current()
+    layout.home.mkdir(parents=True, exist_ok=True)
+    spec = ServerSpec(
+        name=name, role="candidate", argv=tuple(argv), env=dict(env or {}), health_path=health_path
+    )
+    with state_lock(layout.lock_file):
+        records = ensure_running(layout, [spec], timeout=timeout, port_base=port_base)
+    rec = records[name]
+    return ServerInfo(
+        **rec.model_dump(include=set(ServerInfo.model_fields) - {"alive", "healthy"}),
+        alive=True,
+        healthy=True,
+    )
+
+
+def stop_servers(names: Iterable[str]) -> list[str]:
+    """Stop these recorded servers (process group, SIGKILL after a grace) and forget them;
+    returns the names that were running."""
+    layout = Layout.current()
+    with state_lock(layout.lock_file):
+        return [rec.name for rec in stop_all(layout, names)]
+
+
+def recorded_names() -> list[str]:
+    """Names of every server in the state file, running or not."""
+    return sorted(load_state(Layout.current().state_file).servers)

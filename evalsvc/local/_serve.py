@@ -229,8 +229,10 @@ def ensure_running(
     *,
     timeout: float,
     prepare: Callable[[Sequence[ServerSpec]], None] | None = None,
+    port_base: int | None = None,
 ) -> dict[str, ServerRecord]:
-    """Make every spec a healthy running server; return their records by name."""
+    """Make every spec a healthy running server; return their records by name (new servers
+    get the lowest free port from ``port_base``, default ``BASE_PORT``)."""
     state = load_state(layout.state_file)
     ready: dict[str, ServerRecord] = {}
     waiting: dict[str, _Pending] = {}
@@ -258,7 +260,7 @@ def ensure_running(
         deadline = time.monotonic() + timeout
         for spec in to_launch:
             taken = {r.port for r in state.servers.values()}
-            port = choose_port(taken)
+            port = choose_port(taken, port_base)
             rec, proc = launch(layout, spec, port)
             state.servers[spec.name] = rec
             save_state(layout.state_file, state)  # recorded before waiting, so `down` can stop it

@@ -186,8 +186,14 @@ def compare(
     *,
     store: Store,
     progress: Progress | None = None,
+    reuse_baseline_from: str | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` in-process (``evalsvc compare``) and return the JSON report.
+
+    ``reuse_baseline_from`` (a run id, ``evalsvc sweep``): that run's error-free baseline samples
+    are copied into this run first, so the runner skips those items on the baseline (as for a
+    resumed run) and every candidate is gated against the very same baseline samples; the spec
+    must plan the same items (same suites and seed).
 
     Raises ``UsageError`` before anything is recorded when the suites are invalid; raises
     ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
@@ -200,6 +206,11 @@ def compare(
     owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
     lease = settings.lease_seconds
     run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
+    if reuse_baseline_from is not None:
+        with SampleWriter(store, run.id) as writer:
+            for sample in store.get_samples(reuse_baseline_from, endpoint="baseline"):
+                if sample.error is None:
+                    writer.add(sample)
     heartbeat = _Heartbeat(store, run.id, owner, lease)
     try:
         with heartbeat:

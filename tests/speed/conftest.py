@@ -1,0 +1,53 @@
+"""The queue server (tests/fixtures/queue_server.py) as a real process on loopback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "queue_server.py"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"queue server exited with {proc.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("queue server not healthy")
+
+
+@pytest.fixture
+def queue_server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Base URL of a queue server; ``@pytest.mark.parametrize`` may pass the service time."""
+    service_ms = getattr(request, "param", 50.0)
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--port", str(port), "--service-ms", str(service_ms)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(port, proc)
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
