@@ -259,7 +259,8 @@ def start_command(
         records = ensure_running(layout, [spec], timeout=timeout, port_base=port_base)
     rec = records[name]
     return ServerInfo(
-        **rec.model_dump(include=set(ServerInfo.model_fields) - {"alive", "healthy"}),
+        **rec.model_dump(include=set(ServerInfo.model_fields) - {"alive", "healthy", "engine"}),
+        engine=engine_of(rec.name),
         alive=True,
         healthy=True,
     )
