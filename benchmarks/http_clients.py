@@ -36,7 +36,7 @@ async def _aiohttp(url: str, n: int, concurrency: int) -> None:
 async def _httpx(url: str, n: int, concurrency: int) -> None:
     sem = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(limits=limits) as c:
+    async with httpx.AsyncClient(limits=limits, timeout=300.0) as c:
 
         async def one() -> None:
             async with sem, c.stream("POST", f"{url}/chat/completions", json=BODY) as resp:
