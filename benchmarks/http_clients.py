@@ -60,18 +60,33 @@ async def _time(name: str, urls: list[str], n: int, concurrency: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("urls", nargs="+")
+    parser.add_argument("urls", nargs="*", help="base URLs of a running stub")
+    parser.add_argument(
+        "--spawn-stub", action="store_true", help="start benchmarks/stub_server.py for the run"
+    )
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.spawn_stub:
+        from evaluator_speed import stub  # beside this file
+
+        with stub() as urls:
+            _measure(urls, args)
+    elif args.urls:
+        _measure(args.urls, args)
+    else:
+        parser.error("give the stub's base URLs or --spawn-stub")
+
+
+def _measure(urls: list[str], args: argparse.Namespace) -> None:
     walls: dict[str, list[float]] = {name: [] for name in CLIENTS}
     for _ in range(args.repeats):
         for name in CLIENTS:
-            walls[name].append(asyncio.run(_time(name, args.urls, args.requests, args.concurrency)))
+            walls[name].append(asyncio.run(_time(name, urls, args.requests, args.concurrency)))
     print(json.dumps({
         "requests_per_endpoint": args.requests,
-        "endpoints": len(args.urls),
+        "endpoints": len(urls),
         "concurrency": args.concurrency,
         "median_s": {k: round(statistics.median(v), 3) for k, v in walls.items()},
         "runs_s": {k: [round(x, 3) for x in v] for k, v in walls.items()},
