@@ -130,7 +130,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
         logprobs = {
             "tokens": tokens,
             "token_logprobs": lps,
-            "top_logprobs": [None if lp is None else {t: lp} for t, lp in zip(tokens, lps)],
+            "top_logprobs": [None if lp is None else {t: lp} for t, lp in zip(tokens, lps, strict=True)],
             "text_offset": list(range(len(tokens))),
         }
     choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}

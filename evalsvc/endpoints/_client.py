@@ -36,7 +36,10 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-from urllib.request import getproxies_environment, proxy_bypass_environment
+from urllib.request import (  # type: ignore[attr-defined]  # public, not in typeshed
+    getproxies_environment,
+    proxy_bypass_environment,
+)
 
 import aiohttp
 from tenacity import (
