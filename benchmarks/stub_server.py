@@ -10,7 +10,7 @@ Contract:
   logprobs, ``echo`` and ``prompt_logprobs`` when asked, so the capability probe finds them),
   both also as SSE streams, ``POST /tokenize``, ``GET /version`` and ``GET /health``. Every
   other route is a 404. The chat answer is ``The answer is <k>.`` with ``k`` taken from a hash
-  of the request body: deterministic, the same on every port, right on some items.
+  of the messages: deterministic, the same on every port, right on some items.
 - Nothing here models an engine's cost: the benchmark measures the evaluator, so the server
   must never be the bottleneck (it does no tokenizing, no sleeping, no per-request logging).
 """
@@ -39,9 +39,10 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
-def _answer(raw: bytes) -> str:
-    # crc32 of the body: the same item gets the same answer on every endpoint (pairs agree).
-    return f"The answer is {zlib.crc32(raw) % 10}."
+def _answer(messages: Any) -> str:
+    # crc32 of the messages: the same item gets the same answer on every endpoint and whether
+    # streamed or not (pairs agree).
+    return f"The answer is {zlib.crc32(json.dumps(messages, sort_keys=True).encode()) % 10}."
 
 
 async def models(request: web.Request) -> web.Response:
@@ -79,9 +80,8 @@ async def _sse(request: web.Request, chunks: list[dict[str, Any]]) -> web.Stream
 
 
 async def chat(request: web.Request) -> web.StreamResponse:
-    raw = await request.read()
-    body = json.loads(raw)
-    text = _answer(raw)
+    body = json.loads(await request.read())
+    text = _answer(body.get("messages"))
     n = max(1, min(int(body.get("max_tokens") or 16), 6))
     logprobs = None
     if body.get("logprobs"):
