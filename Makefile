@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install browser demo test test-fast test-endpoints lint down
+.PHONY: install browser demo test test-fast test-endpoints lint down bench
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,15 @@ test-fast: install
 # bf16 baseline is too slow for one session; tests/conftest.py says why).
 test-endpoints: install browser
 	EVALSVC_TEST_ENDPOINTS=1 $(PY) -m pytest -m endpoints $(PYTEST_ARGS)
+
+# The evaluator against a zero-latency stub on loopback (docs/benchmarks.md, "Evaluator speed"):
+# evalsvc compare beside the minimal aiohttp client, medians of BENCH_REPEATS runs. The other
+# scripts in benchmarks/ need a database or a live endpoint: docs/benchmarks.md gives their commands.
+BENCH_ITEMS ?= 3000
+BENCH_REPEATS ?= 3
+bench: install
+	$(PY) benchmarks/evaluator_speed.py --items $(BENCH_ITEMS) --repeats $(BENCH_REPEATS)
+	$(PY) benchmarks/http_clients.py --spawn-stub --requests $(BENCH_ITEMS) --repeats $(BENCH_REPEATS)
 
 lint: install
 	$(VENV)/bin/ruff check evalsvc tests

@@ -367,7 +367,9 @@ def compare(
         return _die(str(exc), code)
 
     try:
-        with RichProgress(*columns, console=err, transient=False) as bar:
+        # Two redraws a second: at the default ten the bar's thread took a tenth of the CPU of a
+        # fast run (docs/benchmarks.md, "Evaluator speed").
+        with RichProgress(*columns, console=err, transient=False, refresh_per_second=2) as bar:
             report = runs.compare(spec, store=store, progress=_RichProgress(bar, labels))
     except (runs.UsageError, CapabilityError) as exc:
         raise ended_without_verdict(exc, EXIT_CODES["usage"]) from exc

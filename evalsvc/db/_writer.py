@@ -93,6 +93,13 @@ class SampleWriter:
         with self._lock:
             return len(self._buffer)
 
+    def buffer(self, sample: Sample) -> int:
+        """Buffer a sample without writing (an event loop's sink: the write happens in a thread
+        through ``flush``); return the number of samples now pending."""
+        with self._lock:
+            self._buffer.append(sample)
+            return len(self._buffer)
+
     def add(self, sample: Sample) -> None:
         """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old."""
         with self._lock:

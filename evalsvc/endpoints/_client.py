@@ -15,8 +15,9 @@ Contract:
   reader, and echoing bodies would let a client read pages the worker can reach.
 - ``egress`` (``EgressPolicy``) decides where sockets may go and which ``api_key_env`` is
   resolved (from the environment, when the client is built for a run). The default, local,
-  restricts nothing. In server mode every connection goes through ``GuardedBackend`` (checked
-  after DNS, before connect) and proxy variables are ignored. URLs with userinfo are refused in
+  restricts nothing. In server mode every host name is resolved through ``GuardedResolver``
+  (checked after DNS; the socket opens to the checked address), a literal address is judged
+  by the static check when the client is built, and proxy variables are ignored. URLs with userinfo are refused in
   every mode. A refused endpoint sends nothing: every request fails with ``refusal``.
 - Generation calls never raise for a failed request: they return a ``Completion`` whose ``error``
   names what went wrong, so that a run records the error as a sample and goes on.
@@ -35,8 +36,12 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
+from urllib.request import (  # type: ignore[attr-defined]  # public, not in typeshed
+    getproxies_environment,
+    proxy_bypass_environment,
+)
 
-import httpx
+import aiohttp
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -45,7 +50,7 @@ from tenacity import (
 )
 
 from evalsvc.domain import EndpointRef
-from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedBackend, resolve_checked
+from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedResolver, resolve_checked
 from evalsvc.endpoints._engines import TokenizeShape, parse_tokens, tokenize_request
 from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
 from evalsvc.settings import Settings
@@ -64,16 +69,26 @@ def status_line(code: int) -> str:
 
 
 class _RetryableStatus(Exception):
-    def __init__(self, response: httpx.Response) -> None:
-        super().__init__(status_line(response.status_code))
-        self.response = response
+    def __init__(self, status: int) -> None:
+        super().__init__(status_line(status))
+        self.status = status
+
+
+#: What goes wrong on the wire (aiohttp): refused, reset or timed-out connections, bodies cut
+#: short, answers that are not HTTP. ``ClientResponseError`` is only ever a protocol error here:
+#: the client never calls ``raise_for_status``.
+_TRANSPORT_ERRORS = (
+    aiohttp.ClientConnectionError,
+    aiohttp.ClientPayloadError,
+    aiohttp.ClientResponseError,
+)
 
 
 def _is_retryable(exc: BaseException) -> bool:
-    # Retry what a healthy server can recover from: refused/reset connections and per-read
+    # Retry what a healthy server can recover from: refused/reset connections and connect
     # timeouts (server restarting or overloaded), 429 and 5xx. A 4xx other than 429 is our
     # fault, a refusal is policy and a spent deadline is the request's whole budget: no retry.
-    return isinstance(exc, (httpx.TransportError, _RetryableStatus))
+    return isinstance(exc, (*_TRANSPORT_ERRORS, _RetryableStatus))
 
 
 @dataclass
@@ -106,6 +121,19 @@ class Completion:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, ``NO_PROXY``), if any."""
+    parts = urlsplit(url)
+    proxies = getproxies_environment()
+    proxy = proxies.get(parts.scheme)
+    if not proxy or proxy_bypass_environment(parts.netloc, proxies):
+        return None
+    return proxy
 
 
 def root_url(base_url: str) -> str:
@@ -157,22 +185,45 @@ class EndpointClient:
         # No compression: bodies are capped as they are decoded (_decoded), and a compressed
         # answer gains nothing on the small JSON an endpoint sends.
         headers["Accept-Encoding"] = "identity"
-        limits = httpx.Limits(max_connections=max(1, concurrency) + 4)
-        # The transport's trust_env only reads SSL_CERT_FILE/SSL_CERT_DIR (private CAs stay
-        # usable); the client's would also route requests through HTTP(S)_PROXY, past the check.
-        transport = httpx.AsyncHTTPTransport(limits=limits, trust_env=True)
-        if self.egress.server:
-            # httpx has no public hook below the request; httpcore's pool connects through its
-            # network backend, the one place where the address that is dialled can be checked.
-            pool = transport._pool
-            pool._network_backend = GuardedBackend(self.egress, pool._network_backend)
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            headers=headers,
-            transport=transport,
-            follow_redirects=False,
-            trust_env=not self.egress.server,  # proxies from the environment would bypass it
-        )
+        self._headers = headers
+        self._pool_size = max(1, concurrency) + 4
+        self._http: aiohttp.ClientSession | None = None
+        # Proxy variables only in local mode: in server mode a proxy would connect on our
+        # behalf, past the check. Read once: every request goes to this one host, and aiohttp's
+        # trust_env re-reads the environment and ~/.netrc on every request (a third of the
+        # client's CPU on the zero-latency stub).
+        self._proxy = None if self.egress.server or self.refusal else _env_proxy(self.base_url)
+
+    def _session(self) -> aiohttp.ClientSession:
+        """The connection pool, made on first use (aiohttp binds it to the running loop).
+
+        aiohttp rather than httpx: on the zero-latency stub httpx's pool cost several times
+        the whole request (docs/benchmarks.md, "Evaluator speed"). Bodies are read raw
+        (``auto_decompress=False``) and decoded here under the caps (``_decoded``); the total
+        deadline is ``asyncio.timeout`` per attempt, aiohttp only bounds the connect."""
+        if self._http is None:
+            connector = aiohttp.TCPConnector(
+                limit=self._pool_size,
+                limit_per_host=0,
+                # Server mode: every name is resolved and checked here, and the socket opens to
+                # the checked address (a later DNS answer cannot steer it).
+                resolver=GuardedResolver(self.egress) if self.egress.server else None,
+                use_dns_cache=not self.egress.server,
+            )
+            self._http = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=min(10.0, self._timeout_s)
+                ),
+                auto_decompress=False,
+                # SSL_CERT_FILE/SSL_CERT_DIR are read by OpenSSL's default verify paths in both
+                # modes (private CAs stay usable).
+                trust_env=False,  # the proxy is read once (_env_proxy), never per request
+                cookie_jar=aiohttp.DummyCookieJar(),
+                raise_for_status=False,
+            )
+        return self._http
 
     async def __aenter__(self) -> EndpointClient:
         return self
@@ -181,7 +232,9 @@ class EndpointClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
     # ---- low level -------------------------------------------------------------------------
 
@@ -195,23 +248,35 @@ class EndpointClient:
             reraise=True,
         )
 
-    def _check_status(self, resp: httpx.Response, url: str) -> None:
-        code = resp.status_code
+    def _check_status(self, resp: aiohttp.ClientResponse, url: str) -> None:
+        code = resp.status
         if 300 <= code < 400:
             raise EndpointError(f"{status_line(code)} from {url}: redirects are not followed")
         if code == 429 or code >= 500:
-            raise _RetryableStatus(resp)
+            raise _RetryableStatus(code)
+
+    def _request(
+        self, method: str, url: str, body: dict[str, Any] | None
+    ) -> aiohttp.client._RequestContextManager:
+        return self._session().request(
+            method,
+            url,
+            data=None if body is None else json.dumps(body).encode(),
+            headers=_JSON_HEADERS if body is not None else None,
+            allow_redirects=False,
+            proxy=self._proxy,
+        )
 
     def _failure(self, exc: BaseException, url: str, what: str = "answer") -> EndpointError:
         """The one-line error for what ``_send``/``_stream`` caught (never the body)."""
         if isinstance(exc, _RetryableStatus):
             return EndpointError(f"{exc} from {url}")
+        if isinstance(exc, aiohttp.ServerTimeoutError):  # the connect bound, not the deadline
+            return EndpointError(f"timeout: {type(exc).__name__} on {url}")
         if isinstance(exc, TimeoutError):
             return EndpointError(
                 f"timeout: {what} not complete within {self._timeout_s:g} s on {url}"
             )
-        if isinstance(exc, httpx.TimeoutException):
-            return EndpointError(f"timeout: {type(exc).__name__} on {url}")
         if isinstance(exc, EgressRefused):
             return EndpointError(f"refused by the egress policy: {exc}")
         return EndpointError(f"{failure_class(exc)} ({url})")
@@ -226,13 +291,13 @@ class EndpointClient:
                     async with (
                         self._sem,
                         asyncio.timeout(self._timeout_s),
-                        self._http.stream(method, url, json=body) as resp,
+                        self._request(method, url, body) as resp,
                     ):
                         self._check_status(resp, url)
                         data = await _read_capped(resp, self._max_body)
-        except (_RetryableStatus, TimeoutError, httpx.TransportError, EgressRefused) as exc:
+        except (_RetryableStatus, TimeoutError, *_TRANSPORT_ERRORS, EgressRefused) as exc:
             raise self._failure(exc, url) from exc
-        return resp.status_code, data
+        return resp.status, data
 
     async def request_json(
         self, method: str, url: str, *, body: dict[str, Any] | None = None
@@ -383,13 +448,11 @@ class EndpointClient:
                     async with (
                         self._sem,
                         asyncio.timeout(self._timeout_s),
-                        self._http.stream("POST", url, json=body) as resp,
+                        self._request("POST", url, body) as resp,
                     ):
                         self._check_status(resp, url)
-                        if resp.status_code != 200:
-                            return Completion(
-                                error=status_line(resp.status_code), status_code=resp.status_code
-                            )
+                        if resp.status != 200:
+                            return Completion(error=status_line(resp.status), status_code=resp.status)
                         async for chunk in _sse_events(resp, self._max_stream):
                             now = time.perf_counter()
                             delta_text = _chunk_text(chunk)
@@ -401,7 +464,7 @@ class EndpointClient:
                                 last = now
                                 pieces.append(delta_text)
                             _merge_chunk(out, chunk)
-        except (_RetryableStatus, TimeoutError, httpx.TransportError, EgressRefused) as exc:
+        except (_RetryableStatus, TimeoutError, *_TRANSPORT_ERRORS, EgressRefused) as exc:
             raise self._failure(exc, url, "stream") from exc
         out.text = "".join(pieces)
         return out
@@ -414,11 +477,10 @@ def failure_class(exc: BaseException) -> str:
     Socket errors (refused, reset, TLS verification) are the local OS's or ssl's words and are
     kept, on one line and redacted."""
     name = type(exc).__name__
-    if isinstance(exc, httpx.ProtocolError):
+    if isinstance(exc, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
+        # aiohttp's message quotes the offending status line, header or body piece.
         return f"protocol error: the answer is not valid HTTP ({name})"
-    if isinstance(exc, httpx.DecodingError):
-        return f"decoding error: the body does not decode per its Content-Encoding ({name})"
-    if isinstance(exc, httpx.NetworkError | OSError):
+    if isinstance(exc, aiohttp.ClientConnectionError | OSError):
         detail = " ".join(str(exc).split())[:200]
         return f"{name}: {redact_text(detail) or 'connection failed'}"
     return f"{name} (details withheld: they could quote the endpoint's answer)"
@@ -429,16 +491,16 @@ DECODE_CHUNK = 64 * 1024
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
-async def _decoded(resp: httpx.Response) -> AsyncIterator[bytes]:
+async def _decoded(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """The body decoded in pieces of at most ``DECODE_CHUNK`` bytes.
 
     The client asks for ``identity``; a server that compresses anyway is decoded here with a
-    bounded streaming decompressor rather than by httpx, whose decoders inflate each received
-    chunk whole (a 64 kB piece of a gzip bomb is 64 MB). The callers count the decoded bytes
+    bounded streaming decompressor rather than by the HTTP library, whose decoders inflate
+    each received chunk whole (a 64 kB piece of a gzip bomb is 64 MB). The callers count the decoded bytes
     against their caps, so a bomb costs one piece of memory and ends at the cap."""
     encoding = resp.headers.get("content-encoding", "").strip().lower()
     if encoding in ("", "identity"):
-        async for raw in resp.aiter_raw():
+        async for raw in resp.content.iter_any():
             yield raw
         return
     wbits = _WBITS.get(encoding)
@@ -448,7 +510,7 @@ async def _decoded(resp: httpx.Response) -> AsyncIterator[bytes]:
         )
     inflater = zlib.decompressobj(wbits)
     first = encoding == "deflate"
-    async for raw in resp.aiter_raw():
+    async for raw in resp.content.iter_any():
         data = raw
         while data and not inflater.eof:
             try:
@@ -467,7 +529,7 @@ async def _decoded(resp: httpx.Response) -> AsyncIterator[bytes]:
         yield rest
 
 
-async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
     """The (decoded) body, refused as soon as it exceeds ``cap`` bytes (0: no cap)."""
     declared = resp.headers.get("content-length", "")
     if cap and declared.isdigit() and int(declared) > cap:
@@ -488,7 +550,7 @@ async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
     return b"".join(parts)
 
 
-async def _sse_lines(resp: httpx.Response, cap: int) -> AsyncIterator[str]:
+async def _sse_lines(resp: aiohttp.ClientResponse, cap: int) -> AsyncIterator[str]:
     """Lines of a stream; bytes are counted before splitting, so an endless line is capped too."""
     size = 0
     pending = b""
@@ -506,7 +568,9 @@ async def _sse_lines(resp: httpx.Response, cap: int) -> AsyncIterator[str]:
         yield pending.rstrip(b"\r").decode(errors="replace")
 
 
-async def _sse_events(resp: httpx.Response, cap: int = 0) -> AsyncIterator[dict[str, Any]]:
+async def _sse_events(
+    resp: aiohttp.ClientResponse, cap: int = 0
+) -> AsyncIterator[dict[str, Any]]:
     """Yield the JSON payloads of a server-sent-events stream until ``[DONE]``."""
     async for line in _sse_lines(resp, cap):
         if not line.startswith("data:"):

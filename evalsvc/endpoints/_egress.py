@@ -16,9 +16,10 @@ Contract:
 - Odd IPv4 spellings (``0x7f000001``, ``2130706433``, ``127.1``, octal) are read the way the
   C resolver reads them (``inet_aton``) and IPv4-mapped IPv6 is unmapped before any check.
 - ``check_url`` is the static check (no DNS): literal addresses and reserved names are judged
-  at once. ``GuardedBackend`` is the authoritative check: it resolves the host itself, checks
-  every address, and connects to the checked address, so a DNS answer that changes between
-  check and connect (rebinding) cannot steer the socket.
+  at once, and for a literal address that judgement is final. ``GuardedResolver`` is the
+  authoritative check of a host name: the endpoint client's connector resolves through it, it
+  checks every address, and the socket opens to a checked address, so a DNS answer that
+  changes between check and connect (rebinding) cannot steer the socket.
 - ``check_key_env`` / ``api_key`` apply the credential rule: server mode honours only
   variable names under the prefix.
 Errors are ``EgressRefused`` with a one-line reason.
@@ -30,13 +31,11 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
-import httpcore
+from aiohttp.abc import AbstractResolver, ResolveResult
 
 from evalsvc.settings import Settings
 
@@ -249,48 +248,42 @@ async def resolve_checked(
     return addresses
 
 
-class GuardedBackend(httpcore.AsyncNetworkBackend):
-    """An httpcore network backend that resolves, checks and then connects to the checked IP.
+class GuardedResolver(AbstractResolver):
+    """An aiohttp resolver that resolves, checks every address and hands the connector only the
+    checked addresses, so the socket opens to an address the policy admitted.
 
-    TLS still verifies the URL's host name: httpcore passes the origin's host as SNI and for
-    certificate matching, independently of the address the socket was opened to.
+    aiohttp asks no resolver for a host that is already a literal IP address: the client's
+    static check (``EgressPolicy.check_url`` when it is built) judges those, and for a literal
+    that check is final (there is no DNS answer to change). TLS still verifies the URL's host
+    name: aiohttp passes the request's host as SNI and for certificate matching, independently
+    of the address the socket was opened to.
     """
 
-    def __init__(self, policy: EgressPolicy, inner: httpcore.AsyncNetworkBackend) -> None:
+    def __init__(self, policy: EgressPolicy) -> None:
         self.policy = policy
-        self.inner = inner
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        addresses = await resolve_checked(self.policy, host, port, timeout)
-        last: Exception | None = None
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        addresses = await resolve_checked(self.policy, host, port)
+        out: list[ResolveResult] = []
         for address in addresses:
-            try:
-                return await self.inner.connect_tcp(
-                    str(address),
-                    port,
-                    timeout=timeout,
-                    local_address=local_address,
-                    socket_options=socket_options,
-                )
-            except httpcore.ConnectError as exc:
-                last = exc
-        assert last is not None
-        raise last
+            fam = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+            if family not in (socket.AF_UNSPEC, fam):
+                continue
+            out.append(
+                {
+                    "hostname": host,
+                    "host": str(address),
+                    "port": port,
+                    "family": fam,
+                    "proto": 0,
+                    "flags": socket.AI_NUMERICHOST,
+                }
+            )
+        if not out:
+            raise EgressRefused(f"{host} resolved to no address of the family asked for")
+        return out
 
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        raise EgressRefused("unix sockets are not endpoints")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
+    async def close(self) -> None:
+        pass

@@ -3,7 +3,7 @@
 Contract (stdlib only, no I/O, importable from any layer):
 - ``check_endpoint_url(url)`` returns the normalised base URL (no trailing ``/``) or raises
   ``UrlError`` with a one-line reason: only ``http``/``https`` with a host, and never userinfo
-  (``http://user:pw@host/v1``), because httpx would turn it into a Basic-auth header sent to
+  (``http://user:pw@host/v1``), because HTTP clients (aiohttp, httpx) turn it into a Basic-auth header sent to
   whatever the URL points at, and because URLs are shown to every read-scoped token.
 - ``redact_url(url)`` and ``redact_text(text)`` are the one redaction for every URL shown
   anywhere (endpoint and database URLs, every view, message and log line): userinfo becomes

@@ -17,6 +17,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -330,10 +331,23 @@ def _execute(
     writer = SampleWriter(store, run.id)
     done = store.done_keys(run.id)
 
+    flushing: asyncio.Task[None] | None = None
+
     async def sink(sample: Sample) -> None:
-        writer.add(sample)
-        if writer.pending >= 32:
-            await asyncio.to_thread(writer.flush)
+        # The event loop never writes: a batch goes to the store in a worker thread, one
+        # batch at a time, while the requests go on (a synchronous commit on the loop thread
+        # stalled every request in flight: docs/benchmarks.md, "Evaluator speed"). Past
+        # _SINK_BACKLOG pending samples the sink waits for the write (a slow database slows
+        # the run instead of growing the buffer).
+        nonlocal flushing
+        pending = writer.buffer(sample)
+        if flushing is not None and flushing.done():
+            task, flushing = flushing, None
+            task.result()  # a failed write fails the run here, as it did inline
+        if pending >= _SINK_BATCH and flushing is None:
+            flushing = asyncio.create_task(asyncio.to_thread(writer.flush))
+        if pending >= _SINK_BACKLOG and flushing is not None:
+            await asyncio.shield(flushing)
 
     async def stored() -> list[Sample]:
         return await asyncio.to_thread(store.get_samples, run.id)
@@ -399,6 +413,12 @@ def _execute(
     return report
 
 
+#: Samples per write of an in-process run, and how many may wait before the run waits for the
+#: store (each pending sample is one response: bounded memory whatever the database's speed).
+_SINK_BATCH = 64
+_SINK_BACKLOG = 2048
+
+
 def _flushing(writer: SampleWriter, stored: Callable[[], Any]) -> Callable[[], Any]:
     """Flush pending samples before reading the stored ones, so analysis sees everything."""
 
@@ -408,6 +428,10 @@ def _flushing(writer: SampleWriter, stored: Callable[[], Any]) -> Callable[[], A
         return samples
 
     return read
+
+
+#: How often (s) an in-process run's progress counts are written to its row at most.
+_PROGRESS_EVERY_S = 0.5
 
 
 class _StoreProgress:
@@ -425,7 +449,7 @@ class _StoreProgress:
         # Every suite of the run in execution order, before any is planned: the views say
         # "suite 2 of 5" instead of a share of the suites planned so far.
         self.suites = list(suites or [])
-        self._since = 0
+        self._last = 0.0
         announce = getattr(also, "suites", None)
         if callable(announce) and self.suites:
             announce(self.suites)
@@ -442,11 +466,15 @@ class _StoreProgress:
             self.also.advance(suite, role)
         self.counts.setdefault(suite, {}).setdefault(role, 0)
         self.counts[suite][role] += 1
-        self._since += 1
-        # Every 16 samples, and whenever an endpoint finishes a suite, so the stored counts end
-        # at the planned totals instead of up to 15 short.
+        # At most every _PROGRESS_EVERY_S, and whenever an endpoint finishes a suite, so the
+        # stored counts end at the planned totals. (Every 16 samples was one synchronous
+        # commit per 16 responses on the event loop: the store, not the endpoint, set the
+        # pace on a fast endpoint.)
         planned = self.totals.get(suite)
-        if self._since >= 16 or (planned is not None and self.counts[suite][role] >= planned):
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_EVERY_S or (
+            planned is not None and self.counts[suite][role] >= planned
+        ):
             self._push()
 
     def message(self, text: str) -> None:
@@ -454,7 +482,7 @@ class _StoreProgress:
             self.also.message(text)
 
     def _push(self) -> None:
-        self._since = 0
+        self._last = time.monotonic()
         # Progress is advisory: never fail a run over it.
         with contextlib.suppress(Exception):
             self.store.update_progress(

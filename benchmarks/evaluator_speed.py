@@ -1,0 +1,183 @@
+"""Evaluator speed and memory against a zero-latency endpoint (issue 21, P3 and P6).
+
+Contract: starts ``benchmarks/stub_server.py`` (its own process, two loopback ports: baseline
+and candidate), then for each ``--items`` size and each of ``--repeats`` rounds runs, alternated
+in the same round:
+
+- ``minimal``: ``benchmarks/minimal_client.py``, the same chat requests through bare aiohttp;
+- ``evalsvc``: ``python -m evalsvc.cli.main compare BASE CAND --suite reasoning --samples N
+  --concurrency C`` into a fresh SQLite database, in-process as a user runs it.
+
+Each is a child process of its own, started through ``benchmarks/_hwm.py``, which records the
+child's own peak RSS (``VmHWM``; ``ru_maxrss`` survives ``exec`` and would report this
+driver's). Figures per run: process wall (start to exit), the sending wall (the peer's first
+request to last answer; evalsvc's ``duration_s`` in its JSON report: probe, planning, sending,
+storing and gating), peak RSS. Prints the runs as JSON lines and the medians as a Markdown
+table; ``--out`` writes the same JSON to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+
+
+@contextmanager
+def stub() -> Iterator[list[str]]:
+    """The stub in its own process; yields the two base URLs."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "stub_server.py"), "--ports", "0", "0", "--watch-stdin"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        if not line or line[0] != "STUB":
+            raise RuntimeError("the stub server did not start")
+        yield [f"http://127.0.0.1:{port}/v1" for port in line[1:]]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _env(repo: Path = REPO) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p)
+    return env
+
+
+#: The checkout whose evalsvc is measured (``--evalsvc-repo``: e.g. the main branch, for a
+#: before/after in one session); the stub and the minimal client always come from this one.
+EVALSVC_REPO = [REPO]
+
+
+def _child(args: list[str], workdir: Path, tag: str, repo: Path = REPO) -> dict[str, Any]:
+    hwm = workdir / f"{tag}.hwm"
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_hwm.py"), str(hwm), *args],
+        capture_output=True,
+        text=True,
+        env=_env(repo),
+        cwd=workdir,
+    )
+    wall = time.perf_counter() - start
+    return {
+        "wall_s": round(wall, 3),
+        "peak_rss_mb": round(int(hwm.read_text()) / 1024, 1) if hwm.exists() else None,
+        "rc": proc.returncode,
+        "stdout": proc.stdout,
+        "stderr": proc.stderr[-2000:],
+    }
+
+
+def run_minimal(urls: list[str], n: int, concurrency: int, workdir: Path, tag: str) -> dict[str, Any]:
+    res = _child(
+        [str(HERE / "minimal_client.py"), *urls, "--samples", str(n), "--concurrency", str(concurrency)],
+        workdir,
+        tag,
+    )
+    if res["rc"] != 0:
+        raise RuntimeError(f"minimal client failed: {res['stderr']}")
+    out = json.loads(res["stdout"].strip().splitlines()[-1])
+    if out["errors"]:
+        raise RuntimeError(f"minimal client: {out['errors']} errors")
+    return {"client": "minimal", "items": n, "wall_s": res["wall_s"], "send_s": out["send_s"],
+            "peak_rss_mb": res["peak_rss_mb"]}
+
+
+def run_evalsvc(urls: list[str], n: int, concurrency: int, workdir: Path, tag: str) -> dict[str, Any]:
+    db = workdir / f"{tag}.db"
+    report = workdir / f"{tag}.json"
+    res = _child(
+        ["-m", "evalsvc.cli.main", "compare", *urls, "--suite", "reasoning", "--samples", str(n),
+         "--concurrency", str(concurrency), "--database-url", f"sqlite:///{db}", "--json", str(report)],
+        workdir,
+        tag,
+        EVALSVC_REPO[0],
+    )
+    # Exit 3 (inconclusive) is the expected verdict: the stub's answers solve too few items
+    # for an informative baseline. 4 (error) or a crash is a failed benchmark.
+    if res["rc"] not in (0, 1, 3) or not report.exists():
+        raise RuntimeError(f"evalsvc compare exited {res['rc']}: {res['stderr']}")
+    data = json.loads(report.read_text())
+    n_samples = sum(s.get("n", 0) or 0 for c in data["candidates"] for s in c["suites"])
+    for path in (db, report):
+        path.unlink(missing_ok=True)
+    return {"client": "evalsvc", "items": n, "wall_s": res["wall_s"], "send_s": data["duration_s"],
+            "peak_rss_mb": res["peak_rss_mb"], "verdict": data["verdict"], "pairs": n_samples}
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| items × 2 | client | runs | wall (process) | sending wall | peak RSS | evalsvc ÷ minimal (sending) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n in sorted({r["items"] for r in rows}):
+        mine = {c: [r for r in rows if r["items"] == n and r["client"] == c] for c in ("minimal", "evalsvc")}
+        ratio = None
+        if mine["minimal"] and mine["evalsvc"]:
+            ratio = _median(mine["evalsvc"], "send_s") / _median(mine["minimal"], "send_s")  # type: ignore[operator]
+        for client, runs in mine.items():
+            if not runs:
+                continue
+            shown = f"×{ratio:.2f}" if ratio is not None and client == "evalsvc" else ""
+            lines.append(
+                f"| {n:,} | {client} | {len(runs)} | {_median(runs, 'wall_s')} s | "
+                f"{_median(runs, 'send_s')} s | {_median(runs, 'peak_rss_mb')} MB | {shown} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--items", type=int, nargs="+", default=[3000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--skip-minimal", action="store_true", help="evalsvc only (memory runs)")
+    parser.add_argument("--out", type=Path, help="also write the runs as JSON here")
+    parser.add_argument("--evalsvc-repo", type=Path, default=REPO, help="checkout to measure")
+    args = parser.parse_args(argv)
+    EVALSVC_REPO[0] = args.evalsvc_repo.resolve()
+    rows: list[dict[str, Any]] = []
+    with stub() as urls, tempfile.TemporaryDirectory(prefix="evalsvc-bench-") as tmp:
+        workdir = Path(tmp)
+        for n in args.items:
+            for r in range(args.repeats):
+                # Alternate which goes first: a warming host favours neither.
+                order = [run_minimal, run_evalsvc] if r % 2 == 0 else [run_evalsvc, run_minimal]
+                for fn in order:
+                    if args.skip_minimal and fn is run_minimal:
+                        continue
+                    row = fn(urls, n, args.concurrency, workdir, f"{fn.__name__}-{n}-{r}")
+                    row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
