@@ -72,7 +72,7 @@ def test_admin_scope_does_everything(api: Api) -> None:
 
 
 def test_health_metrics_and_docs_need_no_token(api: Api) -> None:
-    with httpx.Client(base_url=api.base_url) as anonymous:
+    with httpx.Client(base_url=api.base_url, timeout=30) as anonymous:
         assert anonymous.get("/api/v1/healthz").status_code == 200
         assert anonymous.get("/healthz").status_code == 200
         assert anonymous.get("/api/v1/metrics").status_code == 200
