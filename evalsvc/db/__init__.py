@@ -1,4 +1,4 @@
-"""Persistence of evalsvc: the store, its migrations, the run queue, the sample writer.
+"""Persistence of evalsvc: the store, its migrations, the run queue, leases, the sample writer.
 
 Contract: everything above this package sees domain objects (``evalsvc.domain``) and plain
 dicts, never ORM rows or SQLAlchemy errors. ``Store`` is the only entry point to the database;
@@ -21,6 +21,7 @@ from ._errors import (
     InvalidData,
     StoreError,
 )
+from ._lease import Leases
 from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
@@ -41,6 +42,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DatabaseWriteRefused",
     "InvalidData",
+    "Leases",
     "ExportFormat",
     "GateFigure",
     "Histogram",

@@ -1,9 +1,13 @@
 """Retrying writes, and the buffered sample writer the runner uses.
 
-Contract: a sample handed to ``SampleWriter.add`` stays in memory until a write of it has been
-committed; a lost database delays writes but never drops samples. ``add`` never blocks on an
-outage (one attempt, then keep buffering); ``flush`` retries with exponential backoff up to
-``retry_seconds`` and raises ``DatabaseUnavailable`` with the samples still buffered.
+Contract: ``SampleWriter`` owns the batching of samples (``BATCH_SIZE``, or the buffer's age
+``flush_interval_s``) for every writer of samples: the runner's async sink (``put``) and
+synchronous callers (``add``). A sample handed to it stays in memory until a write of it has
+been committed; a lost database delays writes but never drops samples. A write due to the
+buffer's age is one attempt (on failure it keeps buffering); a full batch, ``flush`` and
+``flushed`` retry with exponential backoff up to ``retry_seconds`` and raise
+``DatabaseUnavailable`` with the samples still buffered (so a runner that outpaces a lost
+database stops, instead of growing its buffer without bound).
 Only ``DatabaseUnavailable`` is retried: other errors are bugs or bad data, and retrying them
 would only hide them; ``DatabaseWriteRefused`` (read-only, disk full) is raised at once, with
 the number of samples still buffered.
@@ -11,10 +15,11 @@ the number of samples still buffered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
@@ -35,6 +40,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RETRY_SECONDS = 300.0
+#: Samples per write: one transaction per 32 samples keeps SQLite's single writer lock short
+#: while the per-commit cost (an fsync) stays a small share of a run's time.
+BATCH_SIZE = 32
 
 
 def retry_transient(
@@ -72,7 +80,7 @@ class SampleWriter:
         store: Store,
         run_id: str,
         *,
-        batch_size: int = 64,
+        batch_size: int = BATCH_SIZE,
         flush_interval_s: float = 2.0,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
@@ -93,24 +101,50 @@ class SampleWriter:
         with self._lock:
             return len(self._buffer)
 
-    def add(self, sample: Sample) -> None:
-        """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old."""
+    def _buffer_sample(self, sample: Sample) -> tuple[bool, bool]:
+        """Append; return (batch full, buffer old)."""
         with self._lock:
             self._buffer.append(sample)
-            due = (
-                len(self._buffer) >= self.batch_size
-                or time.monotonic() - self._last_flush >= self.flush_interval_s
-            )
-        if due:
-            try:
-                self._write_once()
-            except DatabaseUnavailable as err:
-                # Keep running; the samples stay buffered for the next add()/flush().
-                log.warning("sample write deferred (%d buffered): %s", self.pending, err)
+            full = len(self._buffer) >= self.batch_size
+            old = time.monotonic() - self._last_flush >= self.flush_interval_s
+        return full, old
+
+    def add(self, sample: Sample) -> None:
+        """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old (one
+        attempt: during an outage the samples stay buffered for the next add or flush)."""
+        full, old = self._buffer_sample(sample)
+        if full or old:
+            self._write_deferring()
+
+    async def put(self, sample: Sample) -> None:
+        """The runner's sink: buffer a sample; a full batch is written (with retries) in a
+        thread before this returns, an old buffer with one attempt. The event loop never waits
+        on the database."""
+        full, old = self._buffer_sample(sample)
+        if full:
+            await asyncio.to_thread(self.flush)
+        elif old:
+            await asyncio.to_thread(self._write_deferring)
 
     def flush(self) -> None:
         """Write everything buffered, retrying while the database is unavailable."""
         retry_transient(self._write_once, retry_seconds=self.retry_seconds)
+
+    def flushed(self, read: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``read`` preceded by a flush: whoever reads the stored samples sees every one."""
+
+        async def flushed_read() -> T:
+            await asyncio.to_thread(self.flush)
+            return await read()
+
+        return flushed_read
+
+    def _write_deferring(self) -> None:
+        try:
+            self._write_once()
+        except DatabaseUnavailable as err:
+            # Keep running; the samples stay buffered for the next write or flush().
+            log.warning("sample write deferred (%d buffered): %s", self.pending, err)
 
     def _write_once(self) -> None:
         with self._write_lock:
