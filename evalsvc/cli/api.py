@@ -56,8 +56,6 @@ def serve(
     """Serve the REST API under /api/v1 (OpenAPI at /docs). Auth: EVALSVC_API_AUTH=off disables it."""
     import uvicorn
 
-    from evalsvc.api import create_app
-    from evalsvc.api._deps import auth_enabled_from_env
     from evalsvc.api._server import (
         RateLimitedLoopErrors,
         accept_backlog,
@@ -66,6 +64,8 @@ def serve(
         raise_nofile_limit,
     )
     from evalsvc.endpoints import EgressPolicy
+    from evalsvc.web.auth import auth_enabled_from_env
+    from evalsvc.webapp import create_app
 
     if not auth_enabled_from_env() and not is_loopback_host(host):
         typer.echo(

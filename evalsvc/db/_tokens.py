@@ -1,8 +1,8 @@
 """API tokens: creation (shown once), verification by hash, revocation, scopes.
 
-Contract: a token is ``evs_`` + 256 random bits; only its SHA-256 is stored. Token info crosses
-the boundary as ``TokenInfo``; what a scope implies (``IMPLIED_SCOPES``) and the principal a
-token stands for are the token service's (``evalsvc.services.tokens``).
+Contract: a token is ``evs_`` + 256 random bits; only its SHA-256 is stored. What a scope
+implies (``IMPLIED_SCOPES``) and the principal a token stands for are the token service's
+(``evalsvc.services.tokens``).
 """
 
 from __future__ import annotations
