@@ -19,7 +19,8 @@ import typer
 from evalsvc.db import Store, StoreError
 from evalsvc.settings import Settings
 
-from ._dbcommon import EXIT_INFRA, DatabaseUrlOption, fail, fail_store
+from ._dbcommon import DatabaseUrlOption, fail, fail_store
+from ._exit import EXIT_INFRA
 
 app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
