@@ -8,7 +8,7 @@ schedule writes, implies submit).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -55,7 +55,7 @@ def create(
         fail_store(err)
     finally:
         store.close()
-    typer.echo(f"token {info['name']} ({', '.join(info['scopes'])}); shown only now:", err=True)
+    typer.echo(f"token {info.name} ({', '.join(info.scopes)}); shown only now:", err=True)
     typer.echo(token)
 
 
@@ -67,22 +67,22 @@ def list_(
     """List tokens (names, scopes, last use; never the tokens themselves)."""
     store = open_store(database_url)
     try:
-        tokens: list[dict[str, Any]] = token_service.list_tokens(store)
+        tokens = token_service.list_tokens(store)
     except StoreError as err:
         fail_store(err)
     finally:
         store.close()
     if as_json:
-        typer.echo(json.dumps(tokens, default=str, indent=2))
+        typer.echo(json.dumps([t.model_dump() for t in tokens], default=str, indent=2))
         return
     table = Table("name", "scopes", "created", "last used", "revoked")
     for t in tokens:
         table.add_row(
-            term(t["name"]),
-            term(", ".join(t["scopes"])),
-            fmt_time(t["created_at"]),
-            fmt_time(t["last_used_at"]),
-            fmt_time(t["revoked_at"]),
+            term(t.name),
+            term(", ".join(t.scopes)),
+            fmt_time(t.created_at),
+            fmt_time(t.last_used_at),
+            fmt_time(t.revoked_at),
         )
     Console().print(table)
 

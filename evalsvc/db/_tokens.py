@@ -12,9 +12,10 @@ import logging
 import secrets
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 import sqlalchemy as sa
+
+from evalsvc.domain import TokenInfo
 
 from ._errors import DatabaseUnavailable, DatabaseWriteRefused
 from ._orm import ApiTokenRow, utcnow
@@ -36,15 +37,15 @@ def _hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def _token_dict(row: ApiTokenRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "name": row.name,
-        "scopes": list(row.scopes),
-        "created_at": row.created_at,
-        "last_used_at": row.last_used_at,
-        "revoked_at": row.revoked_at,
-    }
+def _token_info(row: ApiTokenRow) -> TokenInfo:
+    return TokenInfo(
+        id=row.id,
+        name=row.name,
+        scopes=list(row.scopes),
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+        revoked_at=row.revoked_at,
+    )
 
 
 class TokenStore:
@@ -53,7 +54,7 @@ class TokenStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def create_api_token(self, *, name: str, scopes: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    def create_api_token(self, *, name: str, scopes: Sequence[str]) -> tuple[str, TokenInfo]:
         """Create a bearer token; returns ``(token, info)``. The token is shown only now."""
         unknown = set(scopes) - API_SCOPES
         if unknown or not scopes:
@@ -66,10 +67,10 @@ class TokenStore:
             scopes=sorted(set(scopes)),
             created_at=utcnow(),
         )
-        info = insert_once(self._db, row, _token_dict, f"an API token named {name!r} already exists")
+        info = insert_once(self._db, row, _token_info, f"an API token named {name!r} already exists")
         return token, info
 
-    def verify_api_token(self, token: str) -> dict[str, Any] | None:
+    def verify_api_token(self, token: str) -> TokenInfo | None:
         """The token's info (name, scopes) if it exists and is not revoked, else None.
 
         A read. ``last_used_at`` is then recorded best-effort, at most once a minute per token:
@@ -80,9 +81,9 @@ class TokenStore:
             row = session.scalar(sa.select(ApiTokenRow).where(ApiTokenRow.token_hash == digest))
             if row is None or row.revoked_at is not None:
                 return None
-            info = _token_dict(row)
+            info = _token_info(row)
         now = utcnow()
-        last = info["last_used_at"]
+        last = info.last_used_at
         if last is None or last < now - TOKEN_USE_RESOLUTION:
             try:
                 with self._db.session() as session:
@@ -91,15 +92,15 @@ class TokenStore:
                         .where(ApiTokenRow.token_hash == digest)
                         .values(last_used_at=now)
                     )
-                info["last_used_at"] = now
+                info = info.model_copy(update={"last_used_at": now})
             except (DatabaseWriteRefused, DatabaseUnavailable) as err:
-                log.warning("token %s: last use not recorded: %s", info["name"], err)
+                log.warning("token %s: last use not recorded: %s", info.name, err)
         return info
 
-    def list_api_tokens(self) -> list[dict[str, Any]]:
+    def list_api_tokens(self) -> list[TokenInfo]:
         with self._db.session(write=False) as session:
             rows = session.scalars(sa.select(ApiTokenRow).order_by(ApiTokenRow.name))
-            return [_token_dict(row) for row in rows]
+            return [_token_info(row) for row in rows]
 
     def revoke_api_token(self, name: str) -> bool:
         with self._db.session() as session:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from evalsvc.db import API_SCOPES, Store
+from evalsvc.domain import TokenInfo
 
 __all__ = [
     "ANONYMOUS",
@@ -53,9 +53,9 @@ def principal(store: Store, token: str) -> Principal | None:
     if info is None:
         return None
     granted: set[str] = set()
-    for scope in info["scopes"]:
+    for scope in info.scopes:
         granted |= IMPLIED_SCOPES.get(scope, frozenset())
-    return Principal(name=str(info["name"]), scopes=frozenset(granted))
+    return Principal(name=info.name, scopes=frozenset(granted))
 
 
 def unknown_scopes(scopes: Sequence[str]) -> list[str]:
@@ -63,13 +63,13 @@ def unknown_scopes(scopes: Sequence[str]) -> list[str]:
     return sorted(set(scopes) - API_SCOPES)
 
 
-def create(store: Store, *, name: str, scopes: Sequence[str]) -> tuple[str, dict[str, Any]]:
+def create(store: Store, *, name: str, scopes: Sequence[str]) -> tuple[str, TokenInfo]:
     """A new token ``(token, info)``; the token itself is shown only now (ValueError: no or
     unknown scopes; ``Conflict``: the name is taken)."""
     return store.create_api_token(name=name, scopes=scopes)
 
 
-def list_tokens(store: Store) -> list[dict[str, Any]]:
+def list_tokens(store: Store) -> list[TokenInfo]:
     """Every token's name, scopes, creation, last use and revocation (never the token)."""
     return store.list_api_tokens()
 
