@@ -26,13 +26,14 @@ from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
 from ._store import API_SCOPES, Store
-from ._writer import SampleWriter, retry_transient
+from ._writer import BATCH_SIZE, SampleWriter, retry_transient
 
 if TYPE_CHECKING:
     from ._export import EXPORT_FORMATS, ExportFormat, export_samples, samples_frame
 
 __all__ = [
     "API_SCOPES",
+    "BATCH_SIZE",
     "EXPORT_FORMATS",
     "IN_PROCESS_PREFIX",
     "Conflict",
