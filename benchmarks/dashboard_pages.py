@@ -140,7 +140,7 @@ def main() -> None:
 
     from fastapi.testclient import TestClient
 
-    from evalsvc.api import create_app
+    from evalsvc.webapp import create_app
 
     with database(args) as url:
         store = Store.from_url(url)

@@ -194,6 +194,19 @@ def stored_spec(data: dict[str, Any]) -> RunSpec:
         )
 
 
+class TokenInfo(BaseModel):
+    """An API token as the store reports it: never the token itself (only its hash is stored)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    scopes: list[str]
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
 class RunInfo(BaseModel):
     """A run as the store reports it."""
 

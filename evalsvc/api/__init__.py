@@ -5,12 +5,15 @@ Contract (docs/api.md): everything lives under ``/api/v1`` with OpenAPI at ``/do
 it serves are the ones the worker stored, so the verdict has one code path. Routes see domain
 objects and plain dicts, never ORM rows. Bearer tokens with scopes ``read`` ⊂ ``submit`` ⊂
 ``admin`` (``EVALSVC_API_AUTH=off`` disables auth for local development).
-May import: ``evalsvc.db``, ``evalsvc.domain``, ``evalsvc.services``, ``evalsvc.suites``.
+``install(app)`` adds it to the app that ``evalsvc.webapp.create_app`` composes; state, store
+and auth come from ``evalsvc.web.auth``.
+May import: ``evalsvc.db``, ``evalsvc.domain``, ``evalsvc.services``, ``evalsvc.suites``,
+``evalsvc.web.auth``, ``evalsvc.web.static``; never the dashboard or ``evalsvc.webapp``.
 """
 
 from __future__ import annotations
 
-from ._app import API_PREFIX, create_app
-from ._deps import AUTH_ENV, IMPLIED_SCOPES
+from ._app import API_PREFIX, install
+from ._metrics import make_registry
 
-__all__ = ["API_PREFIX", "AUTH_ENV", "IMPLIED_SCOPES", "create_app"]
+__all__ = ["API_PREFIX", "install", "make_registry"]

@@ -1,8 +1,9 @@
-"""The FastAPI application: one store per app, the routers under ``/api/v1``, error mapping.
+"""The REST API's part of the web app: the routers under ``/api/v1``, the error mapping, the docs.
 
-Contract: ``create_app`` builds an app whose store is opened at startup and closed at shutdown.
-A database that is unreachable or not at head does not stop the server: ``/healthz`` says 503
-and so does every route that needs the database, until it is fixed. Store and service errors
+Contract: ``install(app)`` adds them to the app ``evalsvc.webapp.create_app`` composes (which
+owns the store, the state and auth). A database that is unreachable or not at head does not stop
+the server: ``/healthz`` says 503 and so does every route that needs the database, until it is
+fixed. Store and service errors
 are answered with ``{"detail": message}``: unknown suite or endpoint name 422, duplicate 409,
 database unavailable, not at head or refusing writes 503, a body over
 ``evalsvc.limits.MAX_BODY_BYTES`` 413, an invalid request 422 with ``errors`` per field;
@@ -18,8 +19,6 @@ import functools
 import gzip
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
 
@@ -40,14 +39,12 @@ from evalsvc.db import (
     DatabaseUnavailable,
     DatabaseWriteRefused,
     InvalidData,
-    Store,
     StoreError,
 )
 from evalsvc.services.runs import UsageError
 from evalsvc.suites import SuiteError
+from evalsvc.web.static import CachedStatic, gzip_response
 
-from ._deps import ApiState, auth_enabled_from_env
-from ._metrics import make_registry
 from ._openapi import BodyLimit, document_errors
 from .routes import endpoints, gatelogs, health, runs, schedules, suites
 
@@ -114,47 +111,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SuiteError, catalog_error)
 
 
-def create_app(database_url: str | None = None, *, auth: bool | None = None) -> FastAPI:
-    """The REST API over the database at ``database_url`` (None: ``EVALSVC_DATABASE_URL`` or
-    the embedded SQLite database). ``auth=None`` reads ``EVALSVC_API_AUTH`` (default on)."""
-    auth_on = auth_enabled_from_env() if auth is None else auth
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = Store.from_url(database_url)
-        registry, requests = make_registry(store)
-        state = ApiState(store=store, auth=auth_on, registry=registry)
-        try:
-            # Same rule as `evalsvc compare`: a brand-new SQLite file is created at head; any
-            # other database must be migrated by an operator (`evalsvc db upgrade`).
-            store.ensure_ready(upgrade_fresh_sqlite=True)
-            state.ready = True
-        except StoreError as err:
-            state.ready_error = str(err)
-            log.warning("database not ready (serving 503 until it is): %s", err)
-        if not auth_on:
-            log.warning("API authentication is OFF (EVALSVC_API_AUTH=off): local use only")
-        app.state.evalsvc = state
-        app.state.requests_counter = requests
-        try:
-            yield
-        finally:
-            store.close()
-
-    app = FastAPI(
-        title="evalsvc",
-        summary="Quality evaluation and release gates for quantized LLM serving endpoints.",
-        description=(
-            "Queue runs that compare candidate endpoints with a baseline, follow them, and read "
-            "their reports and gates. Bearer tokens carry the scopes `read`, `submit` and "
-            "`admin` (admin implies submit implies read)."
-        ),
-        version="1",
-        lifespan=lifespan,
-        # Served below from vendored assets instead of FastAPI's CDN defaults.
-        docs_url=None,
-        redoc_url=None,
-    )
+def install(app: FastAPI) -> None:
+    """Add the REST API to the web app (``evalsvc.webapp``): the error mapping, the request body
+    limit, the vendored API docs, the routers under ``/api/v1`` (and ``/healthz``, ``/metrics``
+    at the root), and each route's documented errors."""
     _install_error_handlers(app)
     app.add_middleware(
         BodyLimit,
@@ -162,19 +122,6 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         paths={f"{API_PREFIX}/gate-logs": limits.MAX_UPLOAD_BYTES},
     )
     _install_docs(app)
-
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        counter = getattr(request.app.state, "requests_counter", None)
-        if counter is not None:
-            # The handler's name, not the path: bounded label values whatever ids are requested.
-            handler = getattr(request.scope.get("endpoint"), "__name__", None) or "unmatched"
-            counter.labels(request.method, handler, str(response.status_code)).inc()
-        return response
-
     app.include_router(health.router, prefix=API_PREFIX)
     for module in (endpoints, runs, suites, schedules, gatelogs):
         app.include_router(module.router, prefix=API_PREFIX)
@@ -182,11 +129,6 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)
     document_errors(app)
-    # The web dashboard at "/" (pages, /static), over the same store and auth.
-    from evalsvc.dashboard import install as install_dashboard
-
-    install_dashboard(app)
-    return app
 
 
 DOCS_STATIC = "/static/api-docs"
@@ -219,8 +161,7 @@ def _redoc_bundle() -> tuple[bytes, bytes, str]:
 def _install_docs(app: FastAPI) -> None:
     """Swagger UI at ``/docs`` and ReDoc at ``/redoc`` from vendored assets (FastAPI's recipe
     "Self-hosting JavaScript and CSS for docs"): no request leaves the cluster. The assets are
-    gzipped and cached like the dashboard's (``evalsvc.dashboard.CachedStatic``)."""
-    from evalsvc.dashboard import CachedStatic, gzip_response
+    gzipped and cached like the dashboard's (``evalsvc.web.static``)."""
 
     app.mount(DOCS_STATIC, CachedStatic(directory=_static_dir(), vendored=True),
               name="api-docs-static")

@@ -16,20 +16,14 @@ from typing import Annotated, NoReturn, TypeVar
 import typer
 
 from evalsvc.db import (
-    Conflict,
-    DatabaseConfigError,
-    DatabaseNotAtHead,
-    DatabaseUnavailable,
-    DatabaseWriteRefused,
-    InvalidData,
     Store,
     StoreError,
 )
 
+from ._exit import exit_code
 from ._safe import plain
 
 EXIT_CONFIG = 2
-EXIT_INFRA = 4
 
 DatabaseUrlOption = Annotated[
     str | None,
@@ -47,20 +41,9 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def store_exit_code(err: StoreError) -> int:
-    """2 for configuration or usage (bad URL, schema not at head, a value the database refuses,
-    a name that is taken), 4 for infrastructure (unreachable, read-only, disk full, anything
-    else the database says). Never 1: that code means a gate failed."""
-    if isinstance(err, Conflict | DatabaseNotAtHead | DatabaseConfigError | InvalidData):
-        return EXIT_CONFIG
-    if isinstance(err, DatabaseUnavailable | DatabaseWriteRefused):
-        return EXIT_INFRA
-    return EXIT_INFRA
-
-
 def fail_store(err: StoreError) -> NoReturn:
     """Exit with the one-line message of a store error and its exit code."""
-    fail(str(err).splitlines()[0] if str(err) else type(err).__name__, store_exit_code(err))
+    fail(str(err).splitlines()[0] if str(err) else type(err).__name__, exit_code(err))
 
 
 def open_store(database_url: str | None, *, check_head: bool = True) -> Store:

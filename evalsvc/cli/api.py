@@ -19,7 +19,8 @@ import typer
 from evalsvc.db import Store, StoreError
 from evalsvc.settings import Settings
 
-from ._dbcommon import EXIT_INFRA, DatabaseUrlOption, fail, fail_store
+from ._dbcommon import DatabaseUrlOption, fail, fail_store
+from ._exit import EXIT_INFRA
 
 app = typer.Typer(name="api", help="The REST API server.", no_args_is_help=True)
 
@@ -56,8 +57,6 @@ def serve(
     """Serve the REST API under /api/v1 (OpenAPI at /docs). Auth: EVALSVC_API_AUTH=off disables it."""
     import uvicorn
 
-    from evalsvc.api import create_app
-    from evalsvc.api._deps import auth_enabled_from_env
     from evalsvc.api._server import (
         RateLimitedLoopErrors,
         accept_backlog,
@@ -66,6 +65,8 @@ def serve(
         raise_nofile_limit,
     )
     from evalsvc.endpoints import EgressPolicy
+    from evalsvc.web.auth import auth_enabled_from_env
+    from evalsvc.webapp import create_app
 
     if not auth_enabled_from_env() and not is_loopback_host(host):
         typer.echo(

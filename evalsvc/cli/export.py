@@ -10,7 +10,8 @@ import typer
 
 from evalsvc.db import StoreError
 
-from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, open_store
+from ._dbcommon import DatabaseUrlOption, fail, fail_store, open_store
+from ._exit import exit_code
 
 
 class Format(StrEnum):
@@ -40,7 +41,7 @@ def export(
         path = out or Path(f"{run_id}.{format.value}")
         rows = export_samples(store, run_id, format=format.value, out=path)
     except (LookupError, ValueError) as err:  # unknown or ambiguous id: a usage error
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     except StoreError as err:
         fail_store(err)
     finally:

@@ -25,6 +25,7 @@ from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
 
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
+from ._exit import exit_code
 from ._safe import plain, term
 
 app = typer.Typer(no_args_is_help=True)
@@ -46,7 +47,7 @@ def _with_run(database_url: str | None, ref: str) -> tuple[Store, RunInfo]:
         return store, history.find_run(store, ref)
     except (history.RunNotFound, history.AmbiguousRunId) as err:
         store.close()
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     except StoreError as err:
         store.close()
         fail_store(err)
@@ -151,7 +152,7 @@ def cancel(
     try:
         cancelled = history.cancel(store, info)
     except history.RunAlreadyFinished as err:
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     except StoreError as err:
         fail_store(err)
     finally:
@@ -209,7 +210,7 @@ def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
     try:
         g = history.gate(info, report)
     except history.RunNotFinished as err:
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     if as_json:
         _emit_json(
             {

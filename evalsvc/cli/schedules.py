@@ -31,6 +31,7 @@ from ._dbcommon import (
     open_store,
     with_store,
 )
+from ._exit import exit_code
 from ._safe import term
 
 app = typer.Typer(name="schedules", help="Cron schedules that queue runs.", no_args_is_help=True)
@@ -134,7 +135,7 @@ def add(
             store, name=name, cron=cron, template=template, allow_paths=True
         )
     except ValueError as err:  # UsageError, Conflict (both ValueErrors)
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     except StoreError as err:
         fail_store(err)
     finally:
@@ -188,7 +189,7 @@ def remove(
     try:
         with_store(database_url, lambda store: registry.remove_schedule(store, name_or_id))
     except registry.NotFound as err:
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     typer.echo(f"removed schedule {name_or_id}")
 
 

@@ -8,13 +8,15 @@ schedule writes, implies submit).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from evalsvc.db import API_SCOPES, StoreError
+from evalsvc.db import StoreError
+from evalsvc.services import tokens as token_service
+from evalsvc.services.tokens import API_SCOPES
 
 from ._dbcommon import (
     EXIT_CONFIG,
@@ -25,6 +27,7 @@ from ._dbcommon import (
     open_store,
     with_store,
 )
+from ._exit import exit_code
 from ._safe import term
 
 app = typer.Typer(name="tokens", help="Bearer tokens of the REST API.", no_args_is_help=True)
@@ -40,19 +43,19 @@ def create(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Create a token and print it once (stdout); store only its hash."""
-    unknown = sorted(set(scope) - API_SCOPES)
+    unknown = token_service.unknown_scopes(scope)
     if unknown:
         fail(f"unknown scope(s) {unknown}; choose from {sorted(API_SCOPES)}", EXIT_CONFIG)
     store = open_store(database_url)
     try:
-        token, info = store.create_api_token(name=name, scopes=scope)
+        token, info = token_service.create(store, name=name, scopes=scope)
     except ValueError as err:  # duplicate name (Conflict), empty scopes
-        fail(str(err), EXIT_CONFIG)
+        fail(str(err), exit_code(err))
     except StoreError as err:
         fail_store(err)
     finally:
         store.close()
-    typer.echo(f"token {info['name']} ({', '.join(info['scopes'])}); shown only now:", err=True)
+    typer.echo(f"token {info.name} ({', '.join(info.scopes)}); shown only now:", err=True)
     typer.echo(token)
 
 
@@ -64,22 +67,22 @@ def list_(
     """List tokens (names, scopes, last use; never the tokens themselves)."""
     store = open_store(database_url)
     try:
-        tokens: list[dict[str, Any]] = store.list_api_tokens()
+        tokens = token_service.list_tokens(store)
     except StoreError as err:
         fail_store(err)
     finally:
         store.close()
     if as_json:
-        typer.echo(json.dumps(tokens, default=str, indent=2))
+        typer.echo(json.dumps([t.model_dump() for t in tokens], default=str, indent=2))
         return
     table = Table("name", "scopes", "created", "last used", "revoked")
     for t in tokens:
         table.add_row(
-            term(t["name"]),
-            term(", ".join(t["scopes"])),
-            fmt_time(t["created_at"]),
-            fmt_time(t["last_used_at"]),
-            fmt_time(t["revoked_at"]),
+            term(t.name),
+            term(", ".join(t.scopes)),
+            fmt_time(t.created_at),
+            fmt_time(t.last_used_at),
+            fmt_time(t.revoked_at),
         )
     Console().print(table)
 
@@ -90,7 +93,7 @@ def revoke(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Revoke a token: requests with it get 401 from now on."""
-    revoked = with_store(database_url, lambda store: store.revoke_api_token(name))
+    revoked = with_store(database_url, lambda store: token_service.revoke(store, name))
     if not revoked:
         fail(f"no active token named {name!r}", EXIT_CONFIG)  # an unknown name: exit 2
     typer.echo(f"revoked token {name}", err=True)

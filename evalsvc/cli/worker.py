@@ -21,6 +21,7 @@ from evalsvc.db import StoreError
 from evalsvc.settings import Settings
 
 from ._dbcommon import DatabaseUrlOption, configure_logging, fail, fail_store, open_store
+from ._exit import exit_code
 
 log = logging.getLogger("evalsvc.worker")
 
@@ -73,7 +74,7 @@ def worker(
 
         EgressPolicy.from_settings(settings)
     except ValueError as err:
-        fail(str(err), 2)
+        fail(str(err), exit_code(err))
     try:
         if executor:
             run_executor = load_executor(executor)

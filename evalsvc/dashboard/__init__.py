@@ -1,8 +1,9 @@
 """The web dashboard: server-rendered pages over the service layer, at ``/`` of the API app.
 
 Contract: ``install(app)`` adds the pages (``_routes``), the static files (``/static``, the
-vendored chart library included: no CDN) and the login redirect to a FastAPI app built by
-``evalsvc.api.create_app``; static files are gzipped and cached (``_static``), and an unknown
+vendored chart library included: no CDN) and the login redirect to the FastAPI app built by
+``evalsvc.webapp.create_app``; static files are gzipped and cached (``evalsvc.web.static``),
+and an unknown
 HTML path answers the dashboard's 404 page (API paths keep their JSON). Pages read only through
 ``evalsvc.services.dashboard``. Templates are Jinja2 with autoescape on; page data reaches the scripts as JSON inside
 ``<script type="application/json">`` (escaped by ``tojson``, so ``</script>`` in model output
@@ -13,6 +14,5 @@ development) the pages are open.
 """
 
 from ._routes import COOKIE_NAME, install
-from ._static import CachedStatic, gzip_response
 
-__all__ = ["COOKIE_NAME", "CachedStatic", "gzip_response", "install"]
+__all__ = ["COOKIE_NAME", "install"]

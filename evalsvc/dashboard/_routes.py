@@ -31,17 +31,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from evalsvc import __version__
-from evalsvc.api._deps import IMPLIED_SCOPES, Principal, StateDep, StoreDep, principal_for_token
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import dashboard as svc
-
-from ._static import CachedStatic
+from evalsvc.services.tokens import ANONYMOUS, Principal
+from evalsvc.web.auth import StateDep, StoreDep, principal_for_token
+from evalsvc.web.static import CachedStatic
 
 _HERE = Path(__file__).resolve().parent
 COOKIE_NAME = "evalsvc_token"
 CSRF_COOKIE = "evalsvc_csrf"
-_ANON = Principal(name="anonymous (auth off)", scopes=IMPLIED_SCOPES["admin"])
 
 #: Scripts only from this server; styles may be set inline by the chart library's tooltips.
 CSP = (
@@ -115,7 +114,7 @@ class LoginRequired(Exception):
 
 def _principal(request: Request, state: StateDep, store: StoreDep) -> Principal:
     if not state.auth:
-        return _ANON
+        return ANONYMOUS
     token = request.cookies.get(COOKIE_NAME)
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
@@ -151,7 +150,7 @@ def _page(request: Request, template: str, viewer: Principal | None, **context: 
     # Every page shows stored URLs and errors: credentials stored before the userinfo rule (or
     # in ?password=-like parameters) are redacted here, once for every page.
     html = _env.get_template(template).render(
-        request_path=request.url.path, viewer=viewer, auth=viewer is not _ANON, csrf=csrf,
+        request_path=request.url.path, viewer=viewer, auth=viewer is not ANONYMOUS, csrf=csrf,
         **redact_urls_in(context),
     )
     resp = HTMLResponse(html)
@@ -415,7 +414,8 @@ def live(store: StoreDep, viewer: Viewer, ids: str = "") -> JSONResponse:
 
 
 def install(app: FastAPI) -> None:
-    """Add the dashboard to the API app: pages, static files, login redirect, CSP header."""
+    """Add the dashboard to the web app (``evalsvc.webapp``): pages, static files, login
+    redirect, CSP header."""
 
     async def login_required(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, LoginRequired)

@@ -1,4 +1,4 @@
-"""Persistence of evalsvc: the store, its migrations, the run queue, the sample writer.
+"""Persistence of evalsvc: the store, its migrations, the run queue, leases, the sample writer.
 
 Contract: everything above this package sees domain objects (``evalsvc.domain``) and plain
 dicts, never ORM rows or SQLAlchemy errors. ``Store`` is the only entry point to the database;
@@ -21,17 +21,19 @@ from ._errors import (
     InvalidData,
     StoreError,
 )
+from ._lease import Leases
 from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
 from ._queue import IN_PROCESS_PREFIX
 from ._session import redact_url
 from ._store import API_SCOPES, Store
-from ._writer import SampleWriter, retry_transient
+from ._writer import BATCH_SIZE, SampleWriter, retry_transient
 
 if TYPE_CHECKING:
     from ._export import EXPORT_FORMATS, ExportFormat, export_samples, samples_frame
 
 __all__ = [
     "API_SCOPES",
+    "BATCH_SIZE",
     "EXPORT_FORMATS",
     "IN_PROCESS_PREFIX",
     "Conflict",
@@ -41,6 +43,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DatabaseWriteRefused",
     "InvalidData",
+    "Leases",
     "ExportFormat",
     "GateFigure",
     "Histogram",

@@ -19,27 +19,20 @@ import pandas as pd
 from evalsvc.endpoints._urls import redact_text, redact_url
 from evalsvc.textsafe import csv_cell
 
+from ._rows import SAMPLE_KEY, SAMPLE_VALUES
 from ._store import Store
 
 ExportFormat = Literal["parquet", "csv", "jsonl"]
 EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
 
+#: The sample columns (``_rows``: the store's own list) with the endpoint's URL and model after
+#: the role label.
 COLUMNS = [
-    "run_id",
-    "endpoint",
+    *SAMPLE_KEY[:2],
     "endpoint_url",
     "endpoint_model",
-    "suite",
-    "item_id",
-    "repeat",
-    "output",
-    "score",
-    "prompt_tokens",
-    "completion_tokens",
-    "latency_s",
-    "ttft_s",
-    "error",
-    "data",
+    *SAMPLE_KEY[2:],
+    *SAMPLE_VALUES,
 ]
 
 

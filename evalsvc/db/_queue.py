@@ -27,7 +27,11 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from ._orm import RunCandidateRow, RunRow
+from evalsvc.domain import RunInfo, RunStatus
+
+from ._orm import RunCandidateRow, RunRow, utcnow
+from ._rows import run_info
+from ._session import Database
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -261,3 +265,62 @@ def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[
     )
     ids.extend(requeued.scalars())
     return ids
+
+
+class QueueStore:
+    """Runs as a queue: claims under leases, heartbeats, release, the reaper, the counts."""
+
+    def __init__(self, db: Database, *, endpoint_max_runs: int) -> None:
+        self._db = db
+        self.endpoint_max_runs = endpoint_max_runs
+
+    def claim_run(self, *, worker_id: str, lease_seconds: float) -> RunInfo | None:
+        """Claim the next queued run (highest priority, then oldest) within the per-endpoint
+        budget; None when nothing is claimable. See ``_queue`` for the locking."""
+        now = utcnow()
+        with self._db.session() as session:
+            row = claim_next(
+                session,
+                dialect=self._db.dialect,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                endpoint_max_runs=self.endpoint_max_runs,
+                now=now,
+            )
+            return run_info(row) if row is not None else None
+
+    def heartbeat(self, run_id: str, *, worker_id: str, lease_seconds: float) -> bool:
+        """Extend the lease. False: the lease is lost or the run cancelled; stop working on it."""
+        with self._db.session() as session:
+            return heartbeat(
+                session,
+                run_id=run_id,
+                worker_id=worker_id,
+                lease_seconds=lease_seconds,
+                now=utcnow(),
+            )
+
+    def release_run(self, run_id: str, *, worker_id: str) -> None:
+        """Put a run this worker holds back in the queue (graceful shutdown)."""
+        with self._db.session() as session:
+            release(session, run_id=run_id, worker_id=worker_id, now=utcnow())
+
+    def reap_expired(self, *, max_attempts: int) -> list[str]:
+        """Return runs with expired leases to the queue (or fail them after max_attempts)."""
+        with self._db.session() as session:
+            return reap_expired(session, max_attempts=max_attempts, now=utcnow())
+
+    def count_runs_by_status(self) -> dict[str, int]:
+        """Runs per status (every status present, 0 when none): one GROUP BY, for metrics."""
+        with self._db.session(write=False) as session:
+            rows = session.execute(
+                sa.select(RunRow.status, sa.func.count()).group_by(RunRow.status)
+            ).all()
+        counts = {s.value: 0 for s in RunStatus}
+        counts.update({str(status): int(n) for status, n in rows})
+        return counts
+
+    def running_counts(self) -> dict[str, int]:
+        """Running runs per endpoint URL (what the per-endpoint budget looks at)."""
+        with self._db.session(write=False) as session:
+            return dict(running_counts(session))

@@ -1,9 +1,15 @@
 """Retrying writes, and the buffered sample writer the runner uses.
 
-Contract: a sample handed to ``SampleWriter.add`` stays in memory until a write of it has been
-committed; a lost database delays writes but never drops samples. ``add`` never blocks on an
-outage (one attempt, then keep buffering); ``flush`` retries with exponential backoff up to
-``retry_seconds`` and raises ``DatabaseUnavailable`` with the samples still buffered.
+Contract: ``SampleWriter`` owns the batching of samples (``BATCH_SIZE``, or the buffer's age
+``flush_interval_s``) for every writer of samples: the runner's async sink (``put``) and
+synchronous callers (``add``). A sample handed to it stays in memory until a write of it has
+been committed; a lost database delays writes but never drops samples. A write due to the
+buffer's age is one attempt (on failure it keeps buffering); a full batch, ``flush`` and
+``flushed`` retry with exponential backoff up to ``retry_seconds`` and raise
+``DatabaseUnavailable`` with the samples still buffered (so a runner that outpaces a lost
+database stops, instead of growing its buffer without bound). The async sink writes one batch at
+a time in a thread while the requests go on, and waits for the store only past ``BACKLOG``
+pending samples (bounded memory whatever the database's speed).
 Only ``DatabaseUnavailable`` is retried: other errors are bugs or bad data, and retrying them
 would only hide them; ``DatabaseWriteRefused`` (read-only, disk full) is raised at once, with
 the number of samples still buffered.
@@ -11,10 +17,11 @@ the number of samples still buffered.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
@@ -35,6 +42,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_RETRY_SECONDS = 300.0
+#: Samples per write: one transaction per 32 samples keeps SQLite's single writer lock short
+#: while the per-commit cost (an fsync) stays a small share of a run's time.
+BATCH_SIZE = 32
+#: Pending samples past which the async sink waits for the write in flight: a synchronous
+#: commit on the event loop (or a wait on every full batch) stalled the requests in flight
+#: (docs/benchmarks.md, "Evaluator speed"); each pending sample is one response held in memory.
+BACKLOG = 2048
 
 
 def retry_transient(
@@ -72,7 +86,7 @@ class SampleWriter:
         store: Store,
         run_id: str,
         *,
-        batch_size: int = 64,
+        batch_size: int = BATCH_SIZE,
         flush_interval_s: float = 2.0,
         retry_seconds: float = DEFAULT_RETRY_SECONDS,
     ) -> None:
@@ -86,6 +100,7 @@ class SampleWriter:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one write in flight: keeps batches in order
         self._last_flush = time.monotonic()
+        self._in_flight: asyncio.Future[None] | None = None  # the async sink's write
 
     @property
     def pending(self) -> int:
@@ -93,31 +108,60 @@ class SampleWriter:
         with self._lock:
             return len(self._buffer)
 
-    def buffer(self, sample: Sample) -> int:
-        """Buffer a sample without writing (an event loop's sink: the write happens in a thread
-        through ``flush``); return the number of samples now pending."""
+    def _buffer_sample(self, sample: Sample) -> tuple[bool, bool]:
+        """Append; return (batch full, buffer old)."""
         with self._lock:
             self._buffer.append(sample)
-            return len(self._buffer)
+            full = len(self._buffer) >= self.batch_size
+            old = time.monotonic() - self._last_flush >= self.flush_interval_s
+        return full, old
 
     def add(self, sample: Sample) -> None:
-        """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old."""
-        with self._lock:
-            self._buffer.append(sample)
-            due = (
-                len(self._buffer) >= self.batch_size
-                or time.monotonic() - self._last_flush >= self.flush_interval_s
+        """Buffer a sample; write the buffer when it is full or ``flush_interval_s`` old (one
+        attempt: during an outage the samples stay buffered for the next add or flush)."""
+        full, old = self._buffer_sample(sample)
+        if full or old:
+            self._write_deferring()
+
+    async def put(self, sample: Sample) -> None:
+        """The runner's sink: buffer a sample; a full batch (written with retries) or an old
+        buffer (one attempt) goes to the store in a thread, one write at a time, while the
+        caller goes on. Past ``BACKLOG`` pending samples it waits for that write; a write that
+        failed raises here (or in ``flushed``). The event loop never waits on the database."""
+        full, old = self._buffer_sample(sample)
+        task = self._in_flight
+        if task is not None and task.done():
+            self._in_flight = None
+            task.result()
+        if (full or old) and self._in_flight is None:
+            self._in_flight = asyncio.ensure_future(
+                asyncio.to_thread(self.flush if full else self._write_deferring)
             )
-        if due:
-            try:
-                self._write_once()
-            except DatabaseUnavailable as err:
-                # Keep running; the samples stay buffered for the next add()/flush().
-                log.warning("sample write deferred (%d buffered): %s", self.pending, err)
+        if self._in_flight is not None and self.pending >= BACKLOG:
+            await asyncio.shield(self._in_flight)
 
     def flush(self) -> None:
         """Write everything buffered, retrying while the database is unavailable."""
         retry_transient(self._write_once, retry_seconds=self.retry_seconds)
+
+    def flushed(self, read: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """``read`` preceded by a flush: whoever reads the stored samples sees every one."""
+
+        async def flushed_read() -> T:
+            task, self._in_flight = self._in_flight, None
+            if task is not None:
+                await task
+            await asyncio.to_thread(self.flush)
+            return await read()
+
+        return flushed_read
+
+    def _write_deferring(self) -> None:
+        try:
+            self._write_once()
+        except DatabaseUnavailable as err:
+            # Keep running; the samples stay buffered for the next write or flush().
+            log.warning("sample write deferred (%d buffered): %s", self.pending, err)
 
     def _write_once(self) -> None:
         with self._write_lock:

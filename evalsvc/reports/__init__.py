@@ -15,12 +15,12 @@ from evalsvc.reports._render import (
     SCHEMA_VERSION,
     build_report,
     endpoint_label,
-    md_text,
     redact_report,
     summary_rows,
     to_junit,
     to_markdown,
 )
+from evalsvc.reports._text import md_text
 
 
 def report_schema() -> dict[str, Any]:

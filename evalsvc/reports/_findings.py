@@ -15,6 +15,8 @@ from typing import Any
 
 from evalsvc.suites import Finding, Suite, suite_kinds
 
+from ._text import md_text  # egress: a reason may quote an endpoint
+
 
 def _pct(x: Any) -> str:
     return "—" if not isinstance(x, (int, float)) else f"{100 * x:.0f}%"
@@ -205,8 +207,6 @@ def suite_findings(suite: dict[str, Any]) -> list[Finding]:
         ))
     said = bool(guard) or any(line.startswith("**Slice failed") for line in slice_lines)
     if d.get("reason") and not said:
-        from evalsvc.reports._render import md_text  # egress: a reason may quote an endpoint
-
         out.append(Finding(title="reason", markdown=[f"Note: {md_text(d['reason'])}.", ""],
                            severity="warn"))
     return out

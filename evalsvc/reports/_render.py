@@ -13,9 +13,7 @@ characters raw, which makes the file unparsable).
 
 from __future__ import annotations
 
-import html
 import math
-import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
@@ -23,10 +21,10 @@ from evalsvc import __version__
 from evalsvc.domain import EndpointRef, Provenance
 from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import RunResult
-from evalsvc.textsafe import visible_controls
 
 from ._findings import findings, headline, suite_findings
 from ._gatecols import gate_view, reason_lines, reasons_of
+from ._text import md_text, xml_text
 
 SCHEMA_VERSION = 1
 
@@ -131,28 +129,6 @@ def redact_report(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_report(v) for v in value]
     return value
-
-
-# Markdown punctuation that can start markup inline (CommonMark "backslash escapes"); "<", ">"
-# and "&" become HTML entities first, so no raw HTML survives.
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~])")
-# XML 1.0 Char production: tab, LF, CR and U+0020 upwards, minus surrogates and U+FFFE/FFFF.
-_XML_INVALID = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def md_text(value: Any) -> str:
-    """``value`` as inert Markdown text on one line (for endpoint-provided strings)."""
-    # ESC and the other controls are written as visible escapes: a report.md shown with `cat`
-    # or in a terminal pager must not clear the screen or fake a verdict (evalsvc.textsafe).
-    text = visible_controls(" ".join(str(value).split()))
-    text = html.escape(text, quote=False)
-    text = _MD_SPECIAL.sub(r"\\\1", text)
-    return text.replace("://", "\\://")  # no bare autolinks either
-
-
-def xml_text(value: Any) -> str:
-    """``value`` without the characters XML 1.0 cannot represent (ElementTree escapes the rest)."""
-    return _XML_INVALID.sub("\ufffd", str(value))
 
 
 def endpoint_label(entry: dict[str, Any]) -> str:

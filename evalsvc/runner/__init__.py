@@ -4,11 +4,9 @@ Contract: ``execute`` takes a sample sink and the keys already stored; it probes
 capabilities, plans, sends, and returns a ``RunResult``. The service layer persists.
 """
 
+from evalsvc.runner._common import CancelledRun, CapabilityError, InfrastructureError
 from evalsvc.runner._runner import (
-    CancelledRun,
     CandidateResult,
-    CapabilityError,
-    InfrastructureError,
     NullProgress,
     Progress,
     RunResult,

@@ -23,6 +23,7 @@ from typing import Any
 
 from evalsvc.domain import Provenance, RunOptions, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
+from evalsvc.runner._common import InfrastructureError, suite_concurrency
 from evalsvc.suites import (
     CalibrationPolicy,
     Rung,
@@ -51,8 +52,6 @@ async def calibrate(
 ) -> tuple[Suite, dict[str, Any]]:
     """Pilot ``suite`` on the baseline (``client``) and return it at the chosen difficulty with
     the calibration record (module docstring)."""
-    from evalsvc.runner._runner import InfrastructureError, suite_concurrency
-
     ladder = suite.difficulty_ladder(provenance)
     if not ladder:
         return suite, {"skipped": "the kind's ladder is empty for this baseline"}

@@ -48,21 +48,15 @@ from evalsvc.gates import (
     slice_gates,
     threshold_gate,
 )
+from evalsvc.runner._common import (
+    CancelledRun,
+    CapabilityError,
+    InfrastructureError,
+    suite_concurrency,
+)
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, Suite, flips, pilot_name
-
-
-class InfrastructureError(RuntimeError):
-    """An endpoint is unreachable, or too many requests failed to trust a verdict (exit 4)."""
-
-
-class CapabilityError(ValueError):
-    """A suite needs an API feature that an endpoint does not have (exit 2)."""
-
-
-class CancelledRun(RuntimeError):
-    """The run was cancelled (or its lease lost) while executing."""
 
 
 class SampleSink(Protocol):
@@ -136,11 +130,6 @@ class RunResult:
 
 def role_of(index: int) -> str:
     return f"candidate:{index}"
-
-
-def suite_concurrency(suite: Suite, options: RunOptions) -> int:
-    """In-flight bound for ``suite``: ``--concurrency``, or the suite's own traffic shape if larger."""
-    return max(options.concurrency, suite.traffic_concurrency())
 
 
 async def probe_all(

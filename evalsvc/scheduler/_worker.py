@@ -15,9 +15,10 @@ On shutdown the worker waits ``shutdown_grace_seconds`` for executions to return
 ignores its cancel that long (a suite still planning) has its run released to the queue, and
 the worker stops anyway. A failure to fire schedules is logged and never stops the loop.
 
-One heartbeat thread per worker extends the leases of its executing runs every
-``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was cancelled),
-or the database has been unreachable for longer than a lease, that run's ``cancel`` event is set.
+One heartbeat thread per worker (``evalsvc.db.Leases``) extends the leases of its executing runs
+every ``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was
+cancelled), or the database has been unreachable for longer than a lease, that run's ``cancel``
+event is set.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from evalsvc.db import DatabaseUnavailable, Store, StoreError, retry_transient
+from evalsvc.db import DatabaseUnavailable, Leases, Store, StoreError, retry_transient
 from evalsvc.domain import RunInfo, RunStatus
 
 from ._cron import Scheduler
@@ -71,7 +72,12 @@ class _Execution:
     done: threading.Event = field(default_factory=threading.Event)
     lease_lost: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
-    last_heartbeat_ok: float = field(default_factory=time.monotonic)
+
+    def lose_lease(self) -> None:
+        """The lease is gone (reaped, cancelled, or no heartbeat for a whole lease): stop, and
+        leave the run alone (the database already says what happened to it)."""
+        self.lease_lost.set()
+        self.cancel.set()
 
 
 class Worker:
@@ -116,7 +122,9 @@ class Worker:
         # Reentrant: stop() runs in a signal handler, which may interrupt the main thread
         # while it holds this lock.
         self._lock = threading.RLock()
-        self._heartbeats_done = threading.Event()
+        self._leases = Leases(
+            store, owner=self.worker_id, lease_seconds=lease_seconds, give_up_after=lease_seconds
+        )
 
     @property
     def stopping(self) -> bool:
@@ -146,9 +154,7 @@ class Worker:
             self.concurrency,
             self.lease_seconds,
         )
-        self._heartbeats_done.clear()
-        heartbeats = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
-        heartbeats.start()
+        self._leases.start()
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
@@ -180,8 +186,7 @@ class Worker:
         finally:
             self.stop()
             self._join_all(self.shutdown_grace_seconds)
-            self._heartbeats_done.set()
-            heartbeats.join()
+            self._leases.close()
             log.info("worker %s stopped after %d runs", self.worker_id, self.executed)
         return self.executed
 
@@ -247,6 +252,7 @@ class Worker:
         )
         with self._lock:
             self._active[run.id] = execution
+        self._leases.hold(run.id, on_lost=execution.lose_lease)
         log.info("worker %s claimed run %s (attempt %d)", self.worker_id, run.id, run.attempts)
         execution.thread.start()
 
@@ -259,6 +265,7 @@ class Worker:
             log.exception("run %s failed in worker %s", execution.run.id, self.worker_id)
         finally:
             execution.done.set()
+            self._leases.drop(execution.run.id)
         try:
             self._settle(execution, failure)
         except StoreError as err:
@@ -315,28 +322,3 @@ class Worker:
         )
         if finished:
             log.warning("run %s marked error: %s", run_id, message)
-
-    def _heartbeat_loop(self) -> None:
-        interval = self.lease_seconds / 3
-        while not self._heartbeats_done.wait(interval):
-            with self._lock:
-                executions = [e for e in self._active.values() if not e.done.is_set()]
-            for execution in executions:
-                self._heartbeat(execution)
-
-    def _heartbeat(self, execution: _Execution) -> None:
-        try:
-            ok = self.store.heartbeat(
-                execution.run.id, worker_id=self.worker_id, lease_seconds=self.lease_seconds
-            )
-        except StoreError as err:
-            if time.monotonic() - execution.last_heartbeat_ok < self.lease_seconds:
-                log.warning("heartbeat for run %s failed, retrying: %s", execution.run.id, err)
-                return
-            log.error("run %s: no heartbeat for a whole lease; assuming it lost", execution.run.id)
-            ok = False
-        if ok:
-            execution.last_heartbeat_ok = time.monotonic()
-        elif not execution.done.is_set():
-            execution.lease_lost.set()
-            execution.cancel.set()

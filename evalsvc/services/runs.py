@@ -18,10 +18,10 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
+from evalsvc.db import IN_PROCESS_PREFIX, Leases, SampleWriter, Store
 from evalsvc.domain import (
     EXIT_CODES,
     EndpointRef,
@@ -212,16 +212,22 @@ def compare(
             for sample in store.get_samples(reuse_baseline_from, endpoint="baseline"):
                 if sample.error is None:
                     writer.add(sample)
-    heartbeat = _Heartbeat(store, run.id, owner, lease)
+    # The lease is renewed like a worker's (``Leases``), so if this process is killed (SIGKILL,
+    # OOM, power) the next reaper (a worker's, or the next compare's) marks the run ``error``
+    # instead of leaving it "running" for ever. A refused renewal (the run was cancelled or
+    # reaped) sets ``lost``, and the runner stops at its next sample, as a worker does. A
+    # database outage never stops an in-process run by itself (no ``give_up_after``).
+    lost = threading.Event()
     try:
-        with heartbeat:
+        with Leases(store, owner=owner, lease_seconds=lease) as leases:
+            leases.hold(run.id, on_lost=lost.set)
             return _execute(
                 store,
                 run,
                 suites,
                 progress=_StoreProgress(store, run.id, also=progress,
                                         suites=[x.name for x in suites]),
-                cancel=heartbeat.lost,
+                cancel=lost,
                 worker_id=None,
             )
     except CancelledRun:
@@ -229,41 +235,6 @@ def compare(
             f"run {run.id} was cancelled from outside (POST /runs/{{id}}/cancel) or its lease "
             "lapsed; the samples so far are kept"
         ) from None
-
-
-class _Heartbeat:
-    """Renews an in-process run's lease (``EVALSVC_LEASE_SECONDS``, as a worker's) every third of
-    it, from a daemon thread so a busy event loop cannot starve it. If the process is killed
-    (SIGKILL, OOM, power), the next reaper (a worker's, or the next ``evalsvc compare``'s) marks
-    the run ``error`` instead of leaving it "running" for ever."""
-
-    def __init__(self, store: Store, run_id: str, owner: str, lease_seconds: float) -> None:
-        self.store, self.run_id, self.owner = store, run_id, owner
-        self.lease_seconds = lease_seconds
-        self.lost = threading.Event()
-        """Set when the store refuses a renewal: the run was cancelled (or reaped); the runner
-        stops at its next sample, as a worker does."""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="evalsvc-heartbeat", daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.lease_seconds / 3):
-            try:
-                if not self.store.heartbeat(
-                    self.run_id, worker_id=self.owner, lease_seconds=self.lease_seconds
-                ):
-                    self.lost.set()
-                    return
-            except Exception:  # noqa: BLE001 - the DB briefly down: retry at the next beat
-                continue  # (the lease leaves two beats of slack)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def execute_stored_run(
@@ -331,23 +302,7 @@ def _execute(
     writer = SampleWriter(store, run.id)
     done = store.done_keys(run.id)
 
-    flushing: asyncio.Task[None] | None = None
-
-    async def sink(sample: Sample) -> None:
-        # The event loop never writes: a batch goes to the store in a worker thread, one
-        # batch at a time, while the requests go on (a synchronous commit on the loop thread
-        # stalled every request in flight: docs/benchmarks.md, "Evaluator speed"). Past
-        # _SINK_BACKLOG pending samples the sink waits for the write (a slow database slows
-        # the run instead of growing the buffer).
-        nonlocal flushing
-        pending = writer.buffer(sample)
-        if flushing is not None and flushing.done():
-            task, flushing = flushing, None
-            task.result()  # a failed write fails the run here, as it did inline
-        if pending >= _SINK_BATCH and flushing is None:
-            flushing = asyncio.create_task(asyncio.to_thread(writer.flush))
-        if pending >= _SINK_BACKLOG and flushing is not None:
-            await asyncio.shield(flushing)
+    sink = writer.put
 
     async def stored() -> list[Sample]:
         return await asyncio.to_thread(store.get_samples, run.id)
@@ -365,7 +320,7 @@ def _execute(
                 options=spec.options,
                 sink=sink,
                 done=done,
-                stored=_flushing(writer, stored),
+                stored=writer.flushed(stored),
                 progress=progress,
                 cancel=cancel,
                 on_probed=on_probed,
@@ -411,23 +366,6 @@ def _execute(
         worker_id=worker_id,
     )
     return report
-
-
-#: Samples per write of an in-process run, and how many may wait before the run waits for the
-#: store (each pending sample is one response: bounded memory whatever the database's speed).
-_SINK_BATCH = 64
-_SINK_BACKLOG = 2048
-
-
-def _flushing(writer: SampleWriter, stored: Callable[[], Any]) -> Callable[[], Any]:
-    """Flush pending samples before reading the stored ones, so analysis sees everything."""
-
-    async def read() -> list[Sample]:
-        await asyncio.to_thread(writer.flush)
-        samples: list[Sample] = await stored()
-        return samples
-
-    return read
 
 
 #: How often (s) an in-process run's progress counts are written to its row at most.

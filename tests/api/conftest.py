@@ -18,10 +18,10 @@ import pytest
 import uvicorn
 from fastapi import FastAPI
 
-from evalsvc.api import create_app
 from evalsvc.db import Store
 from evalsvc.db.testing import clear_all_tables
 from evalsvc.scheduler import Executor, Worker
+from evalsvc.webapp import create_app
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     BACKENDS,
     pg_session_url,

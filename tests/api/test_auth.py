@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from evalsvc.api import create_app
+from evalsvc.webapp import create_app
 
 from .conftest import Api, serve
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from evalsvc.api import create_app
 from evalsvc.db import Store
+from evalsvc.webapp import create_app
 
 from .conftest import Api, serve
 

@@ -270,7 +270,7 @@ def many_runs(dash_store: Store) -> dict[str, Any]:
 
 def _serve(url: str) -> Iterator[str]:
     # The API tests' real uvicorn on a free loopback port, over this session's store.
-    from evalsvc.api import create_app
+    from evalsvc.webapp import create_app
     from tests.api.conftest import serve
 
     with serve(create_app(url, auth=True)) as base:

@@ -208,7 +208,7 @@ def test_ci_bar_places_margin_and_one_sided_intervals() -> None:
 def test_pages_follow_the_api_auth(db_url: str) -> None:
     from fastapi.testclient import TestClient
 
-    from evalsvc.api import create_app
+    from evalsvc.webapp import create_app
 
     with Store.from_url(db_url) as s:
         token, _ = s.create_api_token(name="viewer", scopes=["read"])
@@ -248,7 +248,7 @@ def test_pages_follow_the_api_auth(db_url: str) -> None:
 def test_unfinished_and_failed_runs_render(db_url: str) -> None:
     from fastapi.testclient import TestClient
 
-    from evalsvc.api import create_app
+    from evalsvc.webapp import create_app
 
     with Store.from_url(db_url) as s:
         queued = s.create_run(_spec(0), status=RunStatus.queued)

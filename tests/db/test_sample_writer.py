@@ -81,3 +81,24 @@ def test_samples_survive_a_database_outage(pg_url: str) -> None:
         assert writer.pending == 0
         assert store.count_samples(run.id)["total"] == 17
     proxy.cut()
+
+
+async def test_the_runner_sink_writes_whole_batches_and_flushed_reads_see_everything(
+    store: Store,
+) -> None:
+    """``put`` (the runner's sink) writes a batch as soon as it is full, in a thread; a read
+    through ``flushed`` first writes what is still buffered."""
+    from evalsvc.db import BATCH_SIZE
+
+    run = store.create_run(make_spec())
+    writer = SampleWriter(store, run.id, flush_interval_s=3600)
+    assert writer.batch_size == BATCH_SIZE
+    for sample in _samples(BATCH_SIZE + 3):
+        await writer.put(sample)
+    assert store.count_samples(run.id)["total"] == BATCH_SIZE and writer.pending == 3
+
+    async def stored() -> list[Sample]:
+        return store.get_samples(run.id)
+
+    assert len(await writer.flushed(stored)()) == BATCH_SIZE + 3
+    assert writer.pending == 0 and writer.written == BATCH_SIZE + 3

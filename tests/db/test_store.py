@@ -186,17 +186,17 @@ def test_endpoint_registry(store: Store) -> None:
 
 def test_api_tokens(store: Store) -> None:
     token, info = store.create_api_token(name="ci", scopes=["read", "submit"])
-    assert info["scopes"] == ["read", "submit"] and token not in json.dumps(info, default=str)
+    assert info.scopes == ["read", "submit"] and token not in info.model_dump_json()
     verified = store.verify_api_token(token)
-    assert verified is not None and verified["name"] == "ci"
-    assert verified["last_used_at"] is not None
+    assert verified is not None and verified.name == "ci"
+    assert verified.last_used_at is not None
     assert store.verify_api_token(token + "x") is None
     with pytest.raises(Conflict):
         store.create_api_token(name="ci", scopes=["read"])
     with pytest.raises(ValueError, match="scopes"):
         store.create_api_token(name="bad", scopes=["root"])
     assert store.revoke_api_token("ci") and store.verify_api_token(token) is None
-    assert [t["name"] for t in store.list_api_tokens()] == ["ci"]
+    assert [t.name for t in store.list_api_tokens()] == ["ci"]
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv", "jsonl"])

@@ -10,7 +10,7 @@ from html.parser import HTMLParser
 import httpx
 import pytest
 
-from evalsvc.api import create_app
+from evalsvc.webapp import create_app
 from tests.api.conftest import serve
 
 from .conftest import REPO_ROOT

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from evalsvc.api import create_app
+from evalsvc.webapp import create_app
 from tests.api.conftest import serve
 
 from .conftest import REPO_ROOT

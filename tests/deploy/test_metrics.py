@@ -9,10 +9,10 @@ import httpx
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from evalsvc.api import create_app
 from evalsvc.db import Store, metrics_snapshot
 from evalsvc.db._orm import RunRow, utcnow
 from evalsvc.domain import EndpointRef, Provenance, RunSpec, RunStatus, Sample
+from evalsvc.webapp import create_app
 from tests.api.conftest import serve
 
 BASE = "http://bf16.test:8000/v1"

@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from evalsvc.api import create_app
 from evalsvc.db import Store
+from evalsvc.webapp import create_app
 from tests.api.conftest import serve
 from tests.fixtures.db import sqlite_template  # noqa: F401  (pytest fixture)
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import EndpointCreate, EndpointRead, EndpointUpdate, PathKey, Problem
 from evalsvc.domain import EndpointRef
 from evalsvc.endpoints import redact_url
 from evalsvc.services import registry
 from evalsvc.services.runs import server_policy
+from evalsvc.web.auth import AdminScope, ReadScope, StoreDep
 
 router = APIRouter(prefix="/endpoints", tags=["endpoints"])
 

@@ -20,12 +20,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile, status
 
 from evalsvc import limits
-from evalsvc.api._deps import StoreDep, SubmitScope
 from evalsvc.api._schemas import Problem
 from evalsvc.domain import RunOptions
 from evalsvc.reports import redact_report
 from evalsvc.services import gatelogs
 from evalsvc.services.runs import UsageError
+from evalsvc.web.auth import StoreDep, SubmitScope
 
 router = APIRouter(prefix="/gate-logs", tags=["gate-logs"])
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Response, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from evalsvc.api._deps import StateDep
 from evalsvc.api._schemas import Health
+from evalsvc.web.auth import StateDep
 
 router = APIRouter(tags=["health"])
 

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Query, status
 
 from evalsvc import limits
-from evalsvc.api._deps import ReadScope, StoreDep, SubmitScope
 from evalsvc.api._schemas import (
     URL_PATTERN,
     GateRead,
@@ -30,6 +29,7 @@ from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.reports import redact_report
 from evalsvc.services import history
 from evalsvc.services import runs as run_service
+from evalsvc.web.auth import ReadScope, StoreDep, SubmitScope
 
 router = APIRouter(prefix="/runs", tags=["runs"])
 

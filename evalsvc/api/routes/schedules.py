@@ -10,11 +10,11 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Response, status
 
-from evalsvc.api._deps import AdminScope, ReadScope, StoreDep
 from evalsvc.api._schemas import PathKey, Problem, ScheduleCreate, ScheduleRead
 from evalsvc.domain import stored_spec
 from evalsvc.reports import redact_report
 from evalsvc.services import registry
+from evalsvc.web.auth import AdminScope, ReadScope, StoreDep
 
 from .runs import run_spec
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from evalsvc.api._deps import ReadScope
 from evalsvc.api._schemas import SuiteRead
 from evalsvc.services.catalog import suite_rows
+from evalsvc.web.auth import ReadScope
 
 router = APIRouter(prefix="/suites", tags=["suites"])
 

@@ -1,12 +1,15 @@
-"""Dependencies of the routes: the app's store (refused until the database is at head) and
-bearer-token authentication with scopes.
+"""The web app's state and authentication, shared by the REST API and the dashboard.
+
+The composition module (``evalsvc.webapp``) puts an ``AppState`` on the app; the API's routes
+and the dashboard's pages declare what they need through the dependencies here, and import
+nothing from each other or from the composition.
 
 Contract:
 - ``StoreDep`` is the app's one ``Store``. Until the database has been seen at the migration
   head, every request that needs it re-checks and gets 503 with the store's message (run
   ``evalsvc db upgrade``); once at head, the check is not repeated.
-- ``require(scope)`` authenticates ``Authorization: Bearer <token>`` with
-  ``Store.verify_api_token``: 401 without a valid token, 403 when the token lacks the scope.
+- ``require(scope)`` authenticates ``Authorization: Bearer <token>`` through the token service
+  (``evalsvc.services.tokens``): 401 without a valid token, 403 when the token lacks the scope.
   Scopes nest: ``admin`` implies ``submit`` implies ``read``.
 - ``EVALSVC_API_AUTH=off`` (or ``create_app(auth=False)``) turns authentication off for local
   development; every request then acts with all scopes.
@@ -25,18 +28,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CollectorRegistry
 
 from evalsvc.db import Store, StoreError
+from evalsvc.services import tokens
+from evalsvc.services.tokens import IMPLIED_SCOPES, Principal
 from evalsvc.settings import Settings
 
 AUTH_ENV = "EVALSVC_API_AUTH"
 _OFF = {"off", "0", "false", "no", "disabled"}
-
-#: What each scope a token holds lets it do (docs/api.md: admin ⊇ submit ⊇ read).
-IMPLIED_SCOPES: dict[str, frozenset[str]] = {
-    "read": frozenset({"read"}),
-    "submit": frozenset({"read", "submit"}),
-    "admin": frozenset({"read", "submit", "admin"}),
-}
-
 
 def auth_enabled_from_env() -> bool:
     """Authentication is on unless ``EVALSVC_API_AUTH`` says off/0/false/no/disabled."""
@@ -44,7 +41,7 @@ def auth_enabled_from_env() -> bool:
 
 
 @dataclass
-class ApiState:
+class AppState:
     """What one app instance holds: its store, its auth mode, its metrics registry."""
 
     store: Store
@@ -80,12 +77,12 @@ class ApiState:
         return True
 
 
-def get_state(request: Request) -> ApiState:
-    state: ApiState = request.app.state.evalsvc
+def get_state(request: Request) -> AppState:
+    state: AppState = request.app.state.evalsvc
     return state
 
 
-StateDep = Annotated[ApiState, Depends(get_state)]
+StateDep = Annotated[AppState, Depends(get_state)]
 
 
 def get_store(state: StateDep) -> Store:
@@ -103,22 +100,11 @@ _bearer = HTTPBearer(
 )
 
 
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the token's name and the scopes it grants (implied ones included)."""
-
-    name: str
-    scopes: frozenset[str]
-
-
-_ANONYMOUS = Principal(name="anonymous (auth off)", scopes=IMPLIED_SCOPES["admin"])
-
-
 def _authenticate(
-    state: ApiState, store: Store, credentials: HTTPAuthorizationCredentials | None
+    state: AppState, store: Store, credentials: HTTPAuthorizationCredentials | None
 ) -> Principal:
     if not state.auth:
-        return _ANONYMOUS
+        return tokens.ANONYMOUS
     challenge = {"WWW-Authenticate": "Bearer"}
     if credentials is None or credentials.scheme.lower() != "bearer" or not credentials.credentials:
         raise HTTPException(
@@ -131,16 +117,14 @@ def _authenticate(
 
 def principal_for_token(store: Store, token: str) -> Principal:
     """The principal of a token (header or the dashboard's cookie); 401 when unknown/revoked."""
-    challenge = {"WWW-Authenticate": "Bearer"}
-    info: dict[str, Any] | None = store.verify_api_token(token)
-    if info is None:
+    found = tokens.principal(store, token)
+    if found is None:
         raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED, "invalid or revoked API token", headers=challenge
+            status.HTTP_401_UNAUTHORIZED,
+            "invalid or revoked API token",
+            headers={"WWW-Authenticate": "Bearer"},
         )
-    granted: set[str] = set()
-    for scope in info["scopes"]:
-        granted |= IMPLIED_SCOPES.get(scope, frozenset())
-    return Principal(name=str(info["name"]), scopes=frozenset(granted))
+    return found
 
 
 def require(scope: str) -> Any:

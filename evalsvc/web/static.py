@@ -1,4 +1,5 @@
-"""Static files, compressed and cacheable: the dashboard's ``/static`` and the API docs' assets.
+"""Static files, compressed and cacheable: the dashboard's ``/static`` and the API docs' assets
+(both views use it; it imports neither).
 
 Contract: :class:`CachedStatic` is Starlette's ``StaticFiles`` (ETag, Last-Modified, 304 on
 ``If-None-Match``, path checks) plus

@@ -1,0 +1,37 @@
+"""The one mapping from an exception to an exit code (docs/cli.md, "Exit codes").
+
+Contract: ``exit_code(exc)`` is 2 for a usage or configuration error (a bad value or option, an
+unknown or ambiguous name or id, a taken name, a refused URL or token, a database URL that is no
+URL, a schema not at the migration head, a run that cannot do what was asked) and 4 for an
+infrastructure error (the database, an endpoint or the server unreachable or refusing; the run
+interrupted; anything unforeseen). Never 1 or 3: those are verdicts
+(``evalsvc.services.runs.exit_code``). Every command that turns an exception into an exit asks
+this function; the exception classes of the heavier layers are imported only on that path.
+"""
+
+from __future__ import annotations
+
+from evalsvc.db import Conflict, DatabaseConfigError, DatabaseNotAtHead, InvalidData, StoreError
+from evalsvc.domain import EXIT_CODES
+
+EXIT_USAGE = EXIT_CODES["usage"]
+EXIT_INFRA = EXIT_CODES["error"]
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 (usage/configuration) or 4 (infrastructure) for ``exc``; see the module docstring."""
+    if isinstance(exc, StoreError):
+        usage = isinstance(exc, Conflict | DatabaseNotAtHead | DatabaseConfigError | InvalidData)
+        return EXIT_USAGE if usage else EXIT_INFRA
+    if isinstance(exc, KeyboardInterrupt):  # Ctrl-C or SIGTERM: no verdict was reached
+        return EXIT_INFRA
+    # UsageError, CapabilityError, SuiteError, pydantic's ValidationError, UrlError (ValueErrors);
+    # an unknown endpoint, schedule or run (LookupErrors).
+    if isinstance(exc, ValueError | LookupError):
+        return EXIT_USAGE
+    from evalsvc.endpoints import EgressRefused
+    from evalsvc.services.history import RunAlreadyFinished, RunNotFinished
+
+    if isinstance(exc, EgressRefused | RunAlreadyFinished | RunNotFinished):
+        return EXIT_USAGE
+    return EXIT_INFRA

@@ -1,0 +1,144 @@
+"""The terminal and file views of a report, shared by ``compare`` (local and ``--server``) and
+``gate-logs``: progress bars, the verdict table, the headlines and reasons, the report files.
+
+Contract: every string that came from an endpoint, a suite file or the store is escaped for the
+terminal (``_safe.term``); ``write_outputs`` writes the files asked for (``--json -`` alone owns
+stdout).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress as RichProgress
+from rich.progress import TaskID
+from rich.table import Table
+
+from evalsvc.cli._safe import term
+
+from ._common import VERDICT_STYLE, err
+
+
+class RichProgressBars:
+    """One progress bar per (suite, endpoint), on stderr."""
+
+    def __init__(self, progress: RichProgress, labels: dict[str, str]) -> None:
+        self.progress, self.labels = progress, labels
+        self.tasks: dict[tuple[str, str], TaskID] = {}
+        self.order: list[str] = []
+
+    def suites(self, names: Sequence[str]) -> None:
+        """Every suite of the run in execution order (bars then read "suite 2/5")."""
+        self.order = list(names)
+
+    def planned(
+        self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
+    ) -> None:
+        which = (f"suite {self.order.index(suite) + 1}/{len(self.order)} "
+                 if suite in self.order else "")
+        for role in roles:
+            self.tasks[(suite, role)] = self.progress.add_task(
+                f"{which}{term(suite)} · {term(self.labels.get(role, role))}",
+                total=n_items,
+                completed=n_done.get(role, 0),
+            )
+
+    def advance(self, suite: str, role: str) -> None:
+        task = self.tasks.get((suite, role))
+        if task is not None:
+            self.progress.advance(task)
+
+    def message(self, text: str) -> None:
+        self.progress.console.log(term(text))
+
+
+def verdict_table(report: dict[str, Any]) -> Table:
+    from evalsvc.reports import summary_rows
+
+    table = Table(title=f"evalsvc · run {term(report['run_id'])}", show_lines=False)
+    # Compact enough for an 80-column CI log; the MDE is in the JSON and Markdown reports. The
+    # margin is the one the gate used (the suite's policy, or the submitter's tighter one); a
+    # threshold gate (drift) shows the metric, the CI of the metric itself and the threshold.
+    cols = ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "gate", "p (NI)", "n",
+            "verdict")
+    for col in cols:
+        table.add_column(col, overflow="fold")
+    entries = [s for cand in report["candidates"] for s in cand["suites"]]
+    for r, s in zip(summary_rows(report), entries, strict=True):
+        v = r["verdict"].split(" ")[0]
+        # Rows that block a pass, or are not gated, are explained below the table.
+        marked = v != "pass" or not s.get("gated", True)
+        delta_ci = (
+            f"value {r['ci']}" if r["gate_type"] == "threshold" else f"{r['delta']} {r['ci']}"
+        )
+        # Candidate and suite names and the model id are untrusted text: escaped for rich.
+        table.add_row(
+            *(term(r[k]) for k in ("candidate", "suite", "metric", "baseline", "candidate_value")),
+            term(delta_ci),
+            term(r["margin"]),
+            term(r["p"]),
+            term(r["n"]),
+            f"[{VERDICT_STYLE.get(v, '')}]{term(r['verdict'])}[/]" + (" *" if marked else ""),
+        )
+    return table
+
+
+def print_headlines(report: dict[str, Any]) -> None:
+    """Where and how much, one line per suite (flips, KLD, determinism rates, speed gain), then
+    why each candidate reads its verdict (the report's ``reasons``)."""
+    from evalsvc.reports import endpoint_label, headline
+
+    for cand in report["candidates"]:
+        name = endpoint_label(cand)
+        for s in cand["suites"]:
+            line = headline(s)
+            if line:
+                err.print(f"  {term(name)} · {term(s['suite'])}: {term(line)}", highlight=False)
+    for cand in report["candidates"]:
+        name = endpoint_label(cand)
+        reasons = cand.get("reasons") or []
+        if not reasons:
+            continue
+        v = cand.get("verdict", "")
+        err.print(
+            f"* {term(name)}: [{VERDICT_STYLE.get(v, '')}]{term(v)}[/], because", highlight=False
+        )
+        for r in reasons:
+            where = f"{r['suite']} · " if r.get("suite") else ""
+            err.print(f"  - {term(where)}{term(r['code'])}: {term(r['message'])}", highlight=False)
+
+
+# The report options `compare` and `gate-logs` share.
+JsonOutOption = Annotated[
+    str | None, typer.Option("--json", help="Write the JSON report to PATH, or - for stdout.")
+]
+JunitOption = Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML to PATH.")]
+MarkdownOption = Annotated[
+    Path | None, typer.Option("--markdown", help="Write a Markdown report to PATH.")
+]
+
+
+def write_outputs(
+    report: dict[str, Any], json_out: str | None, junit: Path | None, markdown: Path | None
+) -> None:
+    from evalsvc.reports import to_junit, to_markdown
+
+    text = json.dumps(report, indent=2)
+    if json_out == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    elif json_out:
+        Path(json_out).write_text(text + "\n", encoding="utf-8")
+    if junit:
+        junit.write_text(to_junit(report), encoding="utf-8")
+    if markdown:
+        markdown.write_text(to_markdown(report), encoding="utf-8")
+
+
+def print_verdict(verdict: str, run_id: str) -> None:
+    err.print(f"verdict: [{VERDICT_STYLE.get(verdict, '')}]{term(verdict)}[/]  (run {term(run_id)})")

@@ -1,0 +1,327 @@
+"""``evalsvc compare`` (in-process, or ``--server`` through the REST client) and
+``evalsvc gate-logs``: run or read, gate, report.
+
+Contract (docs/cli.md): exit 0 pass, 1 fail, 3 inconclusive (the verdict,
+``services.runs.exit_code``), 2 usage/configuration, 4 infrastructure (the exception,
+``_exit.exit_code``). The report files asked for are written on every exit, an error report
+when there is no verdict. Human output goes to stderr; ``--json -`` alone owns stdout.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+from evalsvc.cli._safe import term
+from evalsvc.domain import EXIT_CODES, EndpointRef, RunOptions, RunSpec
+
+from ._common import describe, die, err, exit_for, open_store, raise_interrupt
+from ._exit import exit_code
+from ._report import (
+    JsonOutOption,
+    JunitOption,
+    MarkdownOption,
+    RichProgressBars,
+    print_headlines,
+    print_verdict,
+    verdict_table,
+    write_outputs,
+)
+from .rest import compare_remote
+
+
+def compare(
+    endpoints: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="BASELINE CANDIDATE [CANDIDATE ...]",
+            help="Base URLs (http://host:port/v1) or registered endpoint names.",
+        ),
+    ],
+    suite: Annotated[
+        list[str],
+        typer.Option("--suite", "-s", help="Suite name, set name or YAML path (repeatable)."),
+    ] = ["smoke"],  # noqa: B006
+    json_out: JsonOutOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
+    samples: Annotated[
+        int | None, typer.Option(min=1, help="Items per suite (overrides the suite).")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for item generation (overrides the suite).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight per endpoint.")] = 8,
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Non-inferiority margin δ for every gate.")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")
+    ] = None,
+    recovery_min: Annotated[
+        float | None,
+        typer.Option(
+            "--recovery-min",
+            min=0.0,
+            max=1.0,
+            help="Raise the recovery floor of suites gated by one (tighten only).",
+        ),
+    ] = None,
+    sequential: Annotated[
+        bool, typer.Option(help="Stop early once verdicts are clear (always-valid test).")
+    ] = False,
+    calibrate: Annotated[
+        bool | None,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Pick each suite's difficulty by a pilot on the baseline (kinds that can); "
+            "default: each suite's own `calibrate:`.",
+        ),
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(help="Total deadline of one request, streams included (s).")
+    ] = 300.0,
+    wait_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0,
+            help="With --server: give up (cancel the run, exit 4) after this many seconds "
+            "without a verdict.",
+        ),
+    ] = None,
+) -> None:
+    """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
+    from pydantic import ValidationError
+
+    from evalsvc.db import StoreError
+    from evalsvc.endpoints import redact_url
+    from evalsvc.runner import CapabilityError, InfrastructureError
+    from evalsvc.services import runs
+
+    if len(endpoints) < 2:
+        raise die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
+    try:
+        options = RunOptions(
+            samples=samples,
+            seed=seed,
+            concurrency=concurrency,
+            margin=margin,
+            alpha=alpha,
+            recovery_min=recovery_min,
+            sequential=sequential,
+            calibrate=calibrate,
+            request_timeout_s=timeout,
+        )
+    except ValidationError as exc:
+        raise exit_for(exc) from exc
+    if server:
+        raise typer.Exit(
+            compare_remote(
+                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout
+            )
+        )
+    store = open_store(db)
+    # SIGTERM (CI timeouts, `kill`) must unwind like Ctrl-C so the run is recorded as an error
+    # instead of staying "running" and holding its endpoints' run budget.
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        refs = [runs.resolve_endpoint(e, store) for e in endpoints]
+        spec = RunSpec(baseline=refs[0], candidates=refs[1:], suites=suite, options=options)
+        runs.load_suites(spec)  # usage errors (suites, --margin/--alpha) before any request
+    except (runs.UsageError, ValidationError, StoreError) as exc:
+        raise exit_for(exc) from exc
+    from evalsvc.reports import endpoint_label
+
+    # The reports' label (name, else host:port; the served model is not known before the probe).
+    def label(r: EndpointRef) -> str:
+        return endpoint_label({"name": r.name, "url": redact_url(r.url), "model": r.model})
+
+    labels = {"baseline": f"baseline {label(refs[0])}"}
+    labels.update({f"candidate:{i}": f"candidate {label(r)}" for i, r in enumerate(refs[1:])})
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+
+    def ended_without_verdict(exc: BaseException) -> typer.Exit:
+        # CI reporters get the files they asked for on every exit, an error report here.
+        from evalsvc.reports import error_report
+
+        message = describe(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            message = f"interrupted ({exc or 'Ctrl-C'}); the run was recorded as error"
+        write_outputs(
+            error_report(baseline=refs[0], candidates=refs[1:], error=message, options=options),
+            json_out,
+            junit,
+            markdown,
+        )
+        return die(message, exit_code(exc))
+
+    try:
+        # Two redraws a second: at the default ten the bar's thread took a tenth of the CPU of a
+        # fast run (docs/benchmarks.md, "Evaluator speed").
+        with RichProgress(*columns, console=err, transient=False, refresh_per_second=2) as bar:
+            report = runs.compare(spec, store=store, progress=RichProgressBars(bar, labels))
+    # Usage (2): bad suites or options, a capability an endpoint lacks. Infrastructure (4): an
+    # endpoint down, the error budget spent, the database lost or refusing writes mid-run, or
+    # Ctrl-C/SIGTERM (the run is recorded as error by the service; without this click would
+    # print "Aborted!" and exit 1, which a pipeline reads as a failed gate).
+    except (
+        runs.UsageError, CapabilityError, InfrastructureError, KeyboardInterrupt, StoreError
+    ) as exc:
+        raise ended_without_verdict(exc) from exc
+    # The report files first: nothing printed below can lose them.
+    write_outputs(report, json_out, junit, markdown)
+    err.print(verdict_table(report))
+    print_headlines(report)
+    for w in report.get("warnings", []):
+        err.print(f"[yellow]warning:[/] {term(w)}")
+    if report.get("error"):
+        err.print(f"[bold magenta]error:[/] {term(report['error'])}")
+    verdict = report["verdict"]
+    print_verdict(verdict, report["run_id"])
+    raise typer.Exit(runs.exit_code(verdict))
+
+
+def gate_logs(
+    baseline: Annotated[
+        Path,
+        typer.Argument(
+            help="Baseline log: an lm-eval --output_path directory (--log_samples), a "
+            "samples_<task>_*.jsonl file, or an Inspect log (.json or .eval)."
+        ),
+    ],
+    candidate: Annotated[Path, typer.Argument(help="Candidate log, in the same format.")],
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            help="Per-document metric (lm-eval: acc, exact_match...; Inspect: the scorer). "
+            "Default: the log's first."
+        ),
+    ] = None,
+    slice_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slice",
+            help="Gate every value of this column too (lm-eval: a doc field; Inspect: a "
+            "metadata field). Repeatable.",
+        ),
+    ] = None,
+    filter_name: Annotated[
+        str | None,
+        typer.Option("--filter", help="lm-eval filter to gate (default: the log's first)."),
+    ] = None,
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Non-inferiority margin δ (default 0.03).")
+    ] = None,
+    recovery_min: Annotated[
+        float | None,
+        typer.Option(
+            "--recovery-min",
+            min=0.0,
+            max=1.0,
+            help="Gate on recovery (candidate ÷ baseline) ≥ this instead of a margin.",
+        ),
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(min=0.0, max=0.5, help="Significance level (default 0.05).")
+    ] = None,
+    baseline_floor: Annotated[
+        float | None,
+        typer.Option(help="The baseline's score must be above this (chance level) to pass."),
+    ] = None,
+    max_error_rate: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Share of unpaired or errored documents above which the verdict is error.",
+        ),
+    ] = 0.05,
+    json_out: JsonOutOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            help="SQLAlchemy URL of the database (default: $EVALSVC_DATABASE_URL or the embedded SQLite database).",
+        ),
+    ] = None,
+) -> None:
+    """Gate two existing evaluation logs, paired by document id.
+
+    Exit 0 pass, 1 fail, 2 usage, 3 inconclusive, 4 error."""
+    from pydantic import ValidationError
+
+    from evalsvc.db import StoreError
+    from evalsvc.services import gatelogs, runs
+
+    gate = {
+        k: v
+        for k, v in {
+            "margin": margin,
+            "alpha": alpha,
+            "recovery_min": recovery_min,
+            "baseline_floor": baseline_floor,
+        }.items()
+        if v is not None
+    }
+    try:
+        options = RunOptions(max_error_rate=max_error_rate)
+    except ValidationError as exc:
+        raise exit_for(exc) from exc
+    store = open_store(db)
+    try:
+        report = gatelogs.gate_logs(
+            baseline,
+            candidate,
+            store=store,
+            metric=metric,
+            slices=slice_by or [],
+            filter_name=filter_name,
+            gate=gate,
+            options=options,
+        )
+    except (runs.UsageError, StoreError) as exc:
+        raise exit_for(exc) from exc
+    err.print(verdict_table(report))
+    print_headlines(report)
+    for cand in report["candidates"]:
+        for s in cand["suites"]:
+            pairs = (s.get("details") or {}).get("log_pairs") or {}
+            unpaired = [
+                f"{pairs[k]} {k.replace('_', ' ')}"
+                for k in ("only_baseline", "only_candidate", "errored")
+                if pairs.get(k)
+            ]
+            if unpaired:
+                err.print(
+                    f"  {s['suite']}: {pairs.get('paired', 0)} paired documents; not paired: "
+                    + ", ".join(unpaired),
+                    highlight=False,
+                )
+    if report.get("error"):
+        err.print(f"[bold magenta]error:[/] {report['error']}")
+    verdict = report["verdict"]
+    print_verdict(verdict, report["run_id"])
+    write_outputs(report, json_out, junit, markdown)
+    raise typer.Exit(runs.exit_code(verdict))

@@ -1,0 +1,218 @@
+"""The REST client of the CLI: ``evalsvc compare --server URL`` submits to ``POST /api/v1/runs``,
+follows the run's progress and reads its report.
+
+Contract: every answer that is not the evalsvc API's JSON (an SSO page, a redirect, a proxy's
+error page) is ``NotTheApi`` and never quoted; Ctrl-C, SIGTERM and ``--wait-timeout`` cancel the
+run on the server; every exit writes the report files asked for. Exit codes: the verdict's, the
+HTTP status's (2 for a request the server refuses, 4 otherwise) or the exception's
+(``_exit.exit_code``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+from evalsvc.cli._safe import term
+from evalsvc.domain import RunOptions
+from evalsvc.settings import Settings
+
+from ._common import err, raise_interrupt
+from ._exit import EXIT_INFRA, EXIT_USAGE, exit_code
+from ._report import print_headlines, print_verdict, verdict_table, write_outputs
+
+
+def compare_remote(
+    server: str,
+    endpoints: list[str],
+    suites: list[str],
+    options: RunOptions,
+    json_out: str | None,
+    junit: Path | None,
+    markdown: Path | None,
+    wait_timeout: float | None = None,
+) -> int:
+    """Submit to ``POST /api/v1/runs``, show the run's progress and wait for its gate.
+
+    Every exit writes the report files asked for (an error report when there is no verdict).
+    Ctrl-C, SIGTERM and ``--wait-timeout`` cancel the run on the server (``POST
+    /runs/{id}/cancel``) so no worker spends hours on a run nobody waits for, then exit 4.
+    """
+    import httpx
+
+    from evalsvc.domain import EndpointRef
+    from evalsvc.reports import error_report
+    from evalsvc.services.runs import exit_code as verdict_exit_code
+
+    def ref(e: str) -> dict[str, str]:
+        return {"url": e} if "://" in e else {"name": e}
+
+    def report_ref(e: str) -> EndpointRef:
+        # A registered name resolves on the server; the report names it and leaves the URL empty.
+        return EndpointRef(url=e) if "://" in e else EndpointRef(url="", name=e)
+
+    run_id: str | None = None
+
+    def no_verdict(message: str, code: int = EXIT_INFRA) -> int:
+        err.print(f"[bold red]error:[/] {term(message)}", highlight=False, soft_wrap=True)
+        with contextlib.suppress(Exception):
+            write_outputs(
+                error_report(
+                    baseline=report_ref(endpoints[0]),
+                    candidates=[report_ref(e) for e in endpoints[1:]],
+                    error=message,
+                    run_id=run_id,
+                    options=options,
+                ),
+                json_out,
+                junit,
+                markdown,
+            )
+        return code
+
+    headers = {}
+    token = Settings().token
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token.get_secret_value()}"
+    body = {
+        "baseline": ref(endpoints[0]),
+        "candidates": [ref(e) for e in endpoints[1:]],
+        "suites": suites,
+        "options": options.model_dump(mode="json"),
+    }
+    base = server.rstrip("/") + "/api/v1"
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    with httpx.Client(headers=headers, timeout=30) as http:
+
+        def cancel(reason: str) -> int:
+            try:
+                http.post(f"{base}/runs/{run_id}/cancel", timeout=10)
+                what = f"run {run_id} cancelled on {server}"
+            except httpx.HTTPError as exc:
+                what = f"could not cancel run {run_id} on {server} ({type(exc).__name__})"
+            return no_verdict(f"{reason}; {what}")
+
+        try:
+            resp = http.post(f"{base}/runs", json=body)
+        except httpx.HTTPError as exc:
+            return no_verdict(f"server {server} unreachable: {exc}", exit_code(exc))
+        except KeyboardInterrupt as exc:
+            # Whether the server queued the run is unknown: say so rather than guess.
+            return no_verdict(
+                f"interrupted while submitting to {server}; check `GET /runs`", exit_code(exc)
+            )
+        if resp.status_code >= 400:
+            try:
+                detail = api_json(resp, server).get("detail", "")
+            except NotTheApi as exc:
+                # A proxy's or SSO's page, not the API's answer: never quote it (an internal
+                # page could be read back this way), and it is infrastructure, not a bad run.
+                return no_verdict(str(exc), exit_code(exc))
+            # An HTTP status, not an exception: the server said what was wrong with the request
+            # (2), or could not do it (4). A missing or weak token (401, 403) is configuration.
+            code = EXIT_USAGE if resp.status_code in (400, 401, 403, 404, 409, 413, 422) else 4
+            return no_verdict(
+                f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}", code
+            )
+        try:
+            answer = api_json(resp, server)
+            if resp.status_code not in (200, 201, 202) or not isinstance(answer.get("id"), str):
+                raise NotTheApi(not_the_api(resp, server, "no run id"))
+        except NotTheApi as exc:
+            return no_verdict(str(exc), exit_code(exc))
+        run_id = str(answer["id"])
+        err.print(f"submitted run {term(run_id)} to {term(server)}")
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+        try:
+            status = follow_remote(http, f"{base}/runs/{run_id}", deadline, server)
+            if status is None:
+                return cancel(f"no verdict within --wait-timeout {wait_timeout:g} s")
+            report = (
+                api_json(http.get(f"{base}/runs/{run_id}/report"), server, ok=True)
+                if status["status"] == "completed"
+                else None
+            )
+        except KeyboardInterrupt:
+            return cancel("interrupted")
+        except NotTheApi as exc:
+            return no_verdict(f"{exc} (while waiting for run {run_id})", exit_code(exc))
+        except httpx.HTTPError as exc:
+            return no_verdict(
+                f"lost contact with {server} while waiting for run {run_id}: {exc}", exit_code(exc)
+            )
+    if report is None:
+        return no_verdict(f"run {run_id} ended {status.get('status')}: {status.get('error')}")
+    write_outputs(report, json_out, junit, markdown)  # first: printing cannot lose them
+    err.print(verdict_table(report))
+    print_headlines(report)
+    verdict = report["verdict"]
+    print_verdict(verdict, run_id)
+    return verdict_exit_code(verdict)
+
+
+class NotTheApi(Exception):
+    """The ``--server`` answer is not the evalsvc API's JSON (an SSO page, a redirect, a proxy's
+    error page): an infrastructure error (exit 4); ``str()`` says what came back."""
+
+
+def not_the_api(resp: Any, server: str, why: str) -> str:
+    ctype = resp.headers.get("content-type", "").split(";")[0].strip() or "no content type"
+    where = " (redirect; give the API's own base URL)" if resp.is_redirect else ""
+    return (
+        f"{server} did not answer as the evalsvc API: HTTP {resp.status_code} "
+        f"{resp.reason_phrase} with {ctype}, {why}{where}"
+    )
+
+
+def api_json(resp: Any, server: str, *, ok: bool = False) -> dict[str, Any]:
+    """The JSON object of an API answer, or ``NotTheApi`` (the body is never quoted). ``ok``:
+    anything but 2xx is refused too (a 4xx/5xx JSON error says why in one line)."""
+    if ok and not 200 <= resp.status_code < 300:
+        detail = ""
+        with contextlib.suppress(ValueError, AttributeError):
+            detail = str(resp.json().get("detail") or "")[:300]
+        if detail:
+            raise NotTheApi(f"{server} answered HTTP {resp.status_code}: {detail}")
+        raise NotTheApi(not_the_api(resp, server, "not an API answer"))
+    try:
+        value = resp.json()
+    except ValueError:
+        raise NotTheApi(not_the_api(resp, server, "not JSON")) from None
+    if not isinstance(value, dict):
+        raise NotTheApi(not_the_api(resp, server, "not a JSON object"))
+    return value
+
+
+def follow_remote(
+    http: Any, url: str, deadline: float | None, server: str = ""
+) -> dict[str, Any] | None:
+    """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
+    progress; None when ``deadline`` (monotonic) passes first."""
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with RichProgress(*columns, console=err, transient=False) as bar:
+        state = bar.add_task("queued", total=None)
+        tasks: dict[tuple[str, str], TaskID] = {}
+        while True:
+            run = api_json(http.get(url), server, ok=True)
+            bar.update(state, description=f"run {term(run['status'])}")
+            progress = run.get("progress") or {}
+            items, done = progress.get("items") or {}, progress.get("done") or {}
+            for suite, roles in sorted(done.items()):
+                for role, n in sorted(roles.items()):
+                    key = (suite, role)
+                    if key not in tasks:
+                        tasks[key] = bar.add_task(f"{term(suite)} · {term(role)}",
+                                                  total=items.get(suite))
+                    bar.update(tasks[key], completed=n, total=items.get(suite))
+            if run.get("status") in ("completed", "error", "cancelled"):
+                return dict(run)
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            time.sleep(2.0)

@@ -1,0 +1,153 @@
+"""The suite catalog commands: ``evalsvc suites list``, ``evalsvc suites from-requests`` and
+``evalsvc plan`` (how many items a suite needs, before running it).
+
+Contract (docs/cli.md): ``--json`` prints to stdout alone; a broken catalog entry, an unknown
+suite or a bad option is a usage error (exit 2, ``_exit.exit_code``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from evalsvc.cli._safe import term
+
+from ._common import err, exit_for, open_store
+
+app = typer.Typer(help="The suite catalog.", no_args_is_help=True)
+
+
+@app.command("list")
+def suites_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the suite catalog: name, kind, item count, description."""
+    from evalsvc.services.catalog import suite_rows
+    from evalsvc.suites import SuiteError
+
+    try:
+        rows = suite_rows()
+    except SuiteError as exc:
+        raise exit_for(exc) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title="evalsvc suites")
+    for col in ("name", "kind", "items", "description"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        members = r.get("suites")
+        desc = str(r["description"] or "") + (f" ({', '.join(members)})" if members else "")
+        items = r.get("items")
+        table.add_row(term(r["name"]), term(r["kind"]), "" if items is None else str(items),
+                      term(desc))
+    Console().print(table)
+    from evalsvc.suites import broken_kinds
+
+    for name, reason in sorted(broken_kinds().items()):
+        err.print(f"warning: suite kind plugin {name!r} not loaded: {reason}", markup=False)
+
+
+@app.command("from-requests")
+def suites_from_requests(
+    log: Annotated[Path, typer.Argument(help="JSON Lines of chat-completions request bodies.")],
+    out: Annotated[Path, typer.Option("--output", "-o", help="The suite YAML to write.")],
+    n: Annotated[
+        int | None, typer.Option("-n", "--samples", help="Conversations to sample (default 200).")
+    ] = 200,
+    seed: Annotated[int, typer.Option(min=0, help="Seed of the sample.")] = 0,
+    name: Annotated[str | None, typer.Option(help="Suite name (default: the file's stem).")] = None,
+    max_tokens: Annotated[
+        int, typer.Option(help="Cap on each replayed request's max_tokens.")
+    ] = 256,
+    scorer: Annotated[
+        str, typer.Option(help="How answers are compared: exact, normalized, numeric, choice.")
+    ] = "exact",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Turn a log of OpenAI chat requests into a replay suite gated on agreement with the baseline."""
+    from evalsvc.services.replay import suite_from_requests
+    from evalsvc.services.runs import UsageError
+
+    try:
+        summary = suite_from_requests(
+            log, out, n=n, seed=seed, name=name, max_tokens=max_tokens, scorer=scorer, force=force
+        )
+    except UsageError as exc:
+        raise exit_for(exc) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(summary.to_dict(), indent=2) + "\n")
+        return
+    err.print(
+        f"wrote {summary.suite} and {summary.data}: {summary.written} of {summary.unique} "
+        f"distinct conversations ({summary.requests} requests)",
+        highlight=False,
+    )
+    for why, count in summary.skipped.items():
+        err.print(f"  skipped {count}: {why}", highlight=False)
+    if summary.dropped_fields:
+        fields = ", ".join(f"{k} ({v})" for k, v in summary.dropped_fields.items())
+        err.print(f"  dropped fields: {fields}", highlight=False)
+    err.print(f"run it: evalsvc compare BASELINE CANDIDATE --suite {summary.suite}", highlight=False)
+
+
+def plan(
+    suite: Annotated[
+        list[str], typer.Option("--suite", "-s", help="Suite name, set or YAML path (repeatable).")
+    ],
+    margin: Annotated[
+        float | None, typer.Option(min=0.0, help="Margin δ (default: the suite's).")
+    ] = None,
+    alpha: Annotated[float | None, typer.Option(min=0.0, max=0.5)] = None,
+    power: Annotated[float, typer.Option(min=0.5, max=0.99)] = 0.8,
+    discordance: Annotated[
+        float | None, typer.Option(min=0.0, max=1.0, help="Expected share of items that flip.")
+    ] = None,
+    pilot_run: Annotated[
+        str | None, typer.Option(help="Take the discordance from this stored run's report.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    db: Annotated[
+        str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
+    ] = None,
+) -> None:
+    """How many items each suite needs to decide at margin δ, before running it."""
+    from evalsvc.services import planning
+    from evalsvc.services.runs import UsageError
+
+    try:
+        rows = planning.plan(
+            suites=suite,
+            margin=margin,
+            alpha=alpha,
+            power=power,
+            discordance=discordance,
+            pilot_run=pilot_run,
+            store=open_store(db) if pilot_run else None,
+        )
+    except UsageError as exc:
+        raise exit_for(exc) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return
+    table = Table(title=f"items needed (power {power})")
+    for col in ("suite", "margin", "discordance", "required", "planned", "MDE at planned", "note"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(
+            term(r["suite"]),
+            "—" if r["margin"] is None else f"{r['margin']:g}",
+            f"{r['discordance']:.3f}" if r.get("discordance") is not None else "",
+            str(r.get("required_items", "")),
+            str(r.get("planned_items", "")),
+            f"{r['mde_at_planned']:.3f}" if "mde_at_planned" in r else "",
+            term(r.get("note", "")),
+        )
+    Console().print(table)

@@ -1,0 +1,85 @@
+"""The sample aggregate: one row per (run, endpoint, suite, item, repeat).
+
+Contract: samples go in and come out as ``evalsvc.domain.Sample``; the columns are
+``_rows.SAMPLE_KEY`` + ``_rows.SAMPLE_VALUES`` (the export lays out the same list). Writes are
+idempotent: a stored sample without error is never overwritten, an errored one is replaced (how
+a retried item's result lands). Batching is the caller's: ``SampleWriter`` owns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from evalsvc.domain import Sample
+
+from ._orm import SampleRow, utcnow
+from ._rows import SAMPLE_KEY, SAMPLE_VALUES, dialect_insert, sample, sample_row
+from ._session import Database
+
+# Rows per INSERT statement: PostgreSQL allows 65535 bind parameters, SQLite 32766; a sample
+# has 14 columns.
+_SAMPLE_CHUNK = 500
+
+
+class SampleStore:
+    """The samples of runs."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def add_samples(self, run_id: str, samples: Sequence[Sample]) -> None:
+        """Insert samples; idempotent on (run, endpoint, suite, item, repeat).
+
+        A stored sample WITHOUT error is never overwritten (a resumed or duplicate writer
+        cannot change recorded results). A stored errored sample is replaced: that is how a
+        retried item's result lands.
+        """
+        if not samples:
+            return
+        now = utcnow()
+        # Within one call, the last sample for a key wins (ON CONFLICT cannot touch a row twice
+        # in one statement on PostgreSQL).
+        unique = {s.key: s for s in samples}
+        rows = [sample_row(run_id, s, now) for s in unique.values()]
+        table = SampleRow.__table__
+        with self._db.session() as session:
+            for start in range(0, len(rows), _SAMPLE_CHUNK):
+                stmt = dialect_insert(self._db, table).values(rows[start : start + _SAMPLE_CHUNK])
+                stmt = stmt.on_conflict_do_update(
+                    index_elements=list(SAMPLE_KEY),
+                    set_={c: stmt.excluded[c] for c in (*SAMPLE_VALUES, "created_at")},
+                    where=table.c.error.is_not(None),
+                )
+                session.execute(stmt)
+
+    def get_samples(
+        self, run_id: str, *, suite: str | None = None, endpoint: str | None = None
+    ) -> list[Sample]:
+        """Samples of a run in the order they were first written."""
+        stmt = sa.select(SampleRow).where(SampleRow.run_id == run_id).order_by(SampleRow.id)
+        if suite is not None:
+            stmt = stmt.where(SampleRow.suite == suite)
+        if endpoint is not None:
+            stmt = stmt.where(SampleRow.endpoint == endpoint)
+        with self._db.session(write=False) as session:
+            return [sample(row) for row in session.scalars(stmt)]
+
+    def count_samples(self, run_id: str) -> dict[str, int]:
+        """``{"total": n, "errors": m}`` without loading the samples."""
+        stmt = sa.select(
+            sa.func.count(),
+            sa.func.count(SampleRow.error),
+        ).where(SampleRow.run_id == run_id)
+        with self._db.session(write=False) as session:
+            total, errors = session.execute(stmt).one()
+            return {"total": int(total), "errors": int(errors)}
+
+    def done_keys(self, run_id: str) -> set[tuple[str, str, str, int]]:
+        """``Sample.key`` of stored samples without error: what a resumed run can skip."""
+        stmt = sa.select(
+            SampleRow.endpoint, SampleRow.suite, SampleRow.item_id, SampleRow.repeat
+        ).where(SampleRow.run_id == run_id, SampleRow.error.is_(None))
+        with self._db.session(write=False) as session:
+            return {(e, s, i, int(r)) for e, s, i, r in session.execute(stmt)}
