@@ -100,6 +100,9 @@ def installed_wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Instal
         [sys.executable, "-m", "pip", "--python", str(env_dir / "bin" / "python"),
          "install", "--no-deps", "--no-index", "-q", str(wheel)],
         capture_output=True, text=True, timeout=300,
+        # A PYTHONPATH naming a checkout would make pip find evalsvc "already installed" there
+        # and skip the wheel (its console script included).
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )
     assert install.returncode == 0, install.stderr[-4000:]
     (site / "zz-evalsvc-dev-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
