@@ -86,8 +86,8 @@ def test_samples_survive_a_database_outage(pg_url: str) -> None:
 async def test_the_runner_sink_writes_whole_batches_and_flushed_reads_see_everything(
     store: Store,
 ) -> None:
-    """``put`` (the runner's sink) writes a batch as soon as it is full, in a thread; a read
-    through ``flushed`` first writes what is still buffered."""
+    """``put`` (the runner's sink) hands a full batch to a thread and goes on; a read through
+    ``flushed`` waits for that write and first writes what is still buffered."""
     from evalsvc.db import BATCH_SIZE
 
     run = store.create_run(make_spec())
@@ -95,10 +95,51 @@ async def test_the_runner_sink_writes_whole_batches_and_flushed_reads_see_everyt
     assert writer.batch_size == BATCH_SIZE
     for sample in _samples(BATCH_SIZE + 3):
         await writer.put(sample)
-    assert store.count_samples(run.id)["total"] == BATCH_SIZE and writer.pending == 3
+    assert writer.pending + writer.written == BATCH_SIZE + 3  # nothing lost in between
 
     async def stored() -> list[Sample]:
         return store.get_samples(run.id)
 
     assert len(await writer.flushed(stored)()) == BATCH_SIZE + 3
     assert writer.pending == 0 and writer.written == BATCH_SIZE + 3
+
+
+async def test_the_runner_sink_waits_for_the_store_only_past_its_backlog(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a write is held up, ``put`` keeps returning until ``BACKLOG`` samples are pending;
+    then it waits for that write (bounded memory whatever the database's speed), and nothing is
+    lost."""
+    import asyncio
+
+    from evalsvc.db import BATCH_SIZE, _writer
+
+    monkeypatch.setattr(_writer, "BACKLOG", 2 * BATCH_SIZE)
+    run = store.create_run(make_spec())
+    writer = SampleWriter(store, run.id, flush_interval_s=3600)
+    held = threading.Event()
+    real_add = writer.store.add_samples
+
+    def slow_add(run_id: str, batch: list[Sample]) -> None:
+        assert held.wait(30)
+        real_add(run_id, batch)
+
+    monkeypatch.setattr(writer.store, "add_samples", slow_add)
+    samples = _samples(3 * BATCH_SIZE)
+    for sample in samples[: 2 * BATCH_SIZE - 1]:
+        await writer.put(sample)  # the first full batch's write is held: put still returns
+    assert writer.pending == 2 * BATCH_SIZE - 1 and writer.written == 0
+    blocked = asyncio.ensure_future(writer.put(samples[2 * BATCH_SIZE - 1]))
+    await asyncio.sleep(0.3)
+    assert not blocked.done()  # at the backlog: waits for the write in flight
+    held.set()
+    await asyncio.wait_for(blocked, 30)
+    assert writer.written >= BATCH_SIZE
+    for sample in samples[2 * BATCH_SIZE :]:
+        await writer.put(sample)
+
+    async def stored() -> list[Sample]:
+        return store.get_samples(run.id)
+
+    assert len(await writer.flushed(stored)()) == 3 * BATCH_SIZE
+    assert writer.pending == 0
