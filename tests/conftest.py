@@ -53,7 +53,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
     if "browser" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.browser)
-    # Under pytest-xdist (``make test`` runs ``-n 2 --dist loadgroup``) every endpoint test runs
+    # Under pytest-xdist (``make test`` runs ``-n 3 --dist loadgroup``) every endpoint test runs
     # in one worker, so one worker owns the servers' start and stop. Marked at collection: xdist
     # reads the group before any modifyitems hook of ours.
     if _needs_endpoints(item):
