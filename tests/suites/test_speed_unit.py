@@ -105,3 +105,16 @@ def test_analyze_states_kv_and_throughput_gain() -> None:
 def test_gain_summary_without_capacity() -> None:
     assert gain_summary(None, {8: 1.3}) == "×1.30 throughput at c=8"
     assert gain_summary(None, {}) == "no comparable measurements"
+
+
+def test_a_request_without_throughput_is_an_error_never_a_zero_for_the_ratio_gate() -> None:
+    """A ratio gate needs positive values: no token or no measurable time is an error with its
+    reason (the error budget sees it), never a 0 that stopped the run with a ValueError."""
+    from evalsvc.suites.kinds.speed import request_throughput
+
+    assert request_throughput(None, 64, 2.0) == (32.0, None)
+    assert request_throughput("HTTP 500", 64, 2.0) == (None, "HTTP 500")
+    score, error = request_throughput(None, 0, 2.0)
+    assert score is None and error is not None and "no output tokens" in error
+    score, error = request_throughput(None, 5, 0.0)
+    assert score is None and error is not None and "latency" in error

@@ -64,6 +64,24 @@ from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, num
 
 
+def request_throughput(
+    error: str | None, output_tokens: int | None, latency_s: float | None
+) -> tuple[float | None, str | None]:
+    """One request's output tokens/s (the gated metric) and its error.
+
+    The gate compares a paired log ratio, which needs positive values: a request that produced no
+    token, or took no measurable time, has no throughput. It is counted as an error (so the run's
+    error budget sees it and the reason is stored with the sample), never handed to the gate as
+    0 (which stopped the whole run with a ValueError against a server that returned nothing)."""
+    if error:
+        return None, error
+    if not output_tokens:
+        return None, "no output tokens: this request's throughput is undefined"
+    if not latency_s or latency_s <= 0:
+        return None, "no measurable latency: this request's throughput is undefined"
+    return output_tokens / latency_s, None
+
+
 class SpeedParams(BaseModel):
     """Parameters of a speed suite (validated from the YAML ``params`` mapping)."""
 
@@ -284,14 +302,12 @@ class SpeedSuite(Suite):
                         item_id=keys[index][0],
                         endpoint=role,
                         output=out.text[:200],
-                        score=None
-                        if out.error
-                        else (n_out / out.latency_s if out.latency_s else 0.0),
+                        score=request_throughput(out.error, n_out, out.latency_s)[0],
                         prompt_tokens=out.prompt_tokens,
                         completion_tokens=out.completion_tokens,
                         latency_s=out.latency_s,
                         ttft_s=ttft,
-                        error=out.error,
+                        error=request_throughput(out.error, n_out, out.latency_s)[1],
                         data={
                             "concurrency": level,
                             "effective_concurrency": eff,
@@ -338,11 +354,11 @@ class SpeedSuite(Suite):
                         suite=self.name,
                         item_id=keys[r.index][0],
                         endpoint=role,
-                        score=None if r.error else r.output_tokens / max(r.latency_s, 1e-9),
+                        score=request_throughput(r.error, r.output_tokens, r.latency_s)[0],
                         completion_tokens=r.output_tokens,
                         latency_s=r.latency_s,
                         ttft_s=r.ttft_s,
-                        error=r.error,
+                        error=request_throughput(r.error, r.output_tokens, r.latency_s)[1],
                         data={
                             "rate": rate,
                             "t_sched": round(r.t_sched, 6),
