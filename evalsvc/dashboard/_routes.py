@@ -320,13 +320,14 @@ def suite_page(
 def samples_page(
     request: Request, run_id: str, suite: str, store: StoreDep, viewer: Viewer,
     candidate: str = "", slice: str = "", outcome: str = "",
+    q: Annotated[str, Query(max_length=200)] = "",
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=svc.SAMPLES_PAGE_MAX)] = 50,
 ) -> HTMLResponse:
     try:
         view = svc.samples_view(store, run_id, suite, role=candidate or None,
                                 slice_=slice or None, outcome=outcome or None,
-                                offset=offset, limit=limit)
+                                query=q or None, offset=offset, limit=limit)
     except svc.NotFound as exc:
         return _not_found(request, viewer, str(exc))
     return _page(request, "samples.html", viewer, title=f"Samples · {suite}", view=view)

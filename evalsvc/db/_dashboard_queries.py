@@ -172,6 +172,22 @@ class DashboardQueries:
                 out[run_id].append(name)
         return dict(out)
 
+    def items_matching(self, run_id: str, suite: str, text: str, endpoints: list[str]) -> set[str]:
+        """Item ids of a suite whose id or output on one of ``endpoints`` contains ``text``
+        (case-insensitive; ``%``/``_`` match literally): the samples browser's search, in SQL so
+        no output is read into memory."""
+        stmt = sa.select(SampleRow.item_id).distinct().where(
+            SampleRow.run_id == run_id,
+            SampleRow.suite == suite,
+            SampleRow.endpoint.in_(endpoints),
+            sa.or_(
+                SampleRow.item_id.icontains(text, autoescape=True),
+                SampleRow.output.icontains(text, autoescape=True),
+            ),
+        )
+        with self._db.session(write=False) as session:
+            return set(session.scalars(stmt))
+
     def samples_of_items(self, run_id: str, suite: str, item_ids: list[str]) -> list[Sample]:
         """Full samples (outputs included) of some items of a suite."""
         out: list[Sample] = []

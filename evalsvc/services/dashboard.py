@@ -761,10 +761,12 @@ def samples_view(
     role: str | None = None,
     slice_: str | None = None,
     outcome: str | None = None,
+    query: str | None = None,
     offset: int = 0,
     limit: int = 50,
 ) -> dict[str, Any]:
-    """Every item of one suite, paged: its slice and outcome (``OUTCOMES``) between the
+    """Every item of one suite, paged (``query``: only items whose id or either side's output
+    contains the text, case-insensitive): its slice and outcome (``OUTCOMES``) between the
     baseline and ``role``, and for the page shown both sides' output, score, error and timing,
     the prompt and the expected answer. The filters read one light index query (scores, error
     flags and the kind's slice fields: no text); outputs are read for the page's items only."""
@@ -790,6 +792,9 @@ def samples_view(
         if endpoint in sides:
             sides[endpoint][(item, rep)] = (score, errored, fields)
             order[(item, rep)] = None
+    query = (query or "").strip()[:200] or None
+    matching = (store.dashboard.items_matching(run_id, suite, query, ["baseline", role])
+                if query else None)
     binary = cls.shows_flips()
     entries: list[tuple[str, int, str, str]] = []
     counts = Counter[str]()
@@ -800,6 +805,8 @@ def samples_view(
         sl = cls.slice_label((b or c or (None, False, {}))[2]) or "all"
         slices.add(sl)
         if slice_ and sl != slice_:
+            continue
+        if matching is not None and key[0] not in matching:
             continue
         counts[way] += 1  # within the chosen slice: the outcome menu says what it would show
         if outcome and way != outcome:
@@ -839,6 +846,7 @@ def samples_view(
         "slice": slice_ or "",
         "outcomes": [o for o in OUTCOMES if counts.get(o)],
         "outcome": outcome or "",
+        "query": query or "",
         "counts": dict(counts),
         "total": len(entries),
         "offset": offset,

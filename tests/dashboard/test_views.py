@@ -143,6 +143,15 @@ def test_samples_browser_pages_and_filters_from_the_store(
     only = svc.samples_view(dash_store, synthetic_run.id, "reasoning-smoke", outcome="regression")
     assert only["total"] == 4 and {r["outcome"] for r in only["rows"]} == {"regression"}
     assert {r["candidate"]["score"] for r in only["rows"]} == {0.0}
+    # Search: an item's id, or either side's output, case-insensitive; wildcards are literal.
+    one = items[0]
+    found = [r["item_id"] for r in svc.samples_view(dash_store, run, "reasoning-smoke",
+                                                    query=one.upper())["rows"]]
+    assert one in found and all(one in f for f in found) and len(found) < 6
+    assert svc.samples_view(dash_store, run, "reasoning-smoke", query="ok")["total"] == 6
+    assert svc.samples_view(dash_store, run, "reasoning-smoke", query="aaaa")["total"] == 6
+    assert svc.samples_view(dash_store, run, "reasoning-smoke", query="%")["total"] == 0
+    assert svc.samples_view(dash_store, run, "reasoning-smoke", query="O_")["total"] == 0
     with pytest.raises(svc.NotFound):
         svc.samples_view(dash_store, run, "no-such-suite")
     with pytest.raises(svc.NotFound):
