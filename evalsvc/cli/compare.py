@@ -275,16 +275,7 @@ def gate_logs(
     from evalsvc.db import StoreError
     from evalsvc.services import gatelogs, runs
 
-    gate = {
-        k: v
-        for k, v in {
-            "margin": margin,
-            "alpha": alpha,
-            "recovery_min": recovery_min,
-            "baseline_floor": baseline_floor,
-        }.items()
-        if v is not None
-    }
+    gate = gatelogs.gate_overrides(margin, alpha, recovery_min, baseline_floor)
     try:
         options = RunOptions(max_error_rate=max_error_rate)
     except ValidationError as exc:

@@ -42,9 +42,22 @@ from evalsvc.suites.logs import (
     score_records,
 )
 
-__all__ = ["gate_logs", "pair_logs"]
+__all__ = ["gate_logs", "gate_overrides", "pair_logs"]
 
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def gate_overrides(
+    margin: float | None = None,
+    alpha: float | None = None,
+    recovery_min: float | None = None,
+    baseline_floor: float | None = None,
+) -> dict[str, float]:
+    """The gate options a caller set (CLI flags or REST form fields), unset ones left out, so
+    the suite's own policy decides them."""
+    given = {"margin": margin, "alpha": alpha, "recovery_min": recovery_min,
+             "baseline_floor": baseline_floor}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 def _suite_name(task: str) -> str:

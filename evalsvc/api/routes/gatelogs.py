@@ -99,16 +99,7 @@ def gate_uploaded_logs(
     """Pair two uploaded lm-eval or Inspect logs by document id, gate them with the paired gate
     (or a recovery floor), store the run and return its JSON report (docs/report.md), exactly as
     ``evalsvc gate-logs --json`` does."""
-    gate = {
-        k: v
-        for k, v in {
-            "margin": margin,
-            "alpha": alpha,
-            "recovery_min": recovery_min,
-            "baseline_floor": baseline_floor,
-        }.items()
-        if v is not None
-    }
+    gate = gatelogs.gate_overrides(margin, alpha, recovery_min, baseline_floor)
     with tempfile.TemporaryDirectory(prefix="evalsvc-gate-logs-") as tmp:
         base = _save(baseline, Path(tmp) / "baseline", "baseline")
         cand = _save(candidate, Path(tmp) / "candidate", "candidate")
