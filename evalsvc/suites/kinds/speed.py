@@ -296,18 +296,19 @@ class SpeedSuite(Suite):
             ) -> None:
                 ttft = out.ttft_s
                 n_out = out.completion_tokens or 0
+                score, error = request_throughput(out.error, n_out, out.latency_s)
                 await emit(
                     Sample(
                         suite=self.name,
                         item_id=keys[index][0],
                         endpoint=role,
                         output=out.text[:200],
-                        score=request_throughput(out.error, n_out, out.latency_s)[0],
+                        score=score,
                         prompt_tokens=out.prompt_tokens,
                         completion_tokens=out.completion_tokens,
                         latency_s=out.latency_s,
                         ttft_s=ttft,
-                        error=request_throughput(out.error, n_out, out.latency_s)[1],
+                        error=error,
                         data={
                             "concurrency": level,
                             "effective_concurrency": eff,
@@ -349,16 +350,17 @@ class SpeedSuite(Suite):
                                       burstiness=p.burstiness, seed=self.spec.seed * 1009 + k)
             records = await open_loop(self._sender(client, prompts), offsets.tolist())
             for r in records:
+                score, error = request_throughput(r.error, r.output_tokens, r.latency_s)
                 await emit(
                     Sample(
                         suite=self.name,
                         item_id=keys[r.index][0],
                         endpoint=role,
-                        score=request_throughput(r.error, r.output_tokens, r.latency_s)[0],
+                        score=score,
                         completion_tokens=r.output_tokens,
                         latency_s=r.latency_s,
                         ttft_s=r.ttft_s,
-                        error=request_throughput(r.error, r.output_tokens, r.latency_s)[1],
+                        error=error,
                         data={
                             "rate": rate,
                             "t_sched": round(r.t_sched, 6),
