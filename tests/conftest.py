@@ -13,6 +13,8 @@
   server) overlaps the tests that need no endpoint instead of blocking the first one that does
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
+  Under pytest-xdist (``make test``: ``-n 3 --dist loadgroup``) the endpoint tests are one
+  group: the worker given it starts the servers when its first test asks, and stops them.
 - Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
 - ``llamacpp_endpoints``: the real local llama.cpp endpoints (``f16`` baseline, ``q8_0-kv``
   candidate), prepared and started once per session through ``ensure_up(engine="llamacpp")``
