@@ -68,7 +68,7 @@ from evalsvc.stats import (
 from evalsvc.suites._base import Analysis, Suite, SuiteSpec, paired_scores
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._filler import LANGUAGES, filler, filler_names, filler_words
-from evalsvc.suites.kinds.needle import LocalTokenizer, Tokenizes
+from evalsvc.suites.kinds.needle import Tokenizes, local_tokenizer
 
 Task = Literal["nolima", "common_words", "frequent_words", "variable_tracking"]
 
@@ -530,10 +530,7 @@ class LongContextSuite(Suite):
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
-        self._local: LocalTokenizer | None = None
-        if self.params.tokenizer:
-            self._local = LocalTokenizer(self.params.tokenizer)  # fail at load, not mid-run
-            self.requires = frozenset({"chat"})  # type: ignore[misc]
+        self._local = local_tokenizer(self, self.params.tokenizer)
 
     def default_gate(self) -> GateDefaults:
         if self.spec.gate.metric == "effective_length":

@@ -176,6 +176,17 @@ class LocalTokenizer:
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
 
+def local_tokenizer(suite: Suite, path: str | None) -> LocalTokenizer | None:
+    """The checkpoint tokenizer a suite counts tokens with instead of the endpoint's
+    ``/tokenize`` (``params.tokenizer``), loaded now so that a bad path fails at load, not
+    mid-run; with one the suite needs only ``chat`` from the endpoint. None without a path."""
+    if not path:
+        return None
+    local = LocalTokenizer(path)
+    suite.requires = frozenset({"chat"})  # type: ignore[misc]
+    return local
+
+
 class NeedleSuite(Suite):
     kind = "needle"
     version = "2"
@@ -216,10 +227,7 @@ class NeedleSuite(Suite):
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
-        self._local: LocalTokenizer | None = None
-        if self.params.tokenizer:
-            self._local = LocalTokenizer(self.params.tokenizer)  # fail at load, not mid-run
-            self.requires = frozenset({"chat"})  # type: ignore[misc]
+        self._local = local_tokenizer(self, self.params.tokenizer)
 
     def item_count(self) -> int:
         p = self.params
