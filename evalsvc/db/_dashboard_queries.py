@@ -309,7 +309,8 @@ class DashboardQueries:
 
     def gate_pairs(self, *, limit: int = 200) -> list[dict[str, Any]]:
         """Distinct (baseline URL, candidate URL, suite) with completed gates, most recent
-        first: ``[{"baseline_url", "candidate_url", "suite", "runs", "last"}]``."""
+        first: ``[{"baseline_url", "candidate_url", "suite", "runs", "last", "run_id"}]``
+        (``run_id``: one run of the pair, whose endpoint snapshots label it)."""
         cand_url = GateResultRow.payload["candidate_url"].as_string()
         stmt = (
             sa.select(
@@ -318,6 +319,7 @@ class DashboardQueries:
                 GateResultRow.suite,
                 sa.func.count(),
                 sa.func.max(RunRow.created_at),
+                sa.func.max(RunRow.id),
             )
             .join(RunRow, RunRow.id == GateResultRow.run_id)
             .where(RunRow.status == RunStatus.completed.value)
@@ -333,6 +335,7 @@ class DashboardQueries:
                     "suite": s,
                     "runs": int(n),
                     "last": last,
+                    "run_id": run_id,
                 }
-                for b, c, s, n, last in session.execute(stmt)
+                for b, c, s, n, last, run_id in session.execute(stmt)
             ]

@@ -746,11 +746,17 @@ def _outcome(cls: type[Suite], binary: bool, b: Any, c: Any) -> str:
     return cls.flip(float(b[0]), float(c[0])) or "unchanged"
 
 
-def _side(x: Sample | None) -> dict[str, Any] | None:
+def _side(x: Sample | None, cls: type[Suite]) -> dict[str, Any] | None:
     if x is None:
         return None
+    try:
+        logprobs = cls.sample_logprobs(x.data)
+    except Exception:  # a plugin's bug loses the logprobs, never the page
+        _log.exception("kind %r: sample_logprobs of %r failed", cls.kind, x.item_id)
+        logprobs = None
     return {"output": x.output, "score": x.score, "error": x.error, "latency_s": x.latency_s,
-            "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens}
+            "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens,
+            "logprobs": logprobs}
 
 
 def samples_view(
@@ -768,7 +774,8 @@ def samples_view(
     """Every item of one suite, paged (``query``: only items whose id or either side's output
     contains the text, case-insensitive): its slice and outcome (``OUTCOMES``) between the
     baseline and ``role``, and for the page shown both sides' output, score, error and timing,
-    the prompt and the expected answer. The filters read one light index query (scores, error
+    the prompt, the expected answer and what the kind stored of the logprobs
+    (``Suite.sample_logprobs``). The filters read one light index query (scores, error
     flags and the kind's slice fields: no text); outputs are read for the page's items only."""
     run = _get(store, run_id)
     snaps = {s["name"]: s for s in store.get_suite_snapshots(run_id)}
@@ -833,7 +840,7 @@ def samples_view(
             expected = ", ".join(str(e) for e in expected)
         rows.append({"item_id": item, "repeat": rep, "outcome": way, "slice": sl,
                      "prompt": prompt, "expected": expected,
-                     "baseline": _side(sb), "candidate": _side(sc)})
+                     "baseline": _side(sb, cls), "candidate": _side(sc, cls)})
     labels = _labels_of(store, run)
     return {
         "run_id": run_id,
@@ -860,8 +867,29 @@ def samples_view(
 # ---------------------------------------------------------------------------- trends, compare
 
 
+def _url_labels(store: Store, run_id: str | None, baseline_url: str,
+                candidate_url: str) -> tuple[str, str]:
+    """The labels of a (baseline URL, candidate URL) pair as one of its runs stored them: the
+    one label of every view (``endpoint_name``), host:port when no snapshot matches."""
+    stored = store.dashboard.endpoints_of([run_id]).get(run_id, {}) if run_id else {}
+
+    def label(url: str, roles: list[str]) -> str:
+        want = url.rstrip("/")
+        snap = next((stored[r] for r in roles
+                     if str(stored[r].get("url") or "").rstrip("/") == want), {})
+        return endpoint_name(snap.get("name"), url, snap.get("model"))
+
+    cands = sorted(r for r in stored if r != "baseline")
+    return label(baseline_url, ["baseline"] if "baseline" in stored else []), label(
+        candidate_url, cands)
+
+
 def trend_pairs(store: Store) -> list[dict[str, Any]]:
-    return [{**p, "last": _iso(p["last"])} for p in store.dashboard.gate_pairs()]
+    out = []
+    for p in store.dashboard.gate_pairs():
+        b, c = _url_labels(store, p.get("run_id"), p["baseline_url"], p["candidate_url"])
+        out.append({**p, "last": _iso(p["last"]), "baseline_label": b, "candidate_label": c})
+    return out
 
 
 def trend(
@@ -895,7 +923,9 @@ def trend(
     metric = next((str(r["payload"].get("metric")) for r in reversed(kept) if
                    r["payload"].get("metric")), None)
     threshold = any(is_threshold(r["payload"]) for r in kept)
+    labels = _url_labels(store, kept[-1]["run_id"] if kept else None, baseline_url, candidate_url)
     return {"baseline_url": baseline_url, "candidate_url": candidate_url, "suite": suite,
+            "baseline_label": labels[0], "candidate_label": labels[1],
             "scheduled_only": scheduled_only, "points": points,
             "metric": metric,
             # What the y-axis shows: the paired difference, or for a threshold gate the metric's

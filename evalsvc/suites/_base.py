@@ -411,6 +411,15 @@ class Suite(ABC):
         package = module.__package__ or cls.__module__
         return resources.files(package).joinpath(cls.view_template).read_text("utf-8")
 
+    @classmethod
+    def sample_logprobs(cls, data: dict[str, Any]) -> dict[str, Any] | None:
+        """What one stored sample keeps of its logprobs, for the samples browser, from its
+        ``data``: ``{"summary": [[label, value], ...], "tokens": [{"token", "logprob",
+        "top": [[token, logprob], ...]}, ...], "positions": total}`` (either list may be
+        empty; ``tokens`` at most ``LOGPROB_TOKENS_SHOWN``). Default: ``None`` (the kind keeps
+        no logprobs)."""
+        return None
+
     def prompt(self, item_id: str, data: dict[str, Any]) -> str | None:
         """An item's prompt as text for the flips page, from its stored sample ``data`` or
         rebuilt from the seed (never through an endpoint). Default: ``data["prompt"]`` (a
@@ -443,6 +452,11 @@ class Suite(ABC):
         ``provenance`` is (baseline's, candidate's), for kinds that report capacity (speed).
         """
         return paired_scores(baseline, candidate, slicer=self.slice_of)
+
+
+LOGPROB_TOKENS_SHOWN = 64
+"""Token logprobs a samples-browser row shows at most (``Suite.sample_logprobs``): a drift
+passage keeps hundreds of positions."""
 
 
 def prompt_text(prompt: Any) -> str | None:

@@ -6,6 +6,11 @@ The drift case of issue 16 runs on the real local endpoints: ``reasoning-smoke``
 drift suite with ``n: 6`` and ``gate: {threshold: 0.002}``. At n = 6 the drift gate is below the
 kind's minimum n and cannot decide; before the fix its inferiority p-value still entered Holm's
 correction and the run read ``fail`` with no failing gate (``compare`` exit 1).
+
+On llama.cpp (``serving_endpoints`` on an AVX2-only host) drift is refused (no
+``prompt_logprobs``), so the same case is built from suites that run there: a small reasoning
+suite beside a user's long-context aggregation suite (partial credit: a continuous metric) with
+``n: 6`` and ``gate: {threshold: 0.5}``, below the same minimum of 10 for a continuous gate.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.reports import report_schema
+
+from tests.conftest import local_engine
 
 from .conftest import Server, SyntheticRun, Watched
 
@@ -40,6 +47,44 @@ params:
 gate:
   threshold: 0.002
 """
+
+
+# What llama.cpp runs (docs/local-endpoints.md): a threshold gate on a continuous metric at n = 6.
+LONGCTX_STRICT = """\
+name: longctx-strict
+kind: longctx
+description: A user's strict threshold on too few aggregation items (issue 16 on llama.cpp).
+seed: 2719
+params:
+  task: common_words
+  lengths: [128]
+  languages: [en]
+  haystacks: 6
+  max_tokens: 24
+gate:
+  threshold: 0.5
+"""
+
+REASONING_SMALL = """\
+name: reasoning-small
+kind: reasoning
+seed: 7
+params:
+  n: 8
+  max_tokens: 48
+"""
+
+
+def _issue16_suites(tmp_path: Path) -> tuple[list[str], str]:
+    """The suites of the issue-16 case on this session's engine: (``--suite`` values, the name
+    of the undecided threshold suite)."""
+    if local_engine() == "vllm":
+        (tmp_path / "drift-strict.yaml").write_text(DRIFT_STRICT)
+        return ["reasoning-smoke", str(tmp_path / "drift-strict.yaml")], "drift-strict"
+    (tmp_path / "longctx-strict.yaml").write_text(LONGCTX_STRICT)
+    (tmp_path / "reasoning-small.yaml").write_text(REASONING_SMALL)
+    return [str(tmp_path / "reasoning-small.yaml"), str(tmp_path / "longctx-strict.yaml")], \
+        "longctx-strict"
 
 
 def _on_loopback(url: str) -> bool:
@@ -82,8 +127,9 @@ def _check_report_follows_its_gates(report: dict[str, Any]) -> None:
 
 
 @pytest.mark.endpoints
-def test_an_undecided_drift_gate_cannot_fail_the_run(
-    local_endpoints: Any,
+@pytest.mark.llamacpp
+def test_an_undecided_threshold_gate_cannot_fail_the_run(
+    serving_endpoints: Any,
     dash_db_url: str,
     dash_store: Store,
     dash_server: Server,
@@ -91,13 +137,12 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
     tmp_path: Path,
     shot: Any,
 ) -> None:
-    suite_file = tmp_path / "drift-strict.yaml"
-    suite_file.write_text(DRIFT_STRICT)
-    cand = next(iter(dict(local_endpoints.candidates).values()))
+    chosen, name = _issue16_suites(tmp_path)
+    cand = next(iter(dict(serving_endpoints.candidates).values()))
     out, md, junit = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.xml"
     r = subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "compare", local_endpoints.baseline, cand,
-         "--suite", "reasoning-smoke", "--suite", str(suite_file), "--concurrency", "4",
+        [sys.executable, "-m", "evalsvc.cli.main", "compare", serving_endpoints.baseline, cand,
+         *(a for x in chosen for a in ("--suite", x)), "--concurrency", "4",
          # A loaded 2-core host can take minutes per answer; fewer timeouts, fewer error runs.
          "--timeout", "900",
          "--json", str(out), "--markdown", str(md), "--junit", str(junit),
@@ -110,7 +155,7 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
     assert r.returncode == EXIT[verdict], r.stderr
     _check_report_follows_its_gates(report)
     suites = {s["suite"]: s for s in report["candidates"][0]["suites"]}
-    strict = suites["drift-strict"]
+    strict = suites[name]
     assert strict["n"] == 6 and strict["verdict"] == "inconclusive"
     (why,) = [x for x in strict["reasons"] if x["code"] == "insufficient_data"]
     assert "minimum" in why["message"]
@@ -120,13 +165,13 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
     budget = [x for x in report["reasons"] if x["code"] == "error_budget"]
     if budget:
         assert verdict == "error" and r.returncode == 4
-    elif suites["reasoning-smoke"]["verdict"] != "fail":
+    elif all(s["verdict"] != "fail" for s in suites.values() if s["gated"]):
         assert verdict == "inconclusive" and r.returncode == 3
     codes = {(x["suite"], x["code"]) for x in report["reasons"]}
-    assert ("drift-strict", "insufficient_data") in codes
+    assert (name, "insufficient_data") in codes
     # The terminal and the Markdown say why too.
     said = " ".join(r.stderr.split())
-    assert "drift-strict · insufficient_data" in said
+    assert f"{name} · insufficient_data" in said
     assert "`insufficient_data`" in md.read_text()
     assert "insufficient_data" in junit.read_text()
 
@@ -138,7 +183,7 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
     shot(page.page, "run-decision", full=False)
     banner = page.page.locator("#decision")
     assert banner.locator(".decision-head .badge").inner_text() == verdict
-    blocking = banner.locator("#blocking > li[data-suite='drift-strict']")
+    blocking = banner.locator(f"#blocking > li[data-suite='{name}']")
     assert blocking.count() == 1
     assert blocking.get_attribute("data-verdict") == "inconclusive"
     assert blocking.locator("li[data-code='insufficient_data']").count() == 1
@@ -147,11 +192,13 @@ def test_an_undecided_drift_gate_cannot_fail_the_run(
         if s["gated"] and s["verdict"] != "pass":
             assert banner.locator(f"#blocking > li[data-suite='{s['suite']}']").count() == 1
     # The threshold gate is labelled as such: no baseline value, no Δ, the metric's own CI.
-    row = page.page.locator("#gates tbody tr[data-suite='drift-strict']")
+    row = page.page.locator(f"#gates tbody tr[data-suite='{name}']")
     cells = row.locator("td")
     assert "threshold gate" in cells.nth(3).inner_text()
     assert cells.nth(4).inner_text() == "—" and cells.nth(6).inner_text() == "—"
-    assert "threshold < 0.002" in cells.nth(7).inner_text()
+    # Drift's KLD is lower-is-better, the long-context score higher-is-better.
+    assert ("threshold < 0.002" if name == "drift-strict" else "threshold > 0.5") in \
+        cells.nth(7).inner_text(), cells.nth(7).inner_text()
     # Its suite pages stay on loopback too.
     for name in suites:
         page.page.goto(f"{dash_server.url}/runs/{run_id}/suites/{name}?candidate=candidate:0",

@@ -53,6 +53,13 @@ def test_one_label_per_endpoint_in_every_view(dash_store: Store, loop_runs: Loop
     view = svc.suite_view(dash_store, run, "reasoning-smoke", "candidate:0")
     assert view["candidate"] == cand and view["labels"]["baseline"] == base
     assert svc.flips_view(dash_store, run)["labels"] == {"baseline": base, "candidate:0": cand}
+    # Trends: the pair picker and the chosen pair (their URLs stay in the query only).
+    pairs = [p for p in svc.trend_pairs(dash_store) if p["candidate_url"] == loop_runs.candidate]
+    assert {p["suite"] for p in pairs} == set(LOOP_SUITES)
+    assert {(p["baseline_label"], p["candidate_label"]) for p in pairs} == {(base, cand)}
+    t = svc.trend(dash_store, baseline_url=loop_runs.baseline, candidate_url=loop_runs.candidate,
+                  suite="reasoning-smoke")
+    assert (t["baseline_label"], t["candidate_label"]) == (base, cand)
     # Reports: JSON, Markdown, JUnit.
     report = dash_store.get_report(run)
     assert report is not None
@@ -137,6 +144,13 @@ def test_samples_browser_pages_and_filters_from_the_store(
     det = svc.samples_view(dash_store, run, "determinism-smoke", limit=200)
     n_det = len({(s.item_id, s.repeat) for s in dash_store.get_samples(run, suite="determinism-smoke")})
     assert det["total"] == n_det and set(det["counts"]) == {"scored"}
+    # Logprobs where the kind stores them (Suite.sample_logprobs): determinism asks for them and
+    # the loopback servers' chat answers carry none, which every sample says; reasoning keeps
+    # no logprobs at all. (Real logprobs: tests/dashboard/test_plugin_kind.py.)
+    sides = [r[k] for r in det["rows"] for k in ("baseline", "candidate") if r[k]]
+    summaries = [x["logprobs"]["summary"] for x in sides if x["logprobs"]]
+    assert summaries and all(sm == [["logprobs", "asked for, none returned"]] for sm in summaries)
+    assert all(r[k]["logprobs"] is None for r in first["rows"] for k in ("baseline", "candidate"))
     # Mixed outcomes (the stored synthetic run: half its reasoning items flipped).
     mixed = svc.samples_view(dash_store, synthetic_run.id, "reasoning-smoke")
     assert mixed["counts"] == {"regression": 4, "unchanged": 4}
@@ -180,6 +194,13 @@ def test_samples_page_in_chromium(
     page.page.wait_for_load_state("networkidle")
     assert page.page.locator("tr[data-sample]").count() == 2
     shot(page.page, "samples")
+    # A kind that stores logprobs shows them in the opened sample (here: none came back).
+    _open(page, f"{dash_server.url}/runs/{run}/suites/determinism-smoke/samples?limit=4")
+    row = page.page.locator("tr[data-sample]").first
+    row.locator("summary").click()
+    lp = row.locator("[data-logprobs]")
+    assert lp.count() == 2 and lp.first.is_visible()
+    assert "asked for, none returned" in lp.first.inner_text()
     _clean(page, "samples")
 
 
@@ -309,6 +330,12 @@ def test_trend_has_a_time_axis_the_margin_in_range_and_a_ci_for_one_run(
     assert whisker[1:3] == [point["ci_low"], point["ci_high"]]
     assert "determinism" not in (t["y_name"] or "") and t["metric"] in t["y_name"]
     shot(page.page, "trend-single")
+    # The pair picker and the heading name the endpoints by their labels, not their URLs.
+    base, cand = _labels(loop_runs)
+    picked = page.page.locator("#pick option:checked").inner_text()
+    assert picked.startswith(f"determinism-smoke · {base} → {cand}"), picked
+    assert "http" not in page.page.inner_text("#pick") + page.page.inner_text("ul.pairs")
+    assert f"{base} → {cand}" in page.page.inner_text("main h2")
     # Two runs of reasoning-smoke: on the time axis at their own times, oldest first.
     q["suite"] = "reasoning-smoke"
     _open(page, f"{dash_server.url}/trends?{urlencode(q)}")

@@ -94,6 +94,26 @@ def test_encoding_round_trips() -> None:
     assert back[0].top == {"1": -0.12346, "2": -2.0}
 
 
+def test_sample_logprobs_show_the_stored_positions_for_the_samples_browser() -> None:
+    from evalsvc.suites._base import LOGPROB_TOKENS_SHOWN
+
+    n = LOGPROB_TOKENS_SHOWN + 6
+    pos = [Position({"a": -0.25, "b": -1.5, "c": -3.0}, "b" if i % 2 else "a",
+                    -1.5 if i % 2 else -0.25) for i in range(n)]
+    shown = DriftSuite.sample_logprobs({"n_positions": n, **encode_positions(pos)})
+    assert shown is not None and shown["positions"] == n
+    assert len(shown["tokens"]) == LOGPROB_TOKENS_SHOWN  # a passage is long: the first ones
+    first, second = shown["tokens"][:2]
+    assert first == {"token": "a", "logprob": -0.25,
+                     "top": [["a", -0.25], ["b", -1.5], ["c", -3.0]]}
+    assert second["token"] == "b" and second["logprob"] == -1.5
+    assert dict(shown["summary"]) == {"positions": n,
+                                      "mean reference-token logprob": pytest.approx(-0.875)}
+    # An errored sample keeps no positions; a malformed row loses its logprobs, not the page.
+    assert DriftSuite.sample_logprobs({}) is None
+    assert DriftSuite.sample_logprobs({"ref": ["a"], "ref_lp": [-1.0], "top_keys": []}) is None
+
+
 def test_percentiles_match_numpy() -> None:
     values = list(np.linspace(0, 1, 1001))
     out = percentiles(values)

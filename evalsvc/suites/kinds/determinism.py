@@ -338,6 +338,10 @@ class DeterminismSuite(Suite):
         return _determinism_findings(entry.get("details") or {})
 
     @classmethod
+    def sample_logprobs(cls, data: dict[str, Any]) -> dict[str, Any] | None:
+        return _determinism_logprobs(data)
+
+    @classmethod
     def headline(cls, entry: dict[str, Any]) -> str | None:
         return _determinism_headline(entry.get("details") or {})
 
@@ -981,3 +985,22 @@ def _determinism_view(view: ViewInput) -> dict[str, Any]:
     ]
     return {"divergence": divergence, "charts": charts,
             "conditions": {"baseline": bc, "candidate": cc, "order": conds}}
+
+
+def _determinism_logprobs(data: dict[str, Any]) -> dict[str, Any] | None:
+    """What a sample keeps of its logprobs against its prompt's reference (the summary of
+    ``compare``; the token logprobs themselves are not stored)."""
+    if data.get("missing_logprobs"):
+        return {"summary": [["logprobs", "asked for, none returned"]], "tokens": [],
+                "positions": 0}
+    if "max_lp_delta" not in data:
+        return None  # a reference sample, or one whose reference failed
+    first = data.get("first_divergence")
+    summary: list[list[Any]] = [
+        ["first divergent token", "none (identical)" if first is None else first],
+        ["max |Δ logprob| on the common prefix", data.get("max_lp_delta")],
+    ]
+    if first is not None:
+        summary.append(["reference top-2 margin at the divergence (nats)", data.get("margin")])
+        summary.append(["flip", data.get("flip")])
+    return {"summary": summary, "tokens": [], "positions": 0}

@@ -48,7 +48,7 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, LLAMA_CPP_KLD_SOURCE, GateDefaults
-from evalsvc.suites._base import Analysis, Suite
+from evalsvc.suites._base import LOGPROB_TOKENS_SHOWN, Analysis, Suite
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, num, pct
 
@@ -234,6 +234,10 @@ class DriftSuite(Suite):
     @classmethod
     def headline(cls, entry: dict[str, Any]) -> str | None:
         return _drift_headline(entry.get("details") or {})
+
+    @classmethod
+    def sample_logprobs(cls, data: dict[str, Any]) -> dict[str, Any] | None:
+        return _drift_logprobs(data)
 
     @classmethod
     def view_model(cls, view: ViewInput) -> dict[str, Any]:
@@ -478,3 +482,23 @@ def _drift_headline(d: dict[str, Any]) -> str | None:
         f"mean KLD {num(d['kld'].get('mean'), 4)} nats, p99 {num(d['kld'].get('p99'), 3)}, "
         f"same top token {pct(d.get('same_top_p'))}"
     )
+
+
+def _drift_logprobs(data: dict[str, Any]) -> dict[str, Any] | None:
+    """A passage's stored positions: each reference token's logprob and the endpoint's top-k
+    alternatives (the first ``LOGPROB_TOKENS_SHOWN``), and their mean."""
+    if "ref_lp" not in data:
+        return None
+    try:
+        positions = decode_positions(data)
+    except (KeyError, TypeError, ValueError):  # a malformed row loses its logprobs, not the page
+        return None
+    lps = [p.ref_lp for p in positions if p.ref_lp is not None]
+    tokens = [
+        {"token": p.ref, "logprob": p.ref_lp,
+         "top": sorted(([k, v] for k, v in p.top.items()), key=lambda kv: -kv[1])}
+        for p in positions[:LOGPROB_TOKENS_SHOWN]
+    ]
+    summary = [["positions", len(positions)],
+               ["mean reference-token logprob", sum(lps) / len(lps) if lps else None]]
+    return {"summary": summary, "tokens": tokens, "positions": len(positions)}
