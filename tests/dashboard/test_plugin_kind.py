@@ -29,9 +29,8 @@ import jsonschema
 import pytest
 
 from evalsvc.reports import report_schema
-from tests.runner.fault_proxy import fault_proxy
-
 from tests.conftest import local_engine
+from tests.runner.fault_proxy import fault_proxy
 
 from .conftest import Server, Watched
 from .test_pages import _clean, _open

@@ -26,7 +26,6 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.reports import report_schema
-
 from tests.conftest import local_engine
 
 from .conftest import Server, SyntheticRun, Watched

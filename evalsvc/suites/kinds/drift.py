@@ -496,7 +496,7 @@ def _drift_logprobs(data: dict[str, Any]) -> dict[str, Any] | None:
     lps = [p.ref_lp for p in positions if p.ref_lp is not None]
     tokens = [
         {"token": p.ref, "logprob": p.ref_lp,
-         "top": sorted(([k, v] for k, v in p.top.items()), key=lambda kv: -kv[1])}
+         "top": [[k, v] for k, v in sorted(p.top.items(), key=lambda kv: -kv[1])]}
         for p in positions[:LOGPROB_TOKENS_SHOWN]
     ]
     summary = [["positions", len(positions)],
