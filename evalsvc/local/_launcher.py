@@ -35,6 +35,12 @@ sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE]
 
 # Belt and braces for the same platform detection; workers inherit the environment.
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+# vLLM kills its engine when one model step takes longer than this (default 300 s). On a 2-core
+# AVX2 host the emulated bf16 baseline was seen to take longer than that for one step of 8
+# prompts of ~1k tokens while the machine was loaded (`make demo` beside other work, 2026-12-02:
+# "EngineCore encountered a fatal error ... TimeoutError", every later request refused). A slow
+# step is not a fault here: evalsvc's own per-answer deadline bounds what a run waits for.
+os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
 
 
 def _normalize(name: str) -> str:
