@@ -149,9 +149,7 @@ async def probe_all(
     refs = [baseline, *candidates]
     limit = max(1, concurrency if concurrency is not None else options.concurrency)
     clients = [
-        EndpointClient(
-            ref, concurrency=limit, timeout_s=options.request_timeout_s, egress=egress
-        )
+        EndpointClient(ref, concurrency=limit, timeout_s=options.request_timeout_s, egress=egress)
         for ref in refs
     ]
     results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
@@ -284,8 +282,11 @@ async def execute(
                     clients[0],
                     provs[0],
                     emit=emit,
-                    done={(k[2], k[3]) for k in done if k[0] == "baseline"
-                          and k[1] == pilot_name(suite.name)},
+                    done={
+                        (k[2], k[3])
+                        for k in done
+                        if k[0] == "baseline" and k[1] == pilot_name(suite.name)
+                    },
                     stored=stored,
                     collected=collected,
                     options=options,
@@ -394,8 +395,14 @@ async def _run_sequential(
         # A threshold gate has no paired boundary to stop at; a recovery floor's boundary moves
         # with the baseline's mean, which the confidence sequence does not model.
         await run_batch(items)
-        return {"items_used": len(items), "items_planned": len(items), "batch": len(items),
-                "stopped_early": False, "decisions": {}, "note": "threshold or recovery-floor gate: not sequential"}
+        return {
+            "items_used": len(items),
+            "items_planned": len(items),
+            "batch": len(items),
+            "stopped_early": False,
+            "decisions": {},
+            "note": "threshold or recovery-floor gate: not sequential",
+        }
     margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
     previous = await stored() if stored else []
@@ -531,8 +538,14 @@ def _gate_all(
             cres.suites.append(res)
             error_rate = res.n_errors / planned if planned else 0.0
             if error_rate > options.max_error_rate:
+                # Say which side failed: a dead baseline errors every pair of every candidate,
+                # and the message must not blame the candidate for it.
+                sides = (
+                    f"samples errored: baseline {sum(1 for s in base_s if s.error)}, "
+                    f"candidate {sum(1 for s in cand_s if s.error)}"
+                )
                 text = (
-                    f"{res.n_errors} of {planned} items errored (budget "
+                    f"{res.n_errors} of {planned} items errored ({sides}; budget "
                     f"{options.max_error_rate:.0%}): no verdict rests on them"
                 )
                 infra_errors.append(f"{suite.name} on {cand.name or redact_url(cand.url)}: {text}")
@@ -562,9 +575,7 @@ def _gate_all(
                 cres.reasons = [replace(r, candidate=None) for r in mine] + cres.reasons
             for sres in cres.suites:
                 sres.reasons = [
-                    replace(r, candidate=None)
-                    for r in mine
-                    if r.suite == sres.suite
+                    replace(r, candidate=None) for r in mine if r.suite == sres.suite
                 ] + sres.reasons
     return RunResult(
         run_id=run_id,
@@ -590,7 +601,13 @@ def _gate_one(
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
     outcome = with_recovery(outcome, gate, analysis, suite, seed=suite.spec.seed)
     margin_gate = gate.recovery_min is None
-    if margin_gate and gate.margin is not None and analysis.paired and analysis.slices and analysis.baseline:
+    if (
+        margin_gate
+        and gate.margin is not None
+        and analysis.paired
+        and analysis.slices
+        and analysis.baseline
+    ):
         # Every slice with enough items gets the suite's own test; Holm across the suite and
         # its slices (evalsvc.gates.slice_gates).
         outcome = slice_gates(
@@ -750,4 +767,3 @@ def gate_samples(
     """Gate samples that exist already (``evalsvc gate-logs``): the same per-suite gates,
     slices, error budget and verdict combination as :func:`execute`, without sending anything."""
     return _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
-

@@ -69,3 +69,51 @@ def test_missing_pairs_are_errors_and_break_the_budget() -> None:
     assert res.outcome.n == 10 and res.n_planned == 20
     assert res.n_errors == 10 and res.details["missing_pairs"] == 10
     assert result.verdict == "error" and result.error and "10 of 20" in result.error
+
+
+class BaselineErrorsSuite(LossySuite):
+    """Every baseline answer errors (as a dead baseline server would); the candidate answers."""
+
+    kind = "baseline-errors-test"
+
+    async def run(
+        self,
+        items: Sequence[Item],
+        client: EndpointClient,
+        *,
+        role: str,
+        emit: Emit,
+        done: set[tuple[str, int]],
+        concurrency: int,
+    ) -> None:
+        for item in items:
+            error = "connection refused" if role == "baseline" else None
+            score = None if error else 1.0
+            await emit(
+                Sample(suite=self.name, item_id=item.id, endpoint=role, score=score, error=error)
+            )
+
+
+def test_the_error_budget_names_the_side_that_errored() -> None:
+    """A dead baseline errors every pair; the message says so instead of blaming the candidate."""
+    suite = BaselineErrorsSuite(
+        SuiteSpec(name="dead-baseline", kind="baseline-errors-test", params={"n": 8})
+    )
+    with fault_server() as srv:
+        url = base_url(srv, "ok")
+
+        async def sink(sample: Sample) -> None:
+            pass
+
+        result = asyncio.run(
+            execute(
+                run_id="t",
+                baseline=EndpointRef(url=url),
+                candidates=[EndpointRef(url=url)],
+                suites=[suite],
+                options=RunOptions(),
+                sink=sink,
+            )
+        )
+    assert result.verdict == "error" and result.error
+    assert "8 of 8 items errored (samples errored: baseline 8, candidate 0;" in result.error
