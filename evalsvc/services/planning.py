@@ -202,8 +202,9 @@ def _calibration_note(cal: dict[str, Any], source: str | None) -> str:
     few, most = cal["pilot_requests"]
     lo_items, hi_items = cal["main_items"]
     items = f"{lo_items}" if lo_items == hi_items else f"{lo_items}–{hi_items}"
+    pilot = f"{few}" if few == most else f"{few}–{most}"
     text = (
-        f"Calibrates first: a pilot of {few}–{most} baseline requests picks the levels where the "
+        f"Calibrates first: a pilot of {pilot} baseline requests picks the levels where the "
         f"baseline scores {lo:.0%}–{hi:.0%}; the main run then has {items} items."
     )
     if source == "band bound":

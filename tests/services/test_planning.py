@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,3 +105,27 @@ def test_needle_calibration_plan_climbs_to_the_given_max_context(tmp_path: Path)
     # A max context too small for any message: the suite runs as written, and the plan says so.
     (tiny,) = plan(suites=[str(path)], margin=None, alpha=None, max_context=64)
     assert "pilot_requests" not in tiny["calibration"] and "as written" in tiny["note"]
+
+
+def test_plan_cli_flags_reach_the_calibration_plan(tmp_path: Path) -> None:
+    """``evalsvc plan --calibrate --max-context`` through the real CLI (JSON and the table)."""
+    path = tmp_path / "n.yaml"
+    path.write_text("name: n\nkind: needle\nseed: 1\n"
+                    "params: {lengths: [512], depths: [0.5], haystacks: 2, max_tokens: 32}\n")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "evalsvc.cli.main", "plan", "--suite",
+                               str(path), *args], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "COLUMNS": "400"})
+
+    r = cli("--calibrate", "--max-context", "2048", "--json")
+    assert r.returncode == 0, r.stderr
+    (row,) = json.loads(r.stdout)
+    assert row["calibration"]["ladder"] == ["512 tokens", "1024 tokens", "1952 tokens"]
+    assert row["calibration"]["max_context"] == 2048
+    (off,) = json.loads(cli("--json").stdout)  # the YAML does not calibrate
+    assert "calibration" not in off
+    table = cli("--calibrate", "--max-context", "2048")
+    assert table.returncode == 0 and "Calibrates first: a pilot of 10–30 baseline" in table.stdout
+    # Without a max context the ladder is the configured length alone.
+    assert "a pilot of 10 baseline requests" in cli("--calibrate").stdout
