@@ -7,7 +7,7 @@ is not prepared):
   never fails at the levels chosen for it;
 - needle's ladder stops at the longest message llama.cpp's 4,096-token slot takes with the
   answer, as the probe reports it, and an item of that top rung, sized with llama.cpp's own
-  ``/tokenize``, is answered without error.
+  ``/tokenize``, fits it.
 
 Sizes are small (two families, 5 pilot items per rung, 12 gated items, 64-token answers), about
 a minute on an idle 2-core host; only host-independent facts are asserted (the verdict may read
@@ -87,18 +87,20 @@ def test_needle_ladder_stops_at_the_llama_cpp_slot(llamacpp_endpoints: Any) -> N
     })
     suite = suite_kinds()["needle"](spec)
 
-    async def probe() -> Any:
+    async def probe_and_plan() -> tuple[Any, list[Any]]:
         clients, provs = await probe_all(EndpointRef(url=f16), [], RunOptions())
-        for client in clients:
-            await client.aclose()
-        return provs[0]
+        try:
+            ladder = suite.difficulty_ladder(provs[0])
+            # The top rung's item, sized with llama.cpp's own /tokenize (no chat: a 4k-token
+            # prompt costs minutes on a shared CPU endpoint), leaves the answer room in the slot.
+            top = suite.at_difficulty([ladder[-1]])
+            return provs[0], [ladder, await top.plan(clients[0], provs[0])]
+        finally:
+            await clients[0].aclose()
 
-    prov = asyncio.run(probe())
+    prov, (ladder, items) = asyncio.run(probe_and_plan())
     assert prov.max_context == 4096  # the slot, not the server's total context
-    ladder = suite.difficulty_ladder(prov)
     assert [r.value for r in ladder] == [1024, 2048, 4096 - 16 - 64]
-    top = suite.at_difficulty([ladder[-1]])
-    res, samples = _run(f16, f16, top)
-    assert res.n_errors == 0 and len(samples) == 2
-    assert all(4096 - 16 - 64 - 64 <= int(s.data["context_tokens"]) <= 4096 - 16 - 64
-               for s in samples)
+    (item,) = items
+    tokens = int(item.metadata["context_tokens"])
+    assert 4096 - 16 - 64 - 64 <= tokens <= 4096 - 16 - 64
