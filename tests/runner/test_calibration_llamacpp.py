@@ -10,7 +10,7 @@ is not prepared):
   ``/tokenize``, fits it.
 
 Sizes are small (two families, 5 pilot items per rung, 12 gated items, 64-token answers: about
-70 requests, 218 s on the 2-core host while seven other sessions shared its endpoints); only
+40 requests to the endpoint, 218 s on the 2-core host while seven other sessions shared its endpoints); only
 host-independent facts are asserted (the verdict may read inconclusive at this n, and which
 levels the 135M model lands on is the host's).
 """
