@@ -9,10 +9,10 @@ is not prepared):
   answer, as the probe reports it, and an item of that top rung, sized with llama.cpp's own
   ``/tokenize``, fits it.
 
-Sizes are small (two families, 5 pilot items per rung, 12 gated items, 64-token answers: about
-40 requests to the endpoint, 218 s on the 2-core host while seven other sessions shared its endpoints); only
-host-independent facts are asserted (the verdict may read inconclusive at this n, and which
-levels the 135M model lands on is the host's).
+Sizes are small (two families, 5 pilot items per rung, 12 gated items, 64-token answers:
+about 40 requests to the endpoint, 218 s on the 2-core host while seven other sessions shared
+its endpoints); only host-independent facts are asserted (the verdict may read inconclusive at
+this n, and which levels the 135M model lands on is the host's).
 """
 
 from __future__ import annotations
