@@ -113,12 +113,26 @@ def plan(
     pilot_run: Annotated[
         str | None, typer.Option(help="Take the discordance from this stored run's report.")
     ] = None,
+    calibrate: Annotated[
+        bool | None,
+        typer.Option(
+            "--calibrate/--no-calibrate",
+            help="Plan as compare --calibrate would run (default: each suite's `calibrate:`).",
+        ),
+    ] = None,
+    max_context: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="The baseline's max context, for ladders that rise to it (needle)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     db: Annotated[
         str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
     ] = None,
 ) -> None:
-    """How many items each suite needs to decide at margin δ, before running it."""
+    """How many items each suite needs to decide at margin δ, before running it (for a suite
+    that calibrates: its pilot's cost and the main run's size at the band)."""
     from evalsvc.services import planning
     from evalsvc.services.runs import UsageError
 
@@ -131,6 +145,8 @@ def plan(
             discordance=discordance,
             pilot_run=pilot_run,
             store=open_store(db) if pilot_run else None,
+            calibrate=calibrate,
+            max_context=max_context,
         )
     except UsageError as exc:
         raise exit_for(exc) from exc

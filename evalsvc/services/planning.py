@@ -3,6 +3,16 @@
 Contract: pure computation over the catalog and, when a pilot run is named, that run's stored
 report (its measured discordance). Formulas live in ``evalsvc.stats`` (Nam 1997 for paired
 binary outcomes, the normal approximation for continuous ones).
+
+A suite that calibrates (``calibrate: auto``, or ``calibrate=True`` as ``--calibrate``) runs at
+levels a pilot on the baseline picks, which plan cannot know without the endpoint. Its row says
+so (``calibration``): the pilot's baseline requests (one rung per group up to the whole ladder),
+the main run's item range over the choices the pilot can make, and, when no discordance is
+given or measured, the run is sized at the **band's bound**: a candidate as accurate as a
+baseline scoring p flips at most ψ = 2p(1 − p) of the items when its errors are not negatively
+correlated with the baseline's (independent errors), largest over the band at the p closest
+to ½. A discordance taken from a pilot run is flagged when that run was not calibrated (it was
+measured at other levels).
 """
 
 from __future__ import annotations
@@ -10,9 +20,52 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.db import Store
-from evalsvc.domain import RunOptions
+from evalsvc.domain import Provenance, RunOptions
 from evalsvc.services.runs import UsageError, bind_gates
-from evalsvc.suites import SuiteError, resolve
+from evalsvc.suites import CalibrationPolicy, Suite, SuiteError, resolve
+
+
+def band_discordance(band: tuple[float, float]) -> float:
+    """The most a same-accuracy candidate with errors not negatively correlated with the
+    baseline's can flip when the baseline scores p in ``band``: max 2p(1 − p) over the band
+    (P(both right) ≥ p² gives ψ = 2(p − P(both right)) ≤ 2p(1 − p))."""
+    lo, hi = band
+    p = min(max(0.5, lo), hi)
+    return 2.0 * p * (1.0 - p)
+
+
+def calibration_plan(
+    suite: Suite, policy: CalibrationPolicy, max_context: int | None
+) -> dict[str, Any]:
+    """What a calibrated suite will send before and during its main run, from its ladder alone
+    (the module docstring): pilot requests and main items, each as ``[fewest, most]``."""
+    ladder = suite.difficulty_ladder(Provenance(max_context=max_context))
+    groups: dict[str, list[Any]] = {}
+    for rung in ladder:
+        groups.setdefault(rung.group, []).append(rung)
+    out: dict[str, Any] = {
+        "band": list(policy.band),
+        "pilot_n": policy.pilot_n,
+        "ladder": [r.label for r in ladder],
+        "groups": len(groups),
+        "max_context": max_context,
+    }
+    if not ladder:
+        out["note"] = "the ladder is empty at this max context: the suite runs as written"
+        return out
+    # The walk costs one rung per group for a baseline below the band at the easiest rung, the
+    # whole ladder for one that solves everything.
+    out["pilot_requests"] = [len(groups) * policy.pilot_n, len(ladder) * policy.pilot_n]
+    keep = policy.max_rungs or suite.calibration_keep()
+    fewest = [sorted(rs, key=lambda r: r.level)[0] for rs in groups.values()]
+    most = [
+        r for rs in groups.values() for r in sorted(rs, key=lambda r: r.level)[: keep or len(rs)]
+    ]
+    out["main_items"] = [
+        suite.at_difficulty(fewest).item_count(),
+        suite.at_difficulty(most).item_count(),
+    ]
+    return out
 
 
 def plan(
@@ -24,24 +77,31 @@ def plan(
     discordance: float | None = None,
     pilot_run: str | None = None,
     store: Store | None = None,
+    calibrate: bool | None = None,
+    max_context: int | None = None,
 ) -> list[dict[str, Any]]:
     """One row per suite: the items needed to pass a candidate as good as the baseline with
     ``power`` (which also fails a true drop of 2δ with at least that power; see
-    ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n."""
+    ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n.
+    ``calibrate`` is ``--calibrate``/``--no-calibrate`` (None: each suite's YAML);
+    ``max_context`` the baseline's, for ladders that rise to it (needle)."""
     try:
         resolved = resolve(suites, allow_paths=True)  # the CLI: files are the user's own
     except SuiteError as exc:
         raise UsageError(str(exc)) from exc
     pilot: dict[str, float] = {}
+    pilot_levels: dict[str, list[str] | None] = {}
     if pilot_run is not None:
         report = store.get_report(pilot_run) if store is not None else None
         if report is None:
             raise UsageError(f"no report stored for run {pilot_run!r}")
         for cand in report["candidates"]:
             for s in cand["suites"]:
-                d = (s.get("details") or {}).get("discordance")
+                details = s.get("details") or {}
+                d = details.get("discordance")
                 if d is not None:
                     pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
+                    pilot_levels[s["suite"]] = (details.get("calibration") or {}).get("chosen")
     rows = []
     options = RunOptions(margin=margin, alpha=alpha)
     bind_gates(resolved, options)
@@ -64,6 +124,22 @@ def plan(
             row["stages"] = stages
             row["max_items"] = stages[-1]
         psi = discordance if discordance is not None else pilot.get(suite.name)
+        source = "given" if discordance is not None else "pilot run" if psi is not None else None
+        policy = suite.calibration(calibrate)
+        cal = None
+        if policy is not None:
+            cal = row["calibration"] = calibration_plan(suite, policy, max_context)
+            if source == "pilot run":
+                levels = pilot_levels.get(suite.name)
+                cal["pilot_run_levels"] = levels
+                if not levels:
+                    cal["warning"] = (
+                        f"run {pilot_run} did not calibrate {suite.name}: its discordance was "
+                        "measured at the levels as written, not at the ones a pilot picks"
+                    )
+            elif source is None and "pilot_requests" in cal and gate.kind == "binary" \
+                    and gate.threshold is None and m:
+                psi, source = band_discordance(policy.band), "band bound"
         if gate.threshold is not None:
             row["note"] = f"threshold gate ({gate.metric} vs {gate.threshold:g}): no margin to plan"
         elif gate.kind != "binary" or m is None:
@@ -80,12 +156,13 @@ def plan(
                 "give --discordance or --pilot-run (the share of items on which the endpoints disagree)"
             )
         else:
-            if discordance is None:
+            if source == "pilot run":
                 # A pilot's discordance is an estimate (often 0 on a small pilot): smooth it as the
                 # gate does for the MDE, (discordant + 1)/(n + 2), with the suite's planned n.
                 n = (row["planned_items"] or 100) * suite.pairs_per_item()
                 psi = (psi * n + 1) / (n + 2)
             row["discordance"] = psi
+            row["discordance_source"] = source
             # The gate's n counts pairs; a kind may draw several per item (determinism: one per
             # condition and repeat). Pairs of one item are correlated, so for such kinds the
             # item count below is a lower bound.
@@ -110,5 +187,31 @@ def plan(
                     + (f"a candidate as good as the baseline should pass by the {stage}-item "
                        "stage" if stage else "beyond the cap it stays inconclusive")
                 )
+        if cal is not None:
+            row["note"] = " ".join(
+                x for x in (row.get("note"), _calibration_note(cal, source)) if x
+            )
         rows.append(row)
     return rows
+
+
+def _calibration_note(cal: dict[str, Any], source: str | None) -> str:
+    lo, hi = cal["band"]
+    if "pilot_requests" not in cal:
+        return f"calibrates: {cal['note']}."
+    few, most = cal["pilot_requests"]
+    lo_items, hi_items = cal["main_items"]
+    items = f"{lo_items}" if lo_items == hi_items else f"{lo_items}–{hi_items}"
+    pilot = f"{few}" if few == most else f"{few}–{most}"
+    text = (
+        f"Calibrates first: a pilot of {pilot} baseline requests picks the levels where the "
+        f"baseline scores {lo:.0%}–{hi:.0%}; the main run then has {items} items."
+    )
+    if source == "band bound":
+        text += (
+            " Sized at the band's bound ψ ≤ 2p(1 − p) for a candidate as accurate as the baseline "
+            "with errors not negatively correlated with its own (an upper bound on the items)."
+        )
+    if cal.get("warning"):
+        text += f" {cal['warning']}."
+    return text

@@ -8,6 +8,8 @@
   that no level was in the band, and then fails a candidate that only solves 10% there;
 - the pilot's samples are stored under ``<suite>:pilot`` on the baseline only, and never enter
   the gate: the calibrated run's gate equals that of a plain run at the chosen levels;
+- ``evalsvc plan --pilot-run`` names the levels a calibrated run measured its discordance at,
+  and flags a run that did not calibrate;
 - needle: the pilot walks context lengths up to the probed max context and keeps the one where
   the baseline finds 3 of 5 depths.
 """
@@ -23,6 +25,7 @@ from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.reports import to_markdown
 from evalsvc.services import runs
+from evalsvc.services.planning import plan
 from evalsvc.suites import pilot_seed
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     db_url,
@@ -122,6 +125,18 @@ def test_pilot_picks_the_band_records_it_and_never_enters_the_gate(
         assert "calibration" not in off_entry["details"]
         assert {(r["family"], r["level"]) for r in off_entry["details"]["by_task"]} == {
             ("arithmetic", 1), ("lists", 1)}
+
+        # `evalsvc plan --pilot-run`: a calibrated run's discordance was measured at the levels
+        # a pilot picks, and the plan names them; an uncalibrated run's is flagged.
+        (row,) = plan(suites=[str(suite)], margin=None, alpha=None,
+                      pilot_run=report["run_id"], store=store)
+        assert row["discordance_source"] == "pilot run"
+        assert row["calibration"]["pilot_run_levels"] == cal["chosen"]
+        assert "warning" not in row["calibration"] and "Calibrates first" in row["note"]
+        (stale,) = plan(suites=[str(suite)], margin=None, alpha=None,
+                        pilot_run=off["run_id"], store=store)
+        assert stale["calibration"]["pilot_run_levels"] is None
+        assert f"run {off['run_id']} did not calibrate calib" in stale["note"]
 
 
 def test_a_perfect_baseline_moves_to_the_hardest_level(store: Store, tmp_path: Path) -> None:

@@ -241,7 +241,12 @@ class NeedleSuite(Suite):
         # the baseline's max context (from the probe) leaves room for with the answer (the same
         # headroom plan() checks); without a known max context, no longer than the longest
         # configured length.
-        # Depths are not an axis of the ladder: every chosen length runs at every depth.
+        # Depths are not an axis of the ladder: the walk assumes a rung scores no higher than
+        # the easier one before it, and depth has no such order (retrieval is U-shaped over
+        # depth, "lost in the middle": Liu et al. 2023, arXiv 2307.03172, and which depths suffer
+        # depends on the model). A length's pilot draws its items across the configured depths,
+        # so its score is the mean over depths that the run at that length then has, and every
+        # chosen length runs at every depth (the heatmap shows where it is lost).
         p = self.params
         top = max(p.lengths)
         if provenance.max_context is not None:
