@@ -16,7 +16,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.domain import Provenance
-from evalsvc.endpoints._client import EndpointClient, EndpointError
+from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError
 from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
@@ -56,8 +56,10 @@ async def probe(client: EndpointClient) -> Provenance:
     caps: dict[str, bool] = {}
 
     chat = await client.chat([{"role": "user", "content": "Say OK."}], max_tokens=2)
+    _raise_if_timed_out(client, "chat", chat)
     caps["chat"] = chat.ok
     comp = await client.complete("Hello", max_tokens=2, logprobs=1)
+    _raise_if_timed_out(client, "completions", comp)
     caps["completions"] = comp.ok
     caps["logprobs"] = bool(comp.ok and comp.logprobs and comp.logprobs[0].logprob is not None)
     # echo + logprobs + max_tokens=0 is the loglikelihood path: it must return one logprob per
@@ -98,6 +100,20 @@ async def probe(client: EndpointClient) -> Provenance:
         prov.engine = "vllm"
     prov.capabilities = caps
     return prov
+
+
+def _raise_if_timed_out(client: EndpointClient, route: str, result: Completion) -> None:
+    """A 2-token request that ran out of time says the endpoint is overloaded or stuck, not that
+    it lacks the feature: recording ``False`` would refuse suites as "does not support chat"
+    (seen on a llama.cpp server queueing other clients' long prompts past the deadline)."""
+    if (
+        result.error is not None
+        and result.status_code is None
+        and result.error.startswith("timeout")
+    ):
+        raise EndpointError(
+            f"{client.base_url} did not answer the probe's 2-token {route} request: {result.error}"
+        )
 
 
 async def _engine_facts(client: EndpointClient, owner: str | None) -> EngineFacts | None:

@@ -105,3 +105,16 @@ async def test_malformed_bodies_are_not_quoted(server: _FaultServer) -> None:
     async with client(server, "garbage") as c:
         out = await c.chat([{"role": "user", "content": "x"}], max_tokens=1)
     assert out.error == "malformed JSON body (HTTP 200 OK)"  # not "<html>not json"
+
+
+async def test_a_probe_that_times_out_is_an_endpoint_error_not_a_missing_feature(
+    server: _FaultServer,
+) -> None:
+    """An engine that lists its models but answers generations past the deadline is overloaded,
+    not chat-less: the probe raises (the run is an infrastructure error) instead of recording
+    ``chat: False`` and refusing every chat suite as unsupported."""
+    async with client(server, "slowgen", timeout_s=1.0) as c:
+        with pytest.raises(EndpointError) as info:
+            await probe(c)
+    assert "did not answer the probe's 2-token chat request" in str(info.value)
+    assert "timeout" in str(info.value)
