@@ -44,8 +44,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -194,15 +196,25 @@ def ingest(store: Store, tpl: Template, runs: int, per_run: int) -> dict[str, An
     }
 
 
-def fill(store: Store, tpl: Template, count: int, samples: int, start: int) -> None:
+def fill(store: Store, tpl: Template, count: int, samples: int, start: int, threads: int) -> None:
+    """``count`` copies of the real run; ``threads`` writers at once (PostgreSQL: each store
+    call waits on its commit, so a few in parallel fill faster; SQLite has one writer)."""
     t0 = time.perf_counter()
     chunk = tpl.samples[:samples]
-    for i in range(count):
+    done = [0]
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
         run_id = tpl.new_run(store, start + i)
         store.add_samples(run_id, chunk)
         tpl.finish(store, run_id)
-        if (i + 1) % 1000 == 0:
-            _log(f"  filled {i + 1:,}/{count:,} runs ({time.perf_counter() - t0:.0f} s)")
+        with lock:
+            done[0] += 1
+            if done[0] % 1000 == 0:
+                _log(f"  filled {done[0]:,}/{count:,} runs ({time.perf_counter() - t0:.0f} s)")
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(count)))
 
 
 # ----------------------------------------------------------------------------- measuring
@@ -318,6 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--samples-per-run", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=10_000, help="runs stored in all")
     parser.add_argument("--fill-samples", type=int, default=20, help="samples of each fill run")
+    parser.add_argument("--fill-threads", type=int, help="default: 4 on PostgreSQL, 1 on SQLite")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     args = parser.parse_args(argv)
@@ -348,7 +361,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"ingest: {result['ingest']['samples']:,} samples in {result['ingest']['wall_s']} s"
             )
             t0 = time.perf_counter()
-            fill(store, tpl, args.runs - args.ingest_runs - 1, args.fill_samples, args.ingest_runs)
+            fill(
+                store,
+                tpl,
+                args.runs - args.ingest_runs - 1,
+                args.fill_samples,
+                args.ingest_runs,
+                args.fill_threads or (4 if store.dialect == "postgresql" else 1),
+            )
             result["fill_s"] = round(time.perf_counter() - t0, 1)
             stored = len(store.list_runs(limit=args.runs + 10))
             assert stored == args.runs, (stored, args.runs)
