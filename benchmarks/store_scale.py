@@ -39,6 +39,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -258,7 +259,7 @@ def api_serve(db_url: str, workdir: Path) -> Iterator[str]:
             if proc.poll() is not None:
                 raise RuntimeError((workdir / "api.log").read_text()[-2000:])
             try:
-                if httpx.get(url + "/healthz", timeout=2).status_code == 200:
+                if httpx.get(url + "/api/v1/healthz", timeout=5).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -322,6 +323,8 @@ def database(args: argparse.Namespace, workdir: Path) -> Iterator[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    # SIGTERM ends the run through the finally blocks: the server stops, the database is dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--admin-url", help="PostgreSQL URL (a private database is created)")
     parser.add_argument("--sqlite", action="store_true", help="a SQLite file (the default)")
