@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--out", type=Path, help="also write the result as JSON here (after each step)"
     )
-    parser.add_argument("--no-pages", action="store_true", help="ingest and fill only")
+    parser.add_argument("--no-pages", action="store_true", help="ingest and fill, no server")
     args = parser.parse_args(argv)
 
     result: dict[str, Any] = {
@@ -442,9 +442,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"ingest: {result['ingest']['samples']:,} samples in {result['ingest']['wall_s']} s"
             )
             save()
-            if args.no_pages:
-                store.close()
-                return result
             t0 = time.perf_counter()
             if args.fill == "store":
                 fill(
@@ -470,6 +467,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             store.close()
             result["load_avg_measure"] = [round(x, 2) for x in os.getloadavg()]
             save()
+            if args.no_pages:
+                return result
             rows: dict[str, Any] = {}
             with api_serve(url, workdir) as base, httpx.Client(base_url=base, timeout=120) as c:
                 for name, path in pages(
