@@ -6,6 +6,7 @@ Parameters travel in the run's labels, so one worker can execute differently sha
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -14,10 +15,8 @@ from evalsvc.db import Store
 from evalsvc.domain import RunInfo, RunStatus, Sample
 
 
-def record_and_complete(
-    store: Store, run: RunInfo, cancel: threading.Event, worker_id: str
-) -> None:
-    """Append ``run_id worker_id time`` to $EVALSVC_TEST_CLAIM_LOG, then complete the run."""
+def _log_claim(run: RunInfo, worker_id: str) -> None:
+    """Append ``run_id worker_id time`` to $EVALSVC_TEST_CLAIM_LOG."""
     line = f"{run.id} {worker_id} {time.time():.6f}\n"
     # O_APPEND writes of one short line are atomic: two processes never interleave lines.
     fd = os.open(os.environ["EVALSVC_TEST_CLAIM_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -25,6 +24,13 @@ def record_and_complete(
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+
+
+def record_and_complete(
+    store: Store, run: RunInfo, cancel: threading.Event, worker_id: str
+) -> None:
+    """Append ``run_id worker_id time`` to $EVALSVC_TEST_CLAIM_LOG, then complete the run."""
+    _log_claim(run, worker_id)
     delay = float(run.spec.labels.get("delay", "0"))
     if delay:
         time.sleep(delay)
@@ -51,4 +57,28 @@ def slow_samples(store: Store, run: RunInfo, cancel: threading.Event, worker_id:
             continue
         store.add_samples(run.id, [sample])
         time.sleep(delay)
+    store.finish_run(run.id, status=RunStatus.completed, verdict="pass", worker_id=worker_id)
+
+
+def ask_the_baseline(store: Store, run: RunInfo, cancel: threading.Event, worker_id: str) -> None:
+    """Log the claim, send the run's one item (a chat request) to its baseline through the real
+    endpoint client, store the answer as the run's sample and complete the run: the whole
+    claim → send → store → settle cycle at the cost of one request."""
+    from evalsvc.endpoints import EndpointClient
+
+    _log_claim(run, worker_id)
+
+    async def ask() -> Sample:
+        async with EndpointClient(run.spec.baseline, retries=3) as client:
+            out = await client.chat([{"role": "user", "content": f"{run.id}: 2+2?"}], max_tokens=8)
+        return Sample(
+            suite="drill",
+            item_id="0",
+            endpoint="baseline",
+            output=out.text,
+            score=1.0 if out.ok else None,
+            error=out.error,
+        )
+
+    store.add_samples(run.id, [asyncio.run(ask())])
     store.finish_run(run.id, status=RunStatus.completed, verdict="pass", worker_id=worker_id)
