@@ -467,6 +467,11 @@ class EndpointClient:
         except (_RetryableStatus, TimeoutError, *_TRANSPORT_ERRORS, EgressRefused) as exc:
             raise self._failure(exc, url, "stream") from exc
         out.text = "".join(pieces)
+        if out.finish_reason is None:
+            # Every OpenAI-compatible engine ends a stream with a choice that says why it
+            # stopped; a stream that closed without one (an empty 200, a proxy that cut it) is
+            # a truncated answer, not an empty one, and must not be scored as one.
+            out.error = "incomplete stream: it ended without a finish_reason"
         return out
 
 

@@ -162,9 +162,7 @@ def test_too_many_errors_is_exit_4_never_a_pass(stub_urls: list[str], tmp_path: 
     assert "error budget" in out
 
 
-# Not here: a 200 whose body is no event stream at all (JSON or HTML, ending cleanly) is read
-# today as an empty answer, not an error (docs/benchmarks.md, "Drills": left for a decision).
-@pytest.mark.parametrize("fault", ["sse_cut", "sse_forever", "truncated"])
+@pytest.mark.parametrize("fault", ["sse_cut", "sse_forever", "sse_json", "truncated"])
 def test_a_broken_stream_or_body_is_an_error_within_the_deadline(
     stub_urls: list[str], fault: str
 ) -> None:
