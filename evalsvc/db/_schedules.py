@@ -1,5 +1,7 @@
 """The schedule aggregate: cron math, firing (query functions; ``session`` keyword-only) and
-``ScheduleStore``, the transactions over them.
+``ScheduleStore``, the transactions over them. A schedule of kind ``run`` queues a run from its
+template; one of kind ``sweep`` queues a sweep (``_sweeps``) from the sweep spec it holds,
+with the same exactly-once rule (``sweeps(schedule_id, fire_time)`` is unique too).
 
 Policy for missed fire times ("catch-up: latest"): when a scheduler looks at a schedule whose
 fire times since the last fire include several past instants (the schedulers were down, or

@@ -694,13 +694,15 @@ def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | No
         raise UsageError(f"sweep options: {exc}") from exc
     if spec.baseline == "local":
         return
-    baseline = EndpointRef(url=spec.baseline, model=spec.baseline_model)
-    existing = [EndpointRef(url=c.url or "", model=c.model, name=c.name)
-                for c in spec.configs if c.kind == "existing"]
-    policy = server_policy()
-    check_server_spec(RunSpec(baseline=baseline, candidates=existing or [baseline],
-                              suites=spec.suites or ["-"], options=options),
-                      store=store, policy=policy, names=False)
+    try:
+        baseline = EndpointRef(url=spec.baseline, model=spec.baseline_model)
+        existing = [EndpointRef(url=c.url or "", model=c.model, name=c.name)
+                    for c in spec.configs if c.kind == "existing"]
+        as_run = RunSpec(baseline=baseline, candidates=existing or [baseline],
+                         suites=spec.suites or ["-"], options=options)
+    except ValidationError as exc:  # the run bounds: URL and model lengths, NUL characters
+        raise UsageError(f"sweep endpoints: {exc}") from exc
+    check_server_spec(as_run, store=store, policy=server_policy(), names=False)
 
 
 def submit_sweep(
