@@ -44,7 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -75,6 +75,18 @@ from evalsvc.suites import catalog_dir
 SWEEP_PREFIX = "sweep-"
 LAUNCHING = ("local", "command")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+#: What the JSON schema (``POST /api/v1/sweeps``) says of a URL; the URL rule itself is
+#: ``evalsvc.endpoints.check_endpoint_url``, applied when the sweep is checked or run.
+_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00\s/?#@][^\x00@]*$"
+_Url = Annotated[str, Field(max_length=limits.MAX_URL, pattern=_URL_PATTERN)]
+
+
+def _existing_needs_url(schema: dict[str, Any]) -> None:
+    # The rule of ConfigSpec._check, in the schema: an existing endpoint has a url.
+    schema["anyOf"] = [
+        {"properties": {"kind": {"enum": ["command", "local"]}}},
+        {"required": ["url"], "properties": {"url": {"type": "string"}}},
+    ]
 Log = Callable[[str], None]
 
 
@@ -125,18 +137,18 @@ class SpeedSpec(BaseModel):
 class ConfigSpec(BaseModel):
     """One serving configuration of the grid."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_existing_needs_url)
 
-    name: str
+    name: str = Field(pattern=NAME_RE.pattern)
     kind: Literal["existing", "command", "local"]
-    url: str | None = None
+    url: _Url | None = None
     """``existing``: the endpoint's base URL (``…/v1``)."""
     command: str | None = None
     """``command``: the template (default: the spec's ``command_template``)."""
     params: dict[str, str] = Field(default_factory=dict)
     """``command``: values of the template's ``{placeholders}`` (``{port}`` is filled in)."""
     health_path: str = "/health"
-    model: str | None = None
+    model: limits.ModelText | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ConfigSpec:
@@ -152,12 +164,14 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    baseline: str = "local"
+    baseline: Annotated[
+        str, Field(max_length=limits.MAX_URL, pattern=rf"^local$|{_URL_PATTERN}")
+    ] = "local"
     """A base URL, or ``local`` for the embedded bf16 server."""
-    baseline_model: str | None = None
-    configs: list[ConfigSpec] = Field(min_length=1, max_length=32)
+    baseline_model: limits.ModelText | None = None
+    configs: list[ConfigSpec] = Field(min_length=1, max_length=limits.MAX_CANDIDATES)
     command_template: str | None = None
-    suites: list[str] = Field(default_factory=list, max_length=32)
+    suites: list[limits.SuiteNameText] = Field(default_factory=list, max_length=32)
     samples: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0)
     concurrency: int = Field(default=8, ge=1, le=256)
@@ -370,8 +384,9 @@ def _quality(report: dict[str, Any]) -> dict[str, Any]:
         gate = (s.get("details") or {}).get("gate") or {}
         sign = 1.0 if gate.get("higher_is_better", True) else -1.0
         delta, ci = s.get("delta"), s.get("ci") or [None, None]
-        oriented = None if delta is None else sign * delta
-        ci_o = [None if x is None else sign * x for x in ci]
+        # ``+ 0.0``: a zero Δ of a lower-is-better metric reads 0, not -0.
+        oriented = None if delta is None else sign * delta + 0.0
+        ci_o = [None if x is None else sign * x + 0.0 for x in ci]
         if sign < 0:
             ci_o = ci_o[::-1]
         suites.append({
