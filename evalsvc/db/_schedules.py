@@ -33,8 +33,8 @@ from ._errors import DatabaseUnavailable, StoreError
 from ._orm import RunRow, ScheduleRow, utcnow
 from ._rows import insert_once, new_id, one_line_error, run_info
 from ._runs import add_run_row
-from ._sweeps import add_sweep_row, sweep_fire_exists
 from ._session import Database
+from ._sweeps import add_sweep_row, sweep_fire_exists
 
 log = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from ._rows import run_info, sample
 from ._runs import RunStore
 from ._samples import SampleStore
 from ._schedules import ScheduleStore
-from ._sweeps import SweepStore
 from ._session import Database, redact_url
+from ._sweeps import SweepStore
 from ._tokens import API_SCOPES, TokenStore
 
 __all__ = ["API_SCOPES", "Store"]

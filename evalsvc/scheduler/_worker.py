@@ -24,9 +24,9 @@ return without finishing is ``error``; on shutdown the sweep goes back to the qu
 again from its first configuration).
 
 One heartbeat thread per worker (``evalsvc.db.Leases``) extends the leases of its executing runs
-every ``lease_seconds / 3`` (a second one those of its sweeps). If a heartbeat says the lease is lost (reaped, or the run was
-cancelled), or the database has been unreachable for longer than a lease, that run's ``cancel``
-event is set.
+every ``lease_seconds / 3`` (a second one those of its sweeps). If a heartbeat says the lease is
+lost (reaped, or the run was cancelled), or the database has been unreachable for longer than a
+lease, that run's ``cancel`` event is set.
 """
 
 from __future__ import annotations

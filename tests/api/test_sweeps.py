@@ -103,6 +103,8 @@ def test_rest_refuses_a_sweep_that_would_launch_servers(api: Api, srv: Any) -> N
         extra = client.post("/sweeps", json={**sweep_body(srv), "bogus": 1})
         assert extra.status_code == 422
         assert client.get("/sweeps/0123456789abcdef").status_code == 404
+        typo = client.get("/sweeps", params={"stauts": "queued"})
+        assert typo.status_code == 422 and "stauts" in typo.json()["detail"]
     with api.client("read") as reader:
         assert reader.post("/sweeps", json=sweep_body(srv)).status_code == 403
     assert api.store.sweeps.list_sweeps() == []  # nothing was queued

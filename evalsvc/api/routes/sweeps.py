@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
 
 from evalsvc.api._schemas import (
     PathKey,
@@ -26,6 +26,7 @@ from evalsvc.domain import RunStatus
 from evalsvc.reports import redact_report
 from evalsvc.services import sweep_views
 from evalsvc.services import sweeps as sweep_service
+from evalsvc.services.runs import UsageError
 from evalsvc.settings import Settings
 from evalsvc.web.auth import ReadScope, StoreDep, SubmitScope
 
@@ -51,7 +52,7 @@ def submit_sweep(
     if launching and not (Settings().sweep_allow_launch and "admin" in caller.scopes):
         try:
             sweep_service.check_server_sweep(body, store=store, allow_launch=False)
-        except sweep_service.UsageError as exc:
+        except UsageError as exc:
             detail = str(exc)
         else:  # pragma: no cover - check_server_sweep always refuses a launching sweep here
             detail = "launching sweeps are refused"
@@ -64,14 +65,23 @@ def submit_sweep(
     return SweepSubmitted(id=created["id"], status=RunStatus(created["status"]))
 
 
-@router.get("", response_model=list[SweepSummaryRead])
+_LIST_PARAMS = {"status", "limit"}
+
+
+@router.get("", response_model=list[SweepSummaryRead],
+            responses={422: {"model": Problem, "description": "An unknown query parameter."}})
 def list_sweeps(
+    request: Request,
     store: StoreDep,
     _: ReadScope,
     status_: Annotated[RunStatus | None, Query(alias="status")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> list[SweepSummaryRead]:
     """Sweeps, newest first."""
+    unknown = sorted(set(request.query_params) - _LIST_PARAMS)
+    if unknown:  # a mistyped filter must not silently list everything
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"unknown query parameter(s) {unknown}: use status and limit")
     found = store.sweeps.list_sweeps(limit=limit, status=status_.value if status_ else None)
     return [SweepSummaryRead.model_validate(sweep_views.summary(s)) for s in found]
 
