@@ -141,3 +141,32 @@ def test_a_sweep_schedule_fires_a_sweep_once_per_fire_time(api: Api, srv: Any) -
             ("nightly-sweep", "sweep", None)
         ]
         assert schedules[0]["sweep"]["suites"] == ["determinism-smoke"]
+
+
+def test_cli_schedules_add_sweep_checks_the_spec_like_the_workers(
+    api: Api, srv: Any, tmp_path: Any
+) -> None:
+    from typer.testing import CliRunner
+
+    from evalsvc.cli.main import app
+
+    good = tmp_path / "sweep.yaml"
+    good.write_text(
+        f"baseline: {base_url(srv, 'ok')}\n"
+        f"configs: [{{name: same, kind: existing, url: {base_url(srv, 'ok')}}}]\n"
+        "suites: [determinism-smoke]\n"
+    )
+    launching = tmp_path / "launch.yaml"
+    launching.write_text("configs: [{name: w8a8, kind: local}]\n")
+    runner = CliRunner()
+    db = ["--database-url", api.db_url]
+    ok = runner.invoke(app, ["schedules", "add", "nightly", "--cron", "0 2 * * *",
+                             "--sweep", str(good), *db])
+    assert ok.exit_code == 0, ok.output
+    assert "next sweep at" in ok.output
+    refused = runner.invoke(app, ["schedules", "add", "x", "--cron", "0 2 * * *",
+                                  "--sweep", str(launching), *db])
+    assert refused.exit_code == 2 and "EVALSVC_SWEEP_ALLOW_LAUNCH" in refused.output
+    listed = runner.invoke(app, ["schedules", "list", *db], env={"COLUMNS": "200"})
+    assert "sweep: determinism-smoke" in listed.output
+    assert [s["name"] for s in api.store.list_schedules()] == ["nightly"]
