@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from evalsvc.scheduler import Scheduler
+from evalsvc.scheduler import Scheduler, Worker
 from evalsvc.services import registry
 from evalsvc.services.runs import UsageError
 from evalsvc.services.sweeps import SweepSpec
@@ -170,3 +170,32 @@ def test_cli_schedules_add_sweep_checks_the_spec_like_the_workers(
     listed = runner.invoke(app, ["schedules", "list", *db], env={"COLUMNS": "200"})
     assert "sweep: determinism-smoke" in listed.output
     assert [s["name"] for s in api.store.list_schedules()] == ["nightly"]
+
+
+def test_the_worker_settles_a_sweep_its_executor_did_not_finish(api: Api, srv: Any) -> None:
+    """An executor that raises, or returns without finishing, leaves the sweep ``error`` with
+    the reason, never ``running``; a stored spec the worker refuses ends ``error`` too."""
+    spec = SweepSpec.model_validate(sweep_body(srv)).model_dump(mode="json")
+    raised = api.store.sweeps.create_sweep(spec)
+
+    def boom(store: Any, sweep: dict[str, Any], cancel: Any, worker_id: str) -> None:
+        if sweep["id"] == raised["id"]:
+            raise RuntimeError("boom")
+
+    returned = api.store.sweeps.create_sweep(spec)
+    worker = Worker(api.store, sweep_executor=boom, poll_seconds=0.05, lease_seconds=10)
+    assert worker.run(once=True) == 2
+    failed = api.store.sweeps.get_sweep(raised["id"])
+    assert failed is not None and failed["status"] == "error"
+    assert "RuntimeError: boom" in (failed["error"] or "")
+    unfinished = api.store.sweeps.get_sweep(returned["id"])
+    assert unfinished is not None and unfinished["status"] == "error"
+    assert "without finishing the sweep" in (unfinished["error"] or "")
+    # Stored before the rules (or written into the database): refused by the worker itself.
+    launching = api.store.sweeps.create_sweep(
+        {"configs": [{"name": "w8a8", "kind": "local"}]}
+    )
+    assert Worker(api.store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 1
+    refused = api.store.sweeps.get_sweep(launching["id"])
+    assert refused is not None and refused["status"] == "error"
+    assert "sweep refused" in (refused["error"] or "") and "launch" in (refused["error"] or "")
