@@ -59,6 +59,11 @@ class Settings(BaseSettings):
     A claim skips runs whose baseline or candidate is at this budget; 0 or less means no limit.
     The default of 1 keeps runs from competing for the same server, which would distort both
     latency measurements and (for non-batch-invariant kernels) outputs."""
+    sweep_allow_launch: bool = False
+    """Server mode: whether a sweep queued through the REST API (by an ``admin`` token) or a
+    schedule may *launch* servers (``local`` and ``command`` configurations, a ``local``
+    baseline) on the worker. Off by default: such a sweep runs commands on the worker's host;
+    REST clients may sweep existing endpoints only (docs/security.md)."""
     lease_seconds: float = 60.0
     """How long a worker's claim on a run lasts without a heartbeat."""
     max_attempts: int = 3

@@ -322,7 +322,12 @@ class ScheduleRead(BaseModel):
     id: str
     name: str
     cron: str
-    template: RunSpec
+    kind: str = "run"
+    """``run``: it queues ``template``; ``sweep`` (created with ``evalsvc schedules add
+    --sweep``): it queues ``sweep``."""
+    template: RunSpec | None = None
+    sweep: dict[str, Any] | None = None
+    """The sweep spec a sweep schedule queues (docs/api.md, Sweeps)."""
     enabled: bool
     start_at: datetime | None = None
     last_fire_time: datetime | None = None
@@ -331,6 +336,82 @@ class ScheduleRead(BaseModel):
     last_error: str | None = None
     """Why the last fire time could not queue a run (cleared by the next one that does)."""
     last_error_at: datetime | None = None
+
+
+# ---------------------------------------------------------------------------- sweeps
+
+
+class SweepSubmitted(BaseModel):
+    """The answer to ``POST /sweeps``: the sweep is queued for workers."""
+
+    id: str
+    status: RunStatus
+
+
+class SweepRunLink(BaseModel):
+    """A quality run one configuration of the sweep made (``GET /runs/{run_id}``)."""
+
+    run_id: str
+    config: str
+
+
+class SweepConfigRead(BaseModel):
+    """One configuration's outcome."""
+
+    name: str
+    kind: str
+    status: str
+    """``measured``, ``failed-to-start`` or ``error``."""
+    error: str | None = None
+    verdict: str | None = None
+    """The quality verdict over every suite (None: no suite, or the configuration failed)."""
+    quality_delta: float | None = None
+    """The worst suite's Δ, oriented so that higher is better."""
+    quality_ci: list[float | None] | None = None
+    quality_suite: str | None = None
+    capacity_ratio: float | None = None
+    """Capacity at SLO, candidate ÷ baseline (median over the ABBA repetitions)."""
+    capacity_ci: list[float | None] | None = None
+    kv_capacity_ratio: float | None = None
+    run_id: str | None = None
+    frontier: bool = False
+
+
+class SweepSummaryRead(BaseModel):
+    """A stored sweep in a list."""
+
+    id: str
+    status: RunStatus
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    recommendation: str | None = None
+    """The recommended configuration's name, once finished (None: none passes every gate)."""
+    error: str | None = None
+    submitted_by: str | None = None
+    schedule_id: str | None = None
+    configs: int
+    """How many configurations the spec has."""
+
+
+class SweepRead(SweepSummaryRead):
+    """A stored sweep: status, per-configuration outcomes, frontier, recommendation."""
+
+    attempts: int = 0
+    spec: dict[str, Any]
+    """The sweep spec as submitted (docs/api.md, Sweeps)."""
+    progress: dict[str, Any] = Field(default_factory=dict)
+    """While it runs: ``{"configs": n, "done": [{name, status, verdict}]}``."""
+    runs: list[SweepRunLink] = []
+    results: list[SweepConfigRead] = []
+    """Per configuration, once finished."""
+    frontier: list[str] = []
+    """Configurations on the Pareto frontier of (quality Δ, capacity ratio)."""
+    reason: str | None = None
+    """The recommendation in words, or why no configuration is recommended."""
+    slo: str | None = None
+    report: dict[str, Any] | None = None
+    """The full sweep report (schema ``evalsvc.sweep/1``, as ``evalsvc sweep --json``)."""
 
 
 # ---------------------------------------------------------------------------- health

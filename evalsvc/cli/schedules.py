@@ -1,4 +1,7 @@
-"""``evalsvc schedules``: cron schedules that queue runs (add, list, remove, run).
+"""``evalsvc schedules``: cron schedules that queue runs or sweeps (add, list, remove, run).
+
+``add --sweep spec.yaml`` schedules a sweep (the YAML ``evalsvc sweep --spec`` reads), checked
+as the workers check it (existing endpoints only unless ``EVALSVC_SWEEP_ALLOW_LAUNCH``).
 
 Cron expressions are evaluated in UTC. Missed fire times (schedulers down) collapse into one
 run for the latest of them ("catch-up: latest").
@@ -109,15 +112,33 @@ def add(
     seed: Annotated[int | None, typer.Option()] = None,
     priority: Annotated[int, typer.Option(help="Higher runs are claimed first.")] = 0,
     label: Annotated[list[str] | None, typer.Option(help="key=value (repeatable).")] = None,
+    sweep: Annotated[
+        Path | None,
+        typer.Option(help="A sweep spec (YAML, as `evalsvc sweep --spec`) to queue instead of "
+                     "a run."),
+    ] = None,
     database_url: DatabaseUrlOption = None,
 ) -> None:
-    """Add a schedule that queues a run at every cron fire time."""
+    """Add a schedule that queues a run (or, with --sweep, a sweep) at every cron fire time."""
     # Imported here: the service layer brings the statistics (SciPy), which every other
     # command of the CLI would otherwise pay for at start-up.
     from evalsvc.services import registry
 
     store = open_store(database_url)
     try:
+        if sweep is not None:
+            if baseline or candidate or suite or spec:
+                fail("give either --sweep or a run template, not both", EXIT_CONFIG)
+            from evalsvc.services.sweeps import load_spec
+
+            created = registry.add_sweep_schedule(
+                store, name=name, cron=cron, spec=load_spec(sweep)
+            )
+            typer.echo(
+                f"schedule {created['name']} ({created['id']}): next sweep at "
+                f"{created['next_fire_time']:%Y-%m-%d %H:%M:%S} UTC"
+            )
+            return
         template = _template(
             store,
             spec_path=spec,
@@ -171,7 +192,8 @@ def list_(
             term(s["cron"]),
             fmt_time(s["next_fire_time"]),
             fmt_time(s["last_fire_time"]),
-            term(", ".join(s["template"].get("suites", []))),
+            term(("sweep: " if s.get("kind") == "sweep" else "")
+                 + ", ".join(s["template"].get("suites", []))),
             term(s["id"]),
             term(f"{fmt_time(s['last_error_at'])} {s['last_error']}") if s.get("last_error") else "",
         )

@@ -5,7 +5,8 @@ vendored chart library included: no CDN) and the login redirect to the FastAPI a
 ``evalsvc.webapp.create_app``; static files are gzipped and cached (``evalsvc.web.static``),
 and an unknown
 HTML path answers the dashboard's 404 page (API paths keep their JSON). Pages read only through
-``evalsvc.services.dashboard``. Templates are Jinja2 with autoescape on; page data reaches the scripts as JSON inside
+``evalsvc.services.dashboard`` (the sweeps pages: ``evalsvc.services.sweep_views``).
+Templates are Jinja2 with autoescape on; page data reaches the scripts as JSON inside
 ``<script type="application/json">`` (escaped by ``tojson``, so ``</script>`` in model output
 cannot end the element), and every response carries a Content-Security-Policy that allows
 scripts from this server only. Access follows the API's auth: the ``read`` scope, from a bearer

@@ -34,6 +34,7 @@ from evalsvc import __version__
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import dashboard as svc
+from evalsvc.services import sweep_views
 from evalsvc.services.tokens import ANONYMOUS, Principal
 from evalsvc.web.auth import StateDep, StoreDep, principal_for_token
 from evalsvc.web.static import CachedStatic
@@ -409,6 +410,28 @@ def live(store: StoreDep, viewer: Viewer, ids: str = "") -> JSONResponse:
     wanted = [i for i in ids.split(",") if i and len(i) <= 64 and i.isalnum()]
     return JSONResponse(redact_urls_in(svc.live_status(store, wanted)),
                         headers={"Cache-Control": "no-store"})
+
+
+# ------------------------------------------------------------------------------ sweeps
+
+
+@router.get("/sweeps", response_class=HTMLResponse)
+def sweeps_page(request: Request, store: StoreDep, viewer: Viewer) -> HTMLResponse:
+    """Stored sweeps (``POST /api/v1/sweeps``, sweep schedules), newest first."""
+    return _page(request, "sweeps.html", viewer, title="Sweeps",
+                 sweeps=sweep_views.listing(store))
+
+
+@router.get("/sweeps/{sweep_id}", response_class=HTMLResponse)
+def sweep_page(request: Request, sweep_id: str, store: StoreDep, viewer: Viewer) -> HTMLResponse:
+    """One sweep: per-configuration table, the quality Δ vs capacity scatter, the
+    recommendation."""
+    view = sweep_views.page(store, sweep_id) if len(sweep_id) <= 64 else None
+    if view is None:
+        return _not_found(request, viewer, f"There is no sweep {sweep_id!r}.")
+    # The template inlines ``svg`` unescaped: scatter_svg escapes every text it writes.
+    return _page(request, "sweep.html", viewer, title=f"Sweep {view['id'][:10]}", sweep=view,
+                 svg=view.pop("svg"))
 
 
 # ------------------------------------------------------------------------------ install

@@ -7,7 +7,8 @@ another worker) the run's ``on_lost`` is called once and the run is dropped. A r
 fails (the database unreachable) is retried at the next beat; with ``give_up_after`` set, a run
 that has gone that long without a successful renewal counts as lost too (its lease has expired
 by then, and the reaper may have handed it on). Both the queue worker (all its runs, one thread)
-and the in-process ``evalsvc compare`` (its one run) use this object.
+and the in-process ``evalsvc compare`` (its one run) use this object; ``renew`` makes it keep
+leases of another aggregate (the worker's sweeps: ``store.sweeps.heartbeat``).
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ class Leases:
         owner: str,
         lease_seconds: float,
         give_up_after: float | None = None,
+        renew: Callable[..., bool] | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
         self.store, self.owner, self.lease_seconds = store, owner, lease_seconds
         self.give_up_after = give_up_after
+        self._renew_one = renew
         # A third of the lease: two beats may fail (a database restart) before it expires.
         self.interval = lease_seconds / 3
         self._held: dict[str, _Held] = {}
@@ -100,7 +103,8 @@ class Leases:
 
     def _renew(self, run_id: str, entry: _Held) -> None:
         try:
-            ok = self.store.heartbeat(run_id, worker_id=self.owner, lease_seconds=self.lease_seconds)
+            renew = self._renew_one or self.store.heartbeat
+            ok = renew(run_id, worker_id=self.owner, lease_seconds=self.lease_seconds)
         except Exception as err:  # noqa: BLE001 - the database briefly down: retry at the next beat
             silent = time.monotonic() - entry.last_ok
             if self.give_up_after is None or silent < self.give_up_after:

@@ -96,6 +96,8 @@ class ScheduleRow(Base):
     last_error: Mapped[str | None] = mapped_column(sa.Text)
     """Why the last fire failed (cleared by the next successful one); migration 0002."""
     last_error_at: Mapped[datetime | None]
+    kind: Mapped[str] = mapped_column(sa.String(16), default="run", server_default="run")
+    """``run``: ``template`` is a RunSpec; ``sweep``: a sweep spec (migration 0004)."""
 
 
 class RunRow(Base):
@@ -257,3 +259,49 @@ class ApiTokenRow(Base):
     created_at: Mapped[datetime]
     last_used_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
+
+
+class SweepRow(Base):
+    """A sweep (``evalsvc.services.sweeps``) queued through REST or a schedule, and its own
+    queue entry (status/lease columns, like ``runs``); the report is the sweep's JSON."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (
+        sa.UniqueConstraint("schedule_id", "fire_time"),
+        sa.Index("ix_sweeps_claim", "status", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(sa.String(ID_LEN), primary_key=True)
+    status: Mapped[str] = mapped_column(sa.String(16))
+    spec: Mapped[dict[str, Any]]
+    report: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON())
+    progress: Mapped[dict[str, Any]]
+    recommendation: Mapped[str | None] = mapped_column(sa.String(200))
+    error: Mapped[str | None] = mapped_column(sa.Text)
+    attempts: Mapped[int] = mapped_column(default=0)
+    lease_owner: Mapped[str | None] = mapped_column(sa.String(200))
+    lease_expires_at: Mapped[datetime | None]
+    submitted_by: Mapped[str | None] = mapped_column(sa.String(200))
+    schedule_id: Mapped[str | None] = mapped_column(
+        sa.ForeignKey("schedules.id", ondelete="SET NULL"), index=True
+    )
+    fire_time: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+
+class SweepRunRow(Base):
+    """The quality runs a sweep made, one row per configuration's run."""
+
+    __tablename__ = "sweep_runs"
+
+    sweep_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True
+    )
+    run_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    config: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime]

@@ -1,5 +1,7 @@
 """The schedule aggregate: cron math, firing (query functions; ``session`` keyword-only) and
-``ScheduleStore``, the transactions over them.
+``ScheduleStore``, the transactions over them. A schedule of kind ``run`` queues a run from its
+template; one of kind ``sweep`` queues a sweep (``_sweeps``) from the sweep spec it holds,
+with the same exactly-once rule (``sweeps(schedule_id, fire_time)`` is unique too).
 
 Policy for missed fire times ("catch-up: latest"): when a scheduler looks at a schedule whose
 fire times since the last fire include several past instants (the schedulers were down, or
@@ -32,6 +34,7 @@ from ._orm import RunRow, ScheduleRow, utcnow
 from ._rows import insert_once, new_id, one_line_error, run_info
 from ._runs import add_run_row
 from ._session import Database
+from ._sweeps import add_sweep_row, sweep_fire_exists
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +111,7 @@ def _schedule_dict(row: ScheduleRow) -> dict[str, Any]:
         "created_at": row.created_at,
         "last_error": row.last_error,
         "last_error_at": row.last_error_at,
+        "kind": row.kind,
     }
 
 
@@ -118,21 +122,32 @@ class ScheduleStore:
         self._db = db
 
     def add_schedule(
-        self, *, name: str, cron: str, template: RunSpec, start_at: datetime | None = None
+        self,
+        *,
+        name: str,
+        cron: str,
+        template: RunSpec | None = None,
+        start_at: datetime | None = None,
+        sweep: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Create a schedule; it first fires at the first cron time after ``start_at`` (now).
+        It queues a run from ``template``, or (``sweep``: a sweep spec as JSON, already
+        validated by the sweep service) a sweep.
 
         Raises ValueError (croniter's message) for an invalid cron expression, Conflict (also
         a ValueError) when the name is taken.
         """
         validate_cron(cron)
+        if (template is None) == (sweep is None):
+            raise ValueError("a schedule holds either a run template or a sweep")
         now = utcnow()
         start = start_at or now
         row = ScheduleRow(
             id=new_id(),
             name=name,
             cron=cron,
-            template=template.model_dump(mode="json"),
+            template=template.model_dump(mode="json") if template is not None else sweep,
+            kind="run" if template is not None else "sweep",
             enabled=True,
             start_at=start,
             created_at=now,
@@ -201,7 +216,11 @@ class ScheduleStore:
                 schedule.next_fire_time = next_fire_time(schedule.cron, anchor)
                 return None
             run: RunInfo | None = None
-            if not fire_exists(session, schedule_id=schedule.id, fire_time=fire_time):
+            if schedule.kind == "sweep":
+                if not sweep_fire_exists(session, schedule_id=schedule.id, fire_time=fire_time):
+                    add_sweep_row(session, dict(schedule.template), now=utcnow(),
+                                  schedule_id=schedule.id, fire_time=fire_time)
+            elif not fire_exists(session, schedule_id=schedule.id, fire_time=fire_time):
                 spec = RunSpec.model_validate(schedule.template)
                 row = add_run_row(
                     session,

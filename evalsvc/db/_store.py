@@ -6,7 +6,7 @@ never leave this package. Each method is one transaction (``Database.session``),
 not retry by themselves; ``retry_transient`` and ``SampleWriter`` do, where a caller wants it.
 
 The aggregates (``store.runs``, ``.samples``, ``.queue``, ``.endpoints``, ``.schedules``,
-``.tokens``) share the store's ``Database``; the front re-exports their methods under the names
+``.tokens``, ``.sweeps``) share the store's ``Database``; the front re-exports their methods under the names
 callers have always used (``store.create_run`` is ``store.runs.create_run``) and owns the schema
 (migrations, readiness).
 """
@@ -29,6 +29,7 @@ from ._runs import RunStore
 from ._samples import SampleStore
 from ._schedules import ScheduleStore
 from ._session import Database, redact_url
+from ._sweeps import SweepStore
 from ._tokens import API_SCOPES, TokenStore
 
 __all__ = ["API_SCOPES", "Store"]
@@ -47,6 +48,7 @@ class Store:
         self.endpoints = EndpointRegistry(self._db)
         self.schedules = ScheduleStore(self._db)
         self.tokens = TokenStore(self._db)
+        self.sweeps = SweepStore(self._db)
         # The front's names for the aggregates' methods (bound methods: typed as the originals).
         runs, samples, queue = self.runs, self.samples, self.queue
         self.create_run, self.get_run, self.find_run_ids = (

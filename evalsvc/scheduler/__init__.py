@@ -10,6 +10,23 @@ executor).
 from __future__ import annotations
 
 from ._cron import Scheduler
-from ._worker import Executor, Worker, default_executor, load_executor, make_worker_id
+from ._worker import (
+    Executor,
+    SweepExecutor,
+    Worker,
+    default_executor,
+    default_sweep_executor,
+    load_executor,
+    make_worker_id,
+)
 
-__all__ = ["Executor", "Scheduler", "Worker", "default_executor", "load_executor", "make_worker_id"]
+__all__ = [
+    "Executor",
+    "Scheduler",
+    "SweepExecutor",
+    "Worker",
+    "default_executor",
+    "default_sweep_executor",
+    "load_executor",
+    "make_worker_id",
+]

@@ -15,10 +15,18 @@ On shutdown the worker waits ``shutdown_grace_seconds`` for executions to return
 ignores its cancel that long (a suite still planning) has its run released to the queue, and
 the worker stops anyway. A failure to fire schedules is logged and never stops the loop.
 
+Sweeps (``store.sweeps``, queued by ``POST /api/v1/sweeps`` and sweep schedules) are claimed when
+no run is claimable and executed by the sweep executor
+(``evalsvc.services.sweeps.execute_stored_sweep`` by default; same call shape, a sweep dict in
+place of the run), which finishes the sweep itself (``store.sweeps.finish_sweep``) and stops
+between configurations when ``cancel`` is set. They are settled like runs: an exception or a
+return without finishing is ``error``; on shutdown the sweep goes back to the queue (and starts
+again from its first configuration).
+
 One heartbeat thread per worker (``evalsvc.db.Leases``) extends the leases of its executing runs
-every ``lease_seconds / 3``. If a heartbeat says the lease is lost (reaped, or the run was
-cancelled), or the database has been unreachable for longer than a lease, that run's ``cancel``
-event is set.
+every ``lease_seconds / 3`` (a second one those of its sweeps). If a heartbeat says the lease is
+lost (reaped, or the run was cancelled), or the database has been unreachable for longer than a
+lease, that run's ``cancel`` event is set.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from evalsvc.db import DatabaseUnavailable, Leases, Store, StoreError, retry_transient
 from evalsvc.domain import RunInfo, RunStatus
@@ -41,6 +50,7 @@ from ._cron import Scheduler
 log = logging.getLogger(__name__)
 
 Executor = Callable[[Store, RunInfo, threading.Event, str], None]
+SweepExecutor = Callable[[Store, dict[str, Any], threading.Event, str], None]
 
 
 def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker_id: str) -> None:
@@ -49,6 +59,15 @@ def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker
     from evalsvc.services.runs import execute_stored_run  # type: ignore[import-not-found,unused-ignore]
 
     execute_stored_run(store, run, cancel=cancel, worker_id=worker_id)
+
+
+def default_sweep_executor(
+    store: Store, sweep: dict[str, Any], cancel: threading.Event, worker_id: str
+) -> None:
+    """Run ``evalsvc.services.sweeps.execute_stored_sweep`` (imported lazily, as above)."""
+    from evalsvc.services.sweeps import execute_stored_sweep  # type: ignore[import-not-found,unused-ignore]
+
+    execute_stored_sweep(store, sweep, cancel=cancel, worker_id=worker_id)
 
 
 def load_executor(spec: str) -> Executor:
@@ -80,6 +99,19 @@ class _Execution:
         self.cancel.set()
 
 
+@dataclass
+class _SweepExecution:
+    sweep: dict[str, Any]
+    cancel: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    lease_lost: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def lose_lease(self) -> None:
+        self.lease_lost.set()
+        self.cancel.set()
+
+
 class Worker:
     """Claims queued runs and executes up to ``concurrency`` of them at once."""
 
@@ -96,6 +128,8 @@ class Worker:
         scheduler: Scheduler | None = None,
         settle_retry_seconds: float = 60.0,
         shutdown_grace_seconds: float | None = None,
+        sweep_executor: SweepExecutor | None = None,
+        sweeps: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -103,6 +137,9 @@ class Worker:
             raise ValueError("lease_seconds must be positive")
         self.store = store
         self.executor: Executor = executor or default_executor
+        self.sweep_executor: SweepExecutor = sweep_executor or default_sweep_executor
+        self.sweeps = sweeps
+        """Also claim queued sweeps (when no run is claimable)."""
         self.worker_id = worker_id or make_worker_id()
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
@@ -118,12 +155,16 @@ class Worker:
         self.executed = 0
         self._stopping = threading.Event()
         self._wake = threading.Event()
-        self._active: dict[str, _Execution] = {}
+        self._active: dict[str, _Execution | _SweepExecution] = {}
         # Reentrant: stop() runs in a signal handler, which may interrupt the main thread
         # while it holds this lock.
         self._lock = threading.RLock()
         self._leases = Leases(
             store, owner=self.worker_id, lease_seconds=lease_seconds, give_up_after=lease_seconds
+        )
+        self._sweep_leases = Leases(
+            store, owner=self.worker_id, lease_seconds=lease_seconds,
+            give_up_after=lease_seconds, renew=store.sweeps.heartbeat,
         )
 
     @property
@@ -155,6 +196,7 @@ class Worker:
             self.lease_seconds,
         )
         self._leases.start()
+        self._sweep_leases.start()
         try:
             while not self._stopping.is_set():
                 self._wake.clear()
@@ -170,8 +212,13 @@ class Worker:
                             worker_id=self.worker_id, lease_seconds=self.lease_seconds
                         )
                         if run is None:
-                            queue_empty = True
-                            break
+                            sweep = self._claim_sweep()
+                            if sweep is None:
+                                queue_empty = True
+                                break
+                            claimed += 1
+                            self._start_sweep(sweep)
+                            continue
                         claimed += 1
                         self._start(run)
                 except DatabaseUnavailable as err:
@@ -187,6 +234,7 @@ class Worker:
             self.stop()
             self._join_all(self.shutdown_grace_seconds)
             self._leases.close()
+            self._sweep_leases.close()
             log.info("worker %s stopped after %d runs", self.worker_id, self.executed)
         return self.executed
 
@@ -197,6 +245,8 @@ class Worker:
         if self._last_reap is None or now - self._last_reap >= self.reap_interval:
             self._last_reap = now
             reaped = self.store.reap_expired(max_attempts=self.max_attempts)
+            if self.sweeps:
+                reaped += self.store.sweeps.reap_expired(max_attempts=self.max_attempts)
             if reaped:
                 log.info("reaped expired leases: %s", ", ".join(reaped))
         if self.scheduler is not None:
@@ -233,6 +283,12 @@ class Worker:
             stuck = [e for e in self._active.values() if not e.done.is_set()]
         for execution in stuck:
             execution.lease_lost.set()  # the thread must not settle the run if it ever returns
+            if isinstance(execution, _SweepExecution):
+                try:
+                    self.store.sweeps.release_sweep(execution.sweep["id"], worker_id=self.worker_id)
+                except StoreError as err:
+                    log.error("sweep %s: could not release (%s)", execution.sweep["id"], err)
+                continue
             try:
                 self.store.release_run(execution.run.id, worker_id=self.worker_id)
                 log.warning(
@@ -322,3 +378,66 @@ class Worker:
         )
         if finished:
             log.warning("run %s marked error: %s", run_id, message)
+
+    # ------------------------------------------------------------------ one sweep
+
+    def _claim_sweep(self) -> dict[str, Any] | None:
+        if not self.sweeps:
+            return None
+        return self.store.sweeps.claim_sweep(
+            worker_id=self.worker_id, lease_seconds=self.lease_seconds
+        )
+
+    def _start_sweep(self, sweep: dict[str, Any]) -> None:
+        execution = _SweepExecution(sweep=sweep)
+        execution.thread = threading.Thread(
+            target=self._execute_sweep, args=(execution,), name=f"sweep-{sweep['id'][:8]}",
+            daemon=True,
+        )
+        with self._lock:
+            self._active[sweep["id"]] = execution
+        self._sweep_leases.hold(sweep["id"], on_lost=execution.lose_lease)
+        log.info("worker %s claimed sweep %s", self.worker_id, sweep["id"])
+        execution.thread.start()
+
+    def _execute_sweep(self, execution: _SweepExecution) -> None:
+        sweep_id = execution.sweep["id"]
+        failure: BaseException | None = None
+        try:
+            self.sweep_executor(self.store, execution.sweep, execution.cancel, self.worker_id)
+        except BaseException as err:  # noqa: BLE001 - any failure of a sweep is recorded on it
+            failure = err
+            log.exception("sweep %s failed in worker %s", sweep_id, self.worker_id)
+        finally:
+            execution.done.set()
+            self._sweep_leases.drop(sweep_id)
+        try:
+            self._settle_sweep(execution, failure)
+        except StoreError as err:
+            log.error("sweep %s: could not settle (%s); leaving it to the reaper", sweep_id, err)
+        finally:
+            with self._lock:
+                self._active.pop(sweep_id, None)
+                self.executed += 1
+            self._wake.set()
+
+    def _settle_sweep(self, execution: _SweepExecution, failure: BaseException | None) -> None:
+        sweep_id = execution.sweep["id"]
+        if execution.lease_lost.is_set():
+            return
+        sweeps = self.store.sweeps
+        if self._stopping.is_set():
+            retry_transient(lambda: sweeps.release_sweep(sweep_id, worker_id=self.worker_id),
+                            retry_seconds=self.settle_retry_seconds)
+            return
+        if failure is not None:
+            message = f"worker {self.worker_id}: {type(failure).__name__}: {failure}"
+        else:
+            message = f"worker {self.worker_id}: executor returned without finishing the sweep"
+        # Only acts while the sweep is still running under this worker's lease.
+        if retry_transient(
+            lambda: sweeps.finish_sweep(sweep_id, status=RunStatus.error, error=message,
+                                        worker_id=self.worker_id),
+            retry_seconds=self.settle_retry_seconds,
+        ):
+            log.warning("sweep %s marked error: %s", sweep_id, message)

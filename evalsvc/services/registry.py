@@ -25,7 +25,9 @@ from evalsvc import limits
 from evalsvc.db import Conflict, Store
 from evalsvc.domain import EndpointRef, RunSpec
 from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
+from evalsvc.services import sweeps
 from evalsvc.services.runs import UsageError, check_server_spec, load_suites
+from evalsvc.services.sweeps import SweepSpec
 
 #: Names of endpoints and schedules: a name must never look like a URL (``compare`` tells them
 #: apart by ``://``), and it is used in URLs (``/endpoints/{name}``), so it is a slug.
@@ -135,6 +137,29 @@ def add_schedule(
     except Conflict:
         raise
     except ValueError as exc:  # croniter's message for an invalid expression
+        raise UsageError(f"invalid cron {cron!r}: {exc}") from exc
+
+
+def add_sweep_schedule(
+    store: Store,
+    *,
+    name: str,
+    cron: str,
+    spec: SweepSpec,
+    start_at: datetime | None = None,
+) -> dict[str, Any]:
+    """Create a schedule that queues ``spec`` (a sweep) at every fire time; the sweep is checked
+    now the way workers check it (``sweeps.check_server_sweep``: existing endpoints only unless
+    the setting allows launching, catalog suites, the egress policy)."""
+    _check_name("schedule", name)
+    _check_text("cron", cron, limits.MAX_CRON)
+    sweeps.submit_check(spec, store=store)
+    try:
+        return store.add_schedule(name=name, cron=cron, sweep=spec.model_dump(mode="json"),
+                                  start_at=start_at)
+    except Conflict:
+        raise
+    except ValueError as exc:
         raise UsageError(f"invalid cron {cron!r}: {exc}") from exc
 
 

@@ -188,8 +188,13 @@ def compare(
     store: Store,
     progress: Progress | None = None,
     reuse_baseline_from: str | None = None,
+    egress: EgressPolicy | None = None,
+    allow_paths: bool = True,
 ) -> dict[str, Any]:
     """Run ``spec`` in-process (``evalsvc compare``) and return the JSON report.
+
+    ``egress`` and ``allow_paths=False`` (a sweep a worker executes: server mode) connect
+    through the server's policy and resolve catalog suite names only.
 
     ``reuse_baseline_from`` (a run id, ``evalsvc sweep``): that run's error-free baseline samples
     are copied into this run first, so the runner skips those items on the baseline (as for a
@@ -199,7 +204,7 @@ def compare(
     Raises ``UsageError`` before anything is recorded when the suites are invalid; raises
     ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
     """
-    suites = load_suites(spec)
+    suites = load_suites(spec, allow_paths=allow_paths)
     # Runs left "running" by a compare that was killed (or by lost workers) are settled first.
     settings = Settings()
     with contextlib.suppress(Exception):
@@ -229,6 +234,7 @@ def compare(
                                         suites=[x.name for x in suites]),
                 cancel=lost,
                 worker_id=None,
+                egress=egress,
             )
     except CancelledRun:
         raise InfrastructureError(

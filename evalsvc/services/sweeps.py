@@ -20,6 +20,13 @@ Contract:
   per suite, capacity at SLO and its ratio, the Pareto frontier and a recommendation: the
   highest-capacity configuration that passes every gate, or why none does. ``markdown()``
   renders it.
+- Stored sweeps (REST ``POST /api/v1/sweeps``, sweep schedules): ``submit_sweep`` checks a spec
+  for server mode (``check_server_sweep``: existing endpoints only unless
+  ``EVALSVC_SWEEP_ALLOW_LAUNCH``, catalog suites only, every URL within the egress policy, the
+  run limits) and queues it; ``execute_stored_sweep`` is what a worker calls for a claimed one:
+  the same ``run_sweep`` in server mode (the egress policy on every connection), each
+  configuration's run linked to the sweep and its progress stored as it finishes, stopping
+  between configurations when cancelled; the report is stored with the sweep.
 """
 
 from __future__ import annotations
@@ -37,16 +44,23 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from evalsvc import local
+from evalsvc import limits, local
 from evalsvc.db import Store
-from evalsvc.domain import EndpointRef, RunOptions, RunSpec
-from evalsvc.endpoints import EndpointClient, probe
-from evalsvc.services.runs import UsageError, compare, load_suites
+from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus
+from evalsvc.endpoints import EgressPolicy, EndpointClient, probe
+from evalsvc.services.runs import (
+    UsageError,
+    check_server_spec,
+    compare,
+    load_suites,
+    server_policy,
+)
+from evalsvc.settings import Settings
 from evalsvc.speed import (
     Outcome,
     Send,
@@ -59,7 +73,20 @@ from evalsvc.speed import (
 from evalsvc.suites import catalog_dir
 
 SWEEP_PREFIX = "sweep-"
+LAUNCHING = ("local", "command")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
+#: What the JSON schema (``POST /api/v1/sweeps``) says of a URL; the URL rule itself is
+#: ``evalsvc.endpoints.check_endpoint_url``, applied when the sweep is checked or run.
+_URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00\s/?#@][^\x00@]*$"
+_Url = Annotated[str, Field(max_length=limits.MAX_URL, pattern=_URL_PATTERN)]
+
+
+def _existing_needs_url(schema: dict[str, Any]) -> None:
+    # The rule of ConfigSpec._check, in the schema: an existing endpoint has a url.
+    schema["anyOf"] = [
+        {"properties": {"kind": {"enum": ["command", "local"]}}},
+        {"required": ["url"], "properties": {"url": {"type": "string"}}},
+    ]
 Log = Callable[[str], None]
 
 
@@ -110,18 +137,18 @@ class SpeedSpec(BaseModel):
 class ConfigSpec(BaseModel):
     """One serving configuration of the grid."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_existing_needs_url)
 
-    name: str
+    name: str = Field(pattern=NAME_RE.pattern)
     kind: Literal["existing", "command", "local"]
-    url: str | None = None
+    url: _Url | None = None
     """``existing``: the endpoint's base URL (``…/v1``)."""
     command: str | None = None
     """``command``: the template (default: the spec's ``command_template``)."""
     params: dict[str, str] = Field(default_factory=dict)
     """``command``: values of the template's ``{placeholders}`` (``{port}`` is filled in)."""
     health_path: str = "/health"
-    model: str | None = None
+    model: limits.ModelText | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ConfigSpec:
@@ -137,12 +164,14 @@ class SweepSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    baseline: str = "local"
+    baseline: Annotated[
+        str, Field(max_length=limits.MAX_URL, pattern=rf"^local$|{_URL_PATTERN}")
+    ] = "local"
     """A base URL, or ``local`` for the embedded bf16 server."""
-    baseline_model: str | None = None
-    configs: list[ConfigSpec] = Field(min_length=1, max_length=32)
+    baseline_model: limits.ModelText | None = None
+    configs: list[ConfigSpec] = Field(min_length=1, max_length=limits.MAX_CANDIDATES)
     command_template: str | None = None
-    suites: list[str] = Field(default_factory=list, max_length=32)
+    suites: list[limits.SuiteNameText] = Field(default_factory=list, max_length=32)
     samples: int | None = Field(default=None, ge=1)
     seed: int = Field(default=0, ge=0)
     concurrency: int = Field(default=8, ge=1, le=256)
@@ -263,15 +292,16 @@ async def _model_of(client: EndpointClient, given: str | None) -> str | None:
 
 
 async def measure_capacity(
-    baseline: EndpointRef, candidate: EndpointRef, speed: SpeedSpec, seed: int, log: Log
+    baseline: EndpointRef, candidate: EndpointRef, speed: SpeedSpec, seed: int, log: Log,
+    egress: EgressPolicy | None = None,
 ) -> dict[str, Any]:
     """ABBA rate sweeps of baseline and candidate; capacity at SLO and the ratio with its CI."""
     cfg = speed.sweep_config(seed)
     texts = _prompts(seed, speed.requests, speed.prompt_chars)
     tag = uuid.uuid4().hex[:8]  # no measurement profits from another's prefix cache
     clients = {
-        "baseline": EndpointClient(baseline, concurrency=1024, retries=0),
-        "candidate": EndpointClient(candidate, concurrency=1024, retries=0),
+        "baseline": EndpointClient(baseline, concurrency=1024, retries=0, egress=egress),
+        "candidate": EndpointClient(candidate, concurrency=1024, retries=0, egress=egress),
     }
     kv: dict[str, Any] = {}
     try:
@@ -354,8 +384,9 @@ def _quality(report: dict[str, Any]) -> dict[str, Any]:
         gate = (s.get("details") or {}).get("gate") or {}
         sign = 1.0 if gate.get("higher_is_better", True) else -1.0
         delta, ci = s.get("delta"), s.get("ci") or [None, None]
-        oriented = None if delta is None else sign * delta
-        ci_o = [None if x is None else sign * x for x in ci]
+        # ``+ 0.0``: a zero Δ of a lower-is-better metric reads 0, not -0.
+        oriented = None if delta is None else sign * delta + 0.0
+        ci_o = [None if x is None else sign * x + 0.0 for x in ci]
         if sign < 0:
             ci_o = ci_o[::-1]
         suites.append({
@@ -421,14 +452,39 @@ def recommend(configs: list[dict[str, Any]], has_suites: bool) -> dict[str, Any]
     return {"config": best["name"], "reason": why}
 
 
+class SweepCancelled(Exception):
+    """The sweep was cancelled (or its worker lost the lease) between two configurations."""
+
+
+class _Mode:
+    """How configurations run: in-process (the CLI) or in server mode (a worker)."""
+
+    def __init__(self, egress: EgressPolicy | None = None,
+                 cancel: threading.Event | None = None,
+                 on_config: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.egress, self.cancel, self.on_config = egress, cancel, on_config
+
+
 def run_sweep(
-    spec: SweepSpec, *, store: Store, log: Log = lambda _m: None
+    spec: SweepSpec,
+    *,
+    store: Store,
+    log: Log = lambda _m: None,
+    egress: EgressPolicy | None = None,
+    cancel: threading.Event | None = None,
+    on_config: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run the sweep; see the module contract. Raises ``UsageError`` for bad input before
-    anything starts and ``local.LocalError`` when the baseline cannot be started."""
+    anything starts and ``local.LocalError`` when the baseline cannot be started.
+
+    Server mode (``execute_stored_sweep``): ``egress`` is the policy of every connection (and
+    suites resolve from the catalog only); ``cancel`` is checked before each configuration
+    (``SweepCancelled``); ``on_config`` sees each configuration's entry when it is done."""
     if spec.suites:  # unknown suites or bad YAML are refused before anything starts
         placeholder = EndpointRef(url="http://127.0.0.1/v1")
-        load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites))
+        load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites),
+                    allow_paths=egress is None)
+    mode = _Mode(egress, cancel, on_config)
     for c in spec.configs:  # every template renders before anything starts
         if c.kind == "command":
             render_command(c.command or spec.command_template or "", c.params, c.name)
@@ -450,10 +506,14 @@ def run_sweep(
             baseline = EndpointRef(url=base_url, model=base_model)
             first_run: str | None = None
             for cfg in spec.configs:
+                if mode.cancel is not None and mode.cancel.is_set():
+                    raise SweepCancelled(f"cancelled before configuration {cfg.name}")
                 entry, first_run = _one_config(
-                    spec, cfg, baseline, first_run, store, log, launched, local_started
+                    spec, cfg, baseline, first_run, store, log, launched, local_started, mode
                 )
                 out_configs.append(entry)
+                if mode.on_config is not None:
+                    mode.on_config(entry)
         finally:
             if launched:
                 for name in local.stop_servers(launched):
@@ -465,7 +525,7 @@ def run_sweep(
 
 def _one_config(
     spec: SweepSpec, cfg: ConfigSpec, baseline: EndpointRef, first_run: str | None,
-    store: Store, log: Log, launched: list[str], local_started: list[str],
+    store: Store, log: Log, launched: list[str], local_started: list[str], mode: _Mode,
 ) -> tuple[dict[str, Any], str | None]:
     entry: dict[str, Any] = {"name": cfg.name, "kind": cfg.kind, "status": "measured"}
     log(f"configuration {cfg.name} ({cfg.kind})")
@@ -505,13 +565,14 @@ def _one_config(
                                    concurrency=spec.concurrency),
                 labels={"sweep": cfg.name},
             )
-            report = compare(run_spec, store=store, reuse_baseline_from=first_run)
+            report = compare(run_spec, store=store, reuse_baseline_from=first_run,
+                             egress=mode.egress, allow_paths=mode.egress is None)
             entry["quality"] = _quality(report)
             first_run = first_run or report.get("run_id")
             log(f"  quality: {entry['quality']['verdict']} (run {report.get('run_id')})")
         if spec.speed.enabled:
             entry["speed"] = asyncio.run(
-                measure_capacity(baseline, candidate, spec.speed, spec.seed, log)
+                measure_capacity(baseline, candidate, spec.speed, spec.seed, log, mode.egress)
             )
     except Exception as exc:  # noqa: BLE001 - one configuration's failure must not end the sweep
         entry.update(status="error", error=f"{type(exc).__name__}: {exc}")
@@ -614,3 +675,111 @@ def markdown(report: dict[str, Any]) -> str:
                       f"candidate {', '.join(_fmt(v) for v in speed['saturation_rps']['candidate'])}.",
                       ""]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- stored sweeps
+
+
+def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | None = None) -> None:
+    """Refuse (``UsageError``) a sweep server mode must not execute: one that launches servers
+    (``local``/``command`` configurations, a ``local`` baseline) unless ``allow_launch``
+    (default: ``EVALSVC_SWEEP_ALLOW_LAUNCH``), suite file paths, more configurations or suites
+    than a run may have, and URLs outside the egress policy (``check_server_spec``)."""
+    allow = Settings().sweep_allow_launch if allow_launch is None else allow_launch
+    launching = [c.name for c in spec.configs if c.kind in LAUNCHING]
+    if spec.baseline == "local":
+        launching.insert(0, "baseline 'local'")
+    if launching and not allow:
+        raise UsageError(
+            f"this sweep would launch servers on the worker ({', '.join(launching)}): a sweep "
+            "submitted to the server may only use existing endpoints (configurations of kind "
+            "'existing' and a baseline URL) unless the server sets EVALSVC_SWEEP_ALLOW_LAUNCH"
+        )
+    if len(spec.configs) > limits.MAX_CANDIDATES:
+        raise UsageError(f"at most {limits.MAX_CANDIDATES} configurations per sweep on the server")
+    if len(spec.suites) > limits.MAX_SUITES:
+        raise UsageError(f"at most {limits.MAX_SUITES} suites per sweep")
+    for name in spec.suites:
+        if "/" in name or "\\" in name or name.endswith((".yaml", ".yml")):
+            raise UsageError(f"{name!r}: a sweep on the server takes catalog suite or set "
+                             "names, not file paths")
+    try:
+        options = RunOptions(samples=spec.samples, seed=spec.seed, concurrency=spec.concurrency)
+    except ValidationError as exc:
+        raise UsageError(f"sweep options: {exc}") from exc
+    if spec.baseline == "local":
+        return
+    try:
+        baseline = EndpointRef(url=spec.baseline, model=spec.baseline_model)
+        existing = [EndpointRef(url=c.url or "", model=c.model, name=c.name)
+                    for c in spec.configs if c.kind == "existing"]
+        as_run = RunSpec(baseline=baseline, candidates=existing or [baseline],
+                         suites=spec.suites or ["-"], options=options)
+    except ValidationError as exc:  # the run bounds: URL and model lengths, NUL characters
+        raise UsageError(f"sweep endpoints: {exc}") from exc
+    check_server_spec(as_run, store=store, policy=server_policy(), names=False)
+
+
+def submit_sweep(
+    spec: SweepSpec, *, store: Store, submitted_by: str | None = None,
+    allow_launch: bool | None = None,
+) -> dict[str, Any]:
+    """Check ``spec`` for server mode and queue it for workers (REST ``POST /sweeps``)."""
+    submit_check(spec, store=store, allow_launch=allow_launch)
+    return store.sweeps.create_sweep(spec.model_dump(mode="json"), submitted_by=submitted_by)
+
+
+def submit_check(spec: SweepSpec, *, store: Store, allow_launch: bool | None = None) -> None:
+    """What a queued sweep must pass (REST, schedules): ``check_server_sweep`` and suites that
+    resolve from the catalog with their gate options in policy."""
+    check_server_sweep(spec, store=store, allow_launch=allow_launch)
+    if spec.suites:
+        placeholder = EndpointRef(url="http://127.0.0.1/v1")
+        load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites,
+                            options=RunOptions(samples=spec.samples, seed=spec.seed)),
+                    allow_paths=False)
+
+
+def execute_stored_sweep(
+    store: Store, sweep: dict[str, Any], *, cancel: threading.Event, worker_id: str
+) -> None:
+    """Execute a claimed sweep (worker path). Never raises for sweep-level failures: it
+    records them (the sweep ends ``error`` with the reason). A cancel (user, lease lost,
+    shutdown) stops it between configurations and returns without finishing it: the worker
+    decides what happens to it."""
+    sweep_id = sweep["id"]
+
+    def fail(message: str) -> None:
+        store.sweeps.finish_sweep(sweep_id, status=RunStatus.error, error=message,
+                                  worker_id=worker_id)
+
+    try:
+        spec = SweepSpec.model_validate(sweep["spec"])
+        check_server_sweep(spec, store=store)  # again: the rules may have changed since
+        policy = server_policy()
+    except (ValidationError, UsageError) as exc:
+        fail(f"sweep refused: {exc}")
+        return
+    done: list[dict[str, Any]] = []
+
+    def on_config(entry: dict[str, Any]) -> None:
+        done.append({"name": entry["name"], "status": entry["status"],
+                     "verdict": (entry.get("quality") or {}).get("verdict")})
+        run_id = (entry.get("quality") or {}).get("run_id")
+        with contextlib.suppress(Exception):  # progress is advisory
+            if run_id:
+                store.sweeps.link_run(sweep_id, run_id, config=entry["name"])
+            store.sweeps.update_progress(
+                sweep_id, {"configs": len(spec.configs), "done": done}, worker_id=worker_id
+            )
+
+    try:
+        report = run_sweep(spec, store=store, egress=policy, cancel=cancel, on_config=on_config)
+    except SweepCancelled:
+        return
+    except (UsageError, local.LocalError) as exc:
+        fail(str(exc))
+        return
+    report["sweep_id"] = sweep_id
+    store.sweeps.finish_sweep(sweep_id, status=RunStatus.completed, report=report,
+                              worker_id=worker_id)

@@ -46,6 +46,11 @@ STATE_REASONS = (
     # POST /gate-logs: what an uploaded file holds (a readable log of the same documents as the
     # other side's) is not in any schema; every such refusal carries this prefix.
     "uploaded logs refused: ",
+    # POST /sweeps: rules across fields of the sweep spec that JSON Schema does not express
+    # (names unique across configurations; a command configuration's template may come from
+    # the spec's command_template).
+    "configuration names must be unique",
+    "no command and no command_template",
 )
 
 

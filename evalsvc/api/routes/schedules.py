@@ -27,6 +27,9 @@ def _read(schedule: dict[str, Any]) -> ScheduleRead:
     # A template stored before a bound it breaks is still shown (it fails when it fires);
     # egress: templates stored before the userinfo rule may hold credentials in URLs.
     schedule = redact_report(schedule)
+    if schedule.get("kind") == "sweep":
+        return ScheduleRead.model_validate({**schedule, "template": None,
+                                            "sweep": schedule["template"]})
     return ScheduleRead.model_validate({**schedule, "template": stored_spec(schedule["template"])})
 
 

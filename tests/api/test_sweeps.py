@@ -1,0 +1,201 @@
+"""``/sweeps``: a sweep over existing endpoints queued through REST, executed by a real worker
+through the sweep service, read back (status, per-configuration verdicts, runs, frontier,
+recommendation); launching sweeps refused by default; sweep schedules fire sweeps.
+
+The endpoints are the fault server's well-formed ``ok`` and ``flaky`` (a 503 on each route's
+first request, then good answers) on loopback; the quality suite is the catalog's
+``determinism-smoke``, which passes on a server whose answers never vary. Both backends
+(``api`` is parametrized over SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from evalsvc.scheduler import Scheduler, Worker
+from evalsvc.services import registry
+from evalsvc.services.runs import UsageError
+from evalsvc.services.sweeps import SweepSpec
+from tests.fixtures.faults import base_url, fault_server
+
+from .conftest import Api
+
+
+@pytest.fixture(scope="module")
+def srv() -> Iterator[Any]:
+    with fault_server() as server:
+        yield server
+
+
+def sweep_body(srv: Any, **speed: Any) -> dict[str, Any]:
+    return {
+        "baseline": base_url(srv, "ok"),
+        "configs": [
+            {"name": "same", "kind": "existing", "url": base_url(srv, "ok")},
+            {"name": "flaky", "kind": "existing", "url": base_url(srv, "flaky")},
+        ],
+        "suites": ["determinism-smoke"],
+        "samples": 2,
+        "speed": speed or {"enabled": False},
+    }
+
+
+@pytest.mark.slow  # about 8-16 s: two configurations gated on a real suite
+def test_sweep_over_existing_endpoints_through_rest_and_a_real_worker(api: Api, srv: Any) -> None:
+    with api.client("submit") as client:
+        resp = client.post("/sweeps", json=sweep_body(srv))
+        assert resp.status_code == 202, resp.text
+        sweep_id = resp.json()["id"]
+        assert resp.json()["status"] == "queued"
+        assert client.get(f"/sweeps/{sweep_id}").json()["status"] == "queued"
+
+        assert api.run_worker_once() == 1  # the real worker claims the sweep and executes it
+
+        got = client.get(f"/sweeps/{sweep_id}")
+        assert got.status_code == 200, got.text
+        sweep = got.json()
+        listed = client.get("/sweeps").json()
+    assert sweep["status"] == "completed", sweep.get("error")
+    assert sweep["submitted_by"] == "t-submit" and sweep["attempts"] == 1
+    results = {c["name"]: c for c in sweep["results"]}
+    assert set(results) == {"same", "flaky"}
+    for c in results.values():
+        assert c["status"] == "measured" and c["verdict"] == "pass", c
+        assert c["quality_suite"] == "determinism-smoke" and c["quality_ci"] is not None
+    # Each configuration's quality run is stored, linked to the sweep and gated on the same
+    # baseline samples.
+    links = {r["config"]: r["run_id"] for r in sweep["runs"]}
+    assert links == {name: c["run_id"] for name, c in results.items()}
+    b1, b2 = (
+        {s.item_id: s.output for s in api.store.get_samples(links[n], endpoint="baseline")}
+        for n in ("same", "flaky")
+    )
+    assert b1 and b1 == b2
+    assert sweep["progress"]["configs"] == 2 and len(sweep["progress"]["done"]) == 2
+    # No capacity was measured (speed off), so the recommendation is a passing configuration
+    # and says so; the report is the one `evalsvc sweep --json` writes.
+    assert sweep["recommendation"] in ("same", "flaky")
+    assert "capacity not measured" in sweep["reason"]
+    assert sweep["report"]["schema"] == "evalsvc.sweep/1"
+    assert [s["id"] for s in listed] == [sweep_id]
+    assert listed[0]["recommendation"] == sweep["recommendation"] and listed[0]["configs"] == 2
+
+
+def test_rest_refuses_a_sweep_that_would_launch_servers(api: Api, srv: Any) -> None:
+    command = {"name": "c", "kind": "command", "command": "vllm serve m --port {port}"}
+    with api.client("admin") as client:
+        for body in (
+            {**sweep_body(srv), "configs": [{"name": "fp8-kv", "kind": "local"}]},
+            {**sweep_body(srv), "configs": [command]},
+            {**{k: v for k, v in sweep_body(srv).items() if k != "baseline"}},  # local baseline
+        ):
+            resp = client.post("/sweeps", json=body)
+            assert resp.status_code == 403, resp.text
+            assert "EVALSVC_SWEEP_ALLOW_LAUNCH" in resp.json()["detail"]
+        path = client.post("/sweeps", json={**sweep_body(srv), "suites": ["/etc/x.yaml"]})
+        assert path.status_code == 422 and "file paths" in path.json()["detail"]
+        unknown = client.post("/sweeps", json={**sweep_body(srv), "suites": ["no-such-suite"]})
+        assert unknown.status_code == 422 and "no-such-suite" in unknown.json()["detail"]
+        extra = client.post("/sweeps", json={**sweep_body(srv), "bogus": 1})
+        assert extra.status_code == 422
+        assert client.get("/sweeps/0123456789abcdef").status_code == 404
+        typo = client.get("/sweeps", params={"stauts": "queued"})
+        assert typo.status_code == 422 and "stauts" in typo.json()["detail"]
+    with api.client("read") as reader:
+        assert reader.post("/sweeps", json=sweep_body(srv)).status_code == 403
+    assert api.store.sweeps.list_sweeps() == []  # nothing was queued
+
+
+def test_a_sweep_outside_the_egress_policy_is_refused(
+    api: Api, srv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "10.0.0.0/8")
+    with api.client("submit") as client:
+        resp = client.post("/sweeps", json=sweep_body(srv))
+    assert resp.status_code == 422 and "127.0.0.1" in resp.json()["detail"]
+
+
+def test_a_sweep_schedule_fires_a_sweep_once_per_fire_time(api: Api, srv: Any) -> None:
+    spec = SweepSpec.model_validate(sweep_body(srv))
+    start = datetime.now(UTC) - timedelta(hours=2)
+    created = registry.add_sweep_schedule(api.store, name="nightly-sweep", cron="0 * * * *",
+                                          spec=spec, start_at=start)
+    assert created["kind"] == "sweep"
+    with pytest.raises(UsageError, match="launch servers"):
+        registry.add_sweep_schedule(api.store, name="launching", cron="0 * * * *",
+                                    spec=SweepSpec.model_validate(
+                                        {"configs": [{"name": "w8a8", "kind": "local"}]}))
+    now = datetime.now(UTC)
+    Scheduler(api.store).tick(now)
+    Scheduler(api.store).tick(now)  # a second scheduler at the same instant adds nothing
+    fired = api.store.sweeps.list_sweeps()
+    assert len(fired) == 1 and fired[0]["schedule_id"] == created["id"]
+    assert fired[0]["status"] == "queued" and fired[0]["spec"]["configs"][0]["name"] == "same"
+    with api.client("read") as client:
+        schedules = client.get("/schedules").json()
+        assert [(s["name"], s["kind"], s["template"]) for s in schedules] == [
+            ("nightly-sweep", "sweep", None)
+        ]
+        assert schedules[0]["sweep"]["suites"] == ["determinism-smoke"]
+
+
+def test_cli_schedules_add_sweep_checks_the_spec_like_the_workers(
+    api: Api, srv: Any, tmp_path: Any
+) -> None:
+    from typer.testing import CliRunner
+
+    from evalsvc.cli.main import app
+
+    good = tmp_path / "sweep.yaml"
+    good.write_text(
+        f"baseline: {base_url(srv, 'ok')}\n"
+        f"configs: [{{name: same, kind: existing, url: {base_url(srv, 'ok')}}}]\n"
+        "suites: [determinism-smoke]\n"
+    )
+    launching = tmp_path / "launch.yaml"
+    launching.write_text("configs: [{name: w8a8, kind: local}]\n")
+    runner = CliRunner()
+    db = ["--database-url", api.db_url]
+    ok = runner.invoke(app, ["schedules", "add", "nightly", "--cron", "0 2 * * *",
+                             "--sweep", str(good), *db])
+    assert ok.exit_code == 0, ok.output
+    assert "next sweep at" in ok.output
+    refused = runner.invoke(app, ["schedules", "add", "x", "--cron", "0 2 * * *",
+                                  "--sweep", str(launching), *db])
+    assert refused.exit_code == 2 and "EVALSVC_SWEEP_ALLOW_LAUNCH" in refused.output
+    listed = runner.invoke(app, ["schedules", "list", *db], env={"COLUMNS": "200"})
+    assert "sweep: determinism-smoke" in listed.output
+    assert [s["name"] for s in api.store.list_schedules()] == ["nightly"]
+
+
+def test_the_worker_settles_a_sweep_its_executor_did_not_finish(api: Api, srv: Any) -> None:
+    """An executor that raises, or returns without finishing, leaves the sweep ``error`` with
+    the reason, never ``running``; a stored spec the worker refuses ends ``error`` too."""
+    spec = SweepSpec.model_validate(sweep_body(srv)).model_dump(mode="json")
+    raised = api.store.sweeps.create_sweep(spec)
+
+    def boom(store: Any, sweep: dict[str, Any], cancel: Any, worker_id: str) -> None:
+        if sweep["id"] == raised["id"]:
+            raise RuntimeError("boom")
+
+    returned = api.store.sweeps.create_sweep(spec)
+    worker = Worker(api.store, sweep_executor=boom, poll_seconds=0.05, lease_seconds=10)
+    assert worker.run(once=True) == 2
+    failed = api.store.sweeps.get_sweep(raised["id"])
+    assert failed is not None and failed["status"] == "error"
+    assert "RuntimeError: boom" in (failed["error"] or "")
+    unfinished = api.store.sweeps.get_sweep(returned["id"])
+    assert unfinished is not None and unfinished["status"] == "error"
+    assert "without finishing the sweep" in (unfinished["error"] or "")
+    # Stored before the rules (or written into the database): refused by the worker itself.
+    launching = api.store.sweeps.create_sweep(
+        {"configs": [{"name": "w8a8", "kind": "local"}]}
+    )
+    assert Worker(api.store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 1
+    refused = api.store.sweeps.get_sweep(launching["id"])
+    assert refused is not None and refused["status"] == "error"
+    assert "sweep refused" in (refused["error"] or "") and "launch" in (refused["error"] or "")

@@ -1,0 +1,110 @@
+"""The sweeps pages in Chromium, rendered from a real stored sweep.
+
+The sweep is queued through the sweep service (what ``POST /api/v1/sweeps`` calls) into the
+dashboard's database and executed by the worker's sweep executor
+(``evalsvc.services.sweeps.execute_stored_sweep``) against loopback fault servers: ``ok`` and
+``flaky`` pass the catalog's ``determinism-smoke``, ``broken`` answers every request with HTTP
+500, so its configuration ends ``error``. Capacity is not measured (speed off: these servers
+have no queue to saturate), so the scatter lists the configurations it cannot place.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.services import sweeps
+from tests.fixtures.faults import base_url, fault_server
+
+from .conftest import Server, Watched, in_thread
+from .test_pages import _clean, _open
+
+pytestmark = pytest.mark.slow  # one real sweep (about 10 s), then the pages
+
+
+@pytest.fixture(scope="module")
+def stored_sweep(dash_store: Store) -> Iterator[str]:
+    old = os.environ.get("EVALSVC_ALLOWED_ENDPOINTS")
+    os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = "127.0.0.0/8"  # server mode, loopback allowed
+    try:
+        with fault_server() as srv:
+            spec = sweeps.SweepSpec.model_validate({
+                "baseline": base_url(srv, "ok"),
+                "configs": [
+                    {"name": "same", "kind": "existing", "url": base_url(srv, "ok")},
+                    {"name": "flaky", "kind": "existing", "url": base_url(srv, "flaky")},
+                    {"name": "broken", "kind": "existing", "url": base_url(srv, "500")},
+                ],
+                "suites": ["determinism-smoke"],
+                "samples": 2,
+                "speed": {"enabled": False},
+            })
+            queued = sweeps.submit_sweep(spec, store=dash_store, submitted_by="dash-test")
+            claimed = dash_store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=120)
+            assert claimed is not None and claimed["id"] == queued["id"]
+            import threading
+
+            in_thread(sweeps.execute_stored_sweep, dash_store, claimed,
+                      cancel=threading.Event(), worker_id="dash-worker")
+        yield queued["id"]
+    finally:
+        if old is None:
+            os.environ.pop("EVALSVC_ALLOWED_ENDPOINTS", None)
+        else:
+            os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = old
+
+
+def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
+    stored_sweep: str, dash_store: Store, dash_server: Server, page: Watched, shot: Any
+) -> None:
+    stored = dash_store.sweeps.get_sweep(stored_sweep)
+    assert stored is not None and stored["status"] == "completed", stored and stored["error"]
+    report = stored["report"]
+    rec = report["recommendation"]["config"]
+    assert rec in ("same", "flaky")
+
+    url = f"{dash_server.url}/sweeps"
+    _open(page, url)
+    row = page.page.locator(f"tr[data-sweep='{stored_sweep}']")
+    assert row.locator("td").nth(4).inner_text() == rec
+    assert page.page.locator("nav a.active").inner_text() == "Sweeps"
+    _clean(page, url)
+
+    row.locator("a").click()
+    page.page.wait_for_url(f"{dash_server.url}/sweeps/{stored_sweep}")
+    p = page.page
+    assert f"Recommended: {rec}" in p.locator("#recommendation").inner_text()
+    assert report["recommendation"]["reason"] in p.locator("#recommendation").inner_text()
+    configs = p.locator("#configs tbody tr")
+    assert configs.count() == 3
+    for name, verdict in (("same", "pass"), ("flaky", "pass"), ("broken", "—")):
+        cells = p.locator(f"#configs tr[data-config='{name}']")
+        assert cells.locator("[data-verdict]").inner_text() == verdict
+    broken = p.locator("#configs tr[data-config='broken']").inner_text()
+    assert "error" in broken and "500" in broken
+    assert p.locator(f"#configs tr[data-config='{rec}']").get_attribute("class") == "recommended"
+    # Quality Δ with its CI, per suite, and the run each configuration made.
+    same = p.locator("#configs tr[data-config='same']").inner_text()
+    assert "+0.000 [0.000, 0.000]" in same or "-0.000" in same
+    assert p.locator("#suites tr[data-suite='determinism-smoke']").count() == 2
+    run_id = next(c["quality"]["run_id"] for c in report["configs"] if c["name"] == "same")
+    assert p.locator(f"#configs a[href='/runs/{run_id}']").count() == 1
+    assert p.locator("#runs li").count() == 2  # the two configurations that made a run
+    # The scatter is the sweep's SVG, inline: drawn, titled, and saying what it cannot place.
+    svg = p.locator("#scatter svg")
+    assert svg.count() == 1 and svg.bounding_box()["width"] > 300
+    missing = p.locator("#scatter .missing").text_content() or ""  # an SVG <text>
+    assert "not placed" in missing and "same (measured, no capacity ratio)" in missing
+    shot(p, "sweep")
+    _clean(page, p.url)
+
+
+def test_unknown_sweep_is_a_404_page(dash_server: Server, page: Watched) -> None:
+    page.allowed_status.add(404)
+    resp = page.page.goto(f"{dash_server.url}/sweeps/nosuchsweep")
+    assert resp is not None and resp.status == 404
+    assert "There is no sweep" in page.page.inner_text("main")
