@@ -20,6 +20,7 @@ from evalsvc.limits import (
     LabelNameText,
     LabelValue,
     ModelText,
+    PathText,
     SuiteNameText,
     UrlText,
 )
@@ -85,6 +86,10 @@ class EndpointRef(BaseModel):
     """Registered name, when the endpoint came from the registry."""
     api_key_env: EnvNameText | None = None
     """Name of an environment variable holding the API key (the key itself is never stored)."""
+    tokenizer: PathText | None = None
+    """The model's own tokenizer (a ``tokenizer.json``, or a checkpoint directory holding one)
+    on the machine that runs the suites, registered for an engine without a tokenize route:
+    the probe loads it only when the endpoint has none (docs/security.md for server mode)."""
 
 
 class Item(BaseModel):

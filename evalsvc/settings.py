@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     endpoint_key_prefix: str = "EVALSVC_ENDPOINT_KEY_"
     """Server mode: ``api_key_env`` of a registered endpoint must name a variable under this
     prefix; workers resolve nothing else, so a run cannot send the database URL or cloud keys."""
+    tokenizer_root: str | None = None
+    """Server mode: the directory under which an endpoint's registered ``tokenizer`` path must
+    lie (symbolic links resolved). Unset: the REST API refuses tokenizer paths and workers
+    refuse runs carrying one, since a path given over HTTP is read on the server."""
     max_response_bytes: int = 8 * 1024 * 1024
     """Largest (decoded) response body an endpoint may send; bigger is an error, not a read."""
     max_stream_bytes: int = 8 * 1024 * 1024

@@ -24,6 +24,7 @@ from evalsvc.limits import (
     LabelNameText,
     LabelValue,
     ModelText,
+    PathText,
     SuiteNameText,
     UrlText,
 )
@@ -96,6 +97,10 @@ class EndpointCreate(BaseModel):
     """Served model name; discovered from ``/v1/models`` when omitted."""
     api_key_env: EnvNameText | None = None
     """Name of the environment variable (on the workers) that holds the API key."""
+    tokenizer: PathText | None = None
+    """The model's tokenizer (``tokenizer.json`` or a checkpoint directory) on the workers, for
+    an engine without a tokenize route; refused unless ``EVALSVC_TOKENIZER_ROOT`` is set on the
+    server and the path lies under it (docs/security.md)."""
 
     _url = field_validator("url")(_check_url)
 
@@ -111,6 +116,10 @@ class EndpointUpdate(BaseModel):
     """Served model name; discovered from ``/v1/models`` when omitted."""
     api_key_env: EnvNameText | None = None
     """Name of the environment variable (on the workers) that holds the API key."""
+    tokenizer: PathText | None = None
+    """The model's tokenizer (``tokenizer.json`` or a checkpoint directory) on the workers, for
+    an engine without a tokenize route; refused unless ``EVALSVC_TOKENIZER_ROOT`` is set on the
+    server and the path lies under it (docs/security.md)."""
 
     _url = field_validator("url")(_check_url)
 
@@ -122,10 +131,17 @@ class EndpointRead(BaseModel):
     url: str
     model: str | None = None
     api_key_env: str | None = None
+    tokenizer: str | None = None
 
     @classmethod
     def of(cls, ref: EndpointRef) -> EndpointRead:
-        return cls(name=ref.name or "", url=ref.url, model=ref.model, api_key_env=ref.api_key_env)
+        return cls(
+            name=ref.name or "",
+            url=ref.url,
+            model=ref.model,
+            api_key_env=ref.api_key_env,
+            tokenizer=ref.tokenizer,
+        )
 
 
 # ---------------------------------------------------------------------------- runs

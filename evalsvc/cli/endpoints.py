@@ -35,6 +35,13 @@ def endpoints_add(
         str | None,
         typer.Option(help="Environment variable that holds the API key (EVALSVC_ENDPOINT_KEY_*)."),
     ] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="The model's tokenizer.json (or its checkpoint directory), for an engine "
+            "without a tokenize route: needle and longctx count tokens with it."
+        ),
+    ] = None,
     replace: Annotated[
         bool, typer.Option("--replace", help="Replace the endpoint if NAME is taken.")
     ] = False,
@@ -52,7 +59,13 @@ def endpoints_add(
     with store_errors():
         try:
             ref = registry.register_endpoint(
-                store, name=name, url=url, model=model, api_key_env=api_key_env, replace=replace
+                store,
+                name=name,
+                url=url,
+                model=model,
+                api_key_env=api_key_env,
+                tokenizer=tokenizer,
+                replace=replace,
             )
         except (UsageError, Conflict) as exc:
             hint = " (use --replace to change it)" if isinstance(exc, Conflict) else ""
@@ -86,10 +99,12 @@ def endpoints_list(
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in refs], indent=2) + "\n")
         return
     table = Table(title="endpoints")
-    for col in ("name", "url", "model", "api key env"):
+    for col in ("name", "url", "model", "api key env", "tokenizer"):
         table.add_column(col)
     for r in refs:
-        table.add_row(*(term(v or "") for v in (r.name, r.url, r.model, r.api_key_env)))
+        table.add_row(
+            *(term(v or "") for v in (r.name, r.url, r.model, r.api_key_env, r.tokenizer))
+        )
     Console().print(table)
 
 

@@ -74,6 +74,7 @@ class EndpointRow(Base):
     url: Mapped[str] = mapped_column(sa.String(2000))
     model: Mapped[str | None] = mapped_column(sa.String(500))
     api_key_env: Mapped[str | None] = mapped_column(sa.String(200))
+    tokenizer: Mapped[str | None] = mapped_column(sa.String(1000))
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

@@ -1,4 +1,5 @@
-"""The endpoint registry: names an operator registered for base URLs (and key variables).
+"""The endpoint registry: names an operator registered for base URLs (and key variables, and
+the model's tokenizer path for engines without a tokenize route).
 
 Contract: ``EndpointRef`` in and out; a taken name is ``Conflict`` on ``create_endpoint``.
 """
@@ -22,7 +23,13 @@ class EndpointRegistry:
         self._db = db
 
     def upsert_endpoint(
-        self, *, name: str, url: str, model: str | None = None, api_key_env: str | None = None
+        self,
+        *,
+        name: str,
+        url: str,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        tokenizer: str | None = None,
     ) -> EndpointRef:
         now = utcnow()
         with self._db.session() as session:
@@ -30,12 +37,19 @@ class EndpointRegistry:
             if row is None:
                 row = EndpointRow(id=new_id(), name=name, created_at=now, url=url)
                 session.add(row)
-            row.url, row.model, row.api_key_env, row.updated_at = url, model, api_key_env, now
+            row.url, row.model, row.api_key_env = url, model, api_key_env
+            row.tokenizer, row.updated_at = tokenizer, now
             session.flush()
             return endpoint_ref(row)
 
     def create_endpoint(
-        self, *, name: str, url: str, model: str | None = None, api_key_env: str | None = None
+        self,
+        *,
+        name: str,
+        url: str,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        tokenizer: str | None = None,
     ) -> EndpointRef:
         """Register a new name; ``Conflict`` when it exists (the unique index decides, so two
         concurrent creates cannot both succeed)."""
@@ -46,6 +60,7 @@ class EndpointRegistry:
             url=url,
             model=model,
             api_key_env=api_key_env,
+            tokenizer=tokenizer,
             created_at=now,
             updated_at=now,
         )

@@ -78,7 +78,13 @@ def sample_row(run_id: str, s: Sample, created_at: Any) -> dict[str, Any]:
 
 
 def endpoint_ref(row: EndpointRow) -> EndpointRef:
-    return EndpointRef(url=row.url, model=row.model, name=row.name, api_key_env=row.api_key_env)
+    return EndpointRef(
+        url=row.url,
+        model=row.model,
+        name=row.name,
+        api_key_env=row.api_key_env,
+        tokenizer=row.tokenizer,
+    )
 
 
 def one_line_error(err: Exception) -> str:

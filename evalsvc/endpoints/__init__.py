@@ -16,6 +16,7 @@ from evalsvc.endpoints._client import (
 )
 from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
 from evalsvc.endpoints._probe import CAPABILITIES, probe
+from evalsvc.endpoints._tokenizer import LocalTokenizer, under_root
 from evalsvc.endpoints._urls import (
     UrlError,
     check_endpoint_url,
@@ -31,6 +32,7 @@ __all__ = [
     "EgressRefused",
     "EndpointClient",
     "EndpointError",
+    "LocalTokenizer",
     "TokenLogprob",
     "UrlError",
     "check_endpoint_url",
@@ -41,4 +43,5 @@ __all__ = [
     "redact_urls_in",
     "root_url",
     "status_line",
+    "under_root",
 ]

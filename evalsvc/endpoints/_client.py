@@ -52,6 +52,7 @@ from tenacity import (
 from evalsvc.domain import EndpointRef
 from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedResolver, resolve_checked
 from evalsvc.endpoints._engines import TokenizeShape, parse_tokens, tokenize_request
+from evalsvc.endpoints._tokenizer import LocalTokenizer
 from evalsvc.endpoints._urls import UrlError, check_endpoint_url, redact_text
 from evalsvc.settings import Settings
 
@@ -163,6 +164,9 @@ class EndpointClient:
         self.root_url = root_url(self.base_url)
         self.model = endpoint.model
         self.tokenize_shape: TokenizeShape | None = None
+        #: The registered tokenizer (``EndpointRef.tokenizer``) the probe loaded because the
+        #: engine has no tokenize route: ``tokenize`` counts with it instead of a request.
+        self.local_tokenizer: LocalTokenizer | None = None
         """How this engine's ``/tokenize`` is spoken; set by the probe (default: vLLM's)."""
         self._sem = asyncio.Semaphore(max(1, concurrency))
         self._retries = max(1, retries)
@@ -343,7 +347,10 @@ class EndpointClient:
     async def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text`` from the engine's own tokenizer route (no special tokens added
         where the engine allows it). The shape is the probed engine's (``self.tokenize_shape``:
-        vLLM and SGLang, llama.cpp or TGI; ``evalsvc.endpoints._engines``)."""
+        vLLM and SGLang, llama.cpp or TGI; ``evalsvc.endpoints._engines``), or the registered
+        tokenizer's when the probe loaded one (``local_tokenizer``)."""
+        if self.local_tokenizer is not None:
+            return await self.local_tokenizer.tokenize(text)
         shape = self.tokenize_shape or "vllm"
         body = tokenize_request(shape, text, self.model)
         status, data = await self.request_json("POST", f"{self.root_url}/tokenize", body=body)

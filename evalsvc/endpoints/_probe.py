@@ -1,7 +1,8 @@
 """Capability probe: what an endpoint serves and which API features actually work.
 
 Contract: ``probe(client)`` sends a handful of tiny requests and returns a ``Provenance``. It
-raises ``EndpointError`` only when the endpoint is unreachable or serves no model; a feature that
+raises ``EndpointError`` only when the endpoint is unreachable or serves no model (or its
+registered tokenizer, needed because it has no tokenize route, cannot be loaded); a feature that
 fails is recorded as ``capabilities[name] = False``, never guessed. Suites declare the
 capabilities they need and the runner refuses them up front (lm-eval's known failure mode is
 scoring chance-level results from endpoints whose ``echo`` silently does nothing).
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from evalsvc.domain import Provenance
 from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError
 from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
+from evalsvc.endpoints._tokenizer import LocalTokenizer
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
 
@@ -89,6 +91,19 @@ async def probe(client: EndpointClient) -> Provenance:
             prov.tokenizer_source = f"endpoint /tokenize ({engine or 'vLLM shape'})"
         except EndpointError:
             pass
+    registered = client.endpoint.tokenizer
+    if not caps["tokenize"] and registered:
+        # An engine without a tokenize route: the model's own tokenizer, registered with the
+        # endpoint, counts the tokens instead (never when the engine has a route: its own count
+        # is the one the context limit applies to).
+        try:
+            client.local_tokenizer = LocalTokenizer(registered, source="the registered tokenizer")
+        except ValueError as exc:
+            raise EndpointError(str(exc)) from None
+        ids = await client.tokenize(_FINGERPRINT_TEXT)
+        caps["tokenize"] = bool(ids)
+        prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
+        prov.tokenizer_source = f"tokenizer: {registered} (registered)"
 
     if prov.version is None:
         prov.version = await _version(client)

@@ -10,9 +10,11 @@ so ``evalsvc endpoints add`` / ``evalsvc schedules add`` and ``POST /endpoints``
 - :class:`NotFound` (exit 2 / HTTP 404): no such endpoint or schedule.
 
 The one deliberate difference is the egress policy (docs/security.md): the REST API passes the
-server policy, so a remote admin cannot register an internal address; the CLI, run by an
-operator on the machine itself, passes none (a local `compare` may call loopback), and the
-workers check every URL again when they connect.
+server policy, so a remote admin cannot register an internal address, nor a ``tokenizer`` path
+outside ``EVALSVC_TOKENIZER_ROOT`` (none at all without it: the path is read on the server); the
+CLI, run by an operator on the machine itself, passes none (a local `compare` may call loopback,
+and the tokenizer it names is loaded at once so that a bad path fails now), and the workers
+check every URL and tokenizer path again before they connect.
 """
 
 from __future__ import annotations
@@ -24,9 +26,20 @@ from typing import Any
 from evalsvc import limits
 from evalsvc.db import Conflict, Store
 from evalsvc.domain import EndpointRef, RunSpec
-from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
+from evalsvc.endpoints import (
+    EgressPolicy,
+    EgressRefused,
+    LocalTokenizer,
+    UrlError,
+    check_endpoint_url,
+)
 from evalsvc.services import sweeps
-from evalsvc.services.runs import UsageError, check_server_spec, load_suites
+from evalsvc.services.runs import (
+    UsageError,
+    check_server_spec,
+    check_tokenizer_path,
+    load_suites,
+)
 from evalsvc.services.sweeps import SweepSpec
 
 #: Names of endpoints and schedules: a name must never look like a URL (``compare`` tells them
@@ -57,12 +70,20 @@ def _check_text(field: str, value: str | None, max_length: int) -> None:
 
 
 def check_endpoint(
-    *, url: str, model: str | None, api_key_env: str | None, policy: EgressPolicy | None
+    *,
+    url: str,
+    model: str | None,
+    api_key_env: str | None,
+    policy: EgressPolicy | None,
+    tokenizer: str | None = None,
 ) -> str:
     """The normalised URL of a valid registration; raises ``UsageError`` with the reason."""
     _check_text("url", url, limits.MAX_URL)
     _check_text("model", model, limits.MAX_MODEL)
     _check_text("api_key_env", api_key_env, limits.MAX_ENV_NAME)
+    _check_text("tokenizer", tokenizer, limits.MAX_PATH)
+    if tokenizer is not None:
+        _check_tokenizer(tokenizer, server=policy is not None)
     try:
         url = check_endpoint_url(url.strip())
     except UrlError as exc:
@@ -76,6 +97,19 @@ def check_endpoint(
     return url.rstrip("/")
 
 
+def _check_tokenizer(path: str, *, server: bool) -> None:
+    if server:  # the path is read on the server: only under its configured root
+        try:
+            check_tokenizer_path(path)
+        except EgressRefused as exc:
+            raise UsageError(str(exc)) from None
+        return
+    try:  # the operator's own machine: load it now, so that a bad path fails here
+        LocalTokenizer(path, source="--tokenizer")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def register_endpoint(
     store: Store,
     *,
@@ -83,16 +117,21 @@ def register_endpoint(
     url: str,
     model: str | None = None,
     api_key_env: str | None = None,
+    tokenizer: str | None = None,
     replace: bool = False,
     policy: EgressPolicy | None = None,
 ) -> EndpointRef:
     """Register ``name``. A taken name is a :class:`Conflict` unless ``replace`` (which then
-    replaces url, model and api_key_env, all three: an omitted key is dropped on purpose)."""
+    replaces url, model, api_key_env and tokenizer, all of them: an omitted key is dropped on
+    purpose)."""
     _check_name("endpoint", name)
-    url = check_endpoint(url=url, model=model, api_key_env=api_key_env, policy=policy)
+    url = check_endpoint(
+        url=url, model=model, api_key_env=api_key_env, policy=policy, tokenizer=tokenizer
+    )
+    fields = {"model": model, "api_key_env": api_key_env, "tokenizer": tokenizer}
     if replace:
-        return store.upsert_endpoint(name=name, url=url, model=model, api_key_env=api_key_env)
-    return store.create_endpoint(name=name, url=url, model=model, api_key_env=api_key_env)
+        return store.upsert_endpoint(name=name, url=url, **fields)
+    return store.create_endpoint(name=name, url=url, **fields)
 
 
 def update_endpoint(
@@ -102,13 +141,18 @@ def update_endpoint(
     url: str,
     model: str | None = None,
     api_key_env: str | None = None,
+    tokenizer: str | None = None,
     policy: EgressPolicy | None = None,
 ) -> EndpointRef:
     """Replace an existing registration (REST ``PUT``); :class:`NotFound` when there is none."""
     if store.get_endpoint(name) is None:
         raise NotFound(f"no endpoint named {name!r}")
-    url = check_endpoint(url=url, model=model, api_key_env=api_key_env, policy=policy)
-    return store.upsert_endpoint(name=name, url=url, model=model, api_key_env=api_key_env)
+    url = check_endpoint(
+        url=url, model=model, api_key_env=api_key_env, policy=policy, tokenizer=tokenizer
+    )
+    return store.upsert_endpoint(
+        name=name, url=url, model=model, api_key_env=api_key_env, tokenizer=tokenizer
+    )
 
 
 def remove_endpoint(store: Store, name: str) -> None:

@@ -31,7 +31,13 @@ from evalsvc.domain import (
     RunStatus,
     Sample,
 )
-from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
+from evalsvc.endpoints import (
+    EgressPolicy,
+    EgressRefused,
+    UrlError,
+    check_endpoint_url,
+    under_root,
+)
 from evalsvc.gates import GateLimits, GatePolicyError
 from evalsvc.reports import build_report
 from evalsvc.runner import (
@@ -135,7 +141,9 @@ def check_server_spec(
 ) -> None:
     """Refuse (``UsageError``) a spec a server-mode process must not execute: URLs with
     userinfo or outside the egress policy, and credentials on anything but an endpoint an admin
-    registered with that URL and that ``api_key_env`` (under the allowed prefix).
+    registered with that URL and that ``api_key_env`` (under the allowed prefix), and a
+    ``tokenizer`` path on anything but an endpoint registered with it, or outside
+    ``EVALSVC_TOKENIZER_ROOT`` (``check_tokenizer_path``).
 
     ``names`` (at submission): an endpoint's ``name`` that is a registered endpoint's name must
     come with that endpoint's URL, or a run testing one URL could pose as a registered endpoint
@@ -167,10 +175,37 @@ def check_server_spec(
                         "(POST /endpoints) with that URL and api_key_env"
                     )
                 policy.check_key_env(ref.api_key_env)
+            if ref.tokenizer is not None:
+                registered = store.get_endpoint(ref.name) if ref.name else None
+                if (
+                    registered is None
+                    or registered.url != ref.url
+                    or registered.tokenizer != ref.tokenizer
+                ):
+                    raise EgressRefused(
+                        f"tokenizer {ref.tokenizer!r} on {ref.name or 'an inline endpoint'} is "
+                        "refused: a tokenizer path is only read for endpoints an admin "
+                        "registered (POST /endpoints) with that URL and tokenizer"
+                    )
+                check_tokenizer_path(ref.tokenizer)
         except (UrlError, EgressRefused) as exc:
             problems.append(f"{role}: {exc}")
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def check_tokenizer_path(path: str) -> None:
+    """Server mode's rule on a registered tokenizer path (docs/security.md): a path that came
+    over HTTP is read on the server, so it must lie under ``EVALSVC_TOKENIZER_ROOT``, and
+    without that setting none is accepted. ``EgressRefused`` with the reason."""
+    root = Settings().tokenizer_root
+    if not root:
+        raise EgressRefused(
+            "a tokenizer path is read on the server: refused in server mode unless "
+            "EVALSVC_TOKENIZER_ROOT names the directory tokenizers may be read from"
+        )
+    if not under_root(path, root):
+        raise EgressRefused(f"tokenizer {path!r} is not an absolute path under EVALSVC_TOKENIZER_ROOT")
 
 
 def _check_name_matches(ref: EndpointRef, store: Store) -> None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from .conftest import Api
 
 
@@ -23,6 +27,7 @@ def test_endpoint_crud(api: Api) -> None:
             "url": "http://127.0.0.1:9001/v1",  # trailing slash dropped, as the CLI does
             "model": "smollm2-bf16",
             "api_key_env": "EVALSVC_ENDPOINT_KEY_BF16",
+            "tokenizer": None,
         }
         admin.post("/endpoints", json={"name": "fp8", "url": "http://127.0.0.1:9002/v1"})
         assert [e["name"] for e in admin.get("/endpoints").json()] == ["bf16", "fp8"]
@@ -71,3 +76,29 @@ def test_bad_input_is_422(api: Api) -> None:
             "/endpoints", content=b"{not json", headers={"content-type": "application/json"}
         )
         assert resp.status_code == 422
+
+
+def test_a_tokenizer_path_is_read_on_the_server_only_under_its_root(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/security.md: without EVALSVC_TOKENIZER_ROOT a tokenizer path is refused over REST
+    (422, nothing stored); with it, only an absolute path under it is registered."""
+    root = tmp_path / "tokenizers"
+    root.mkdir()
+    body = {"name": "gen", "url": "http://127.0.0.1:9001/v1", "tokenizer": f"{root}/tok.json"}
+    monkeypatch.delenv("EVALSVC_TOKENIZER_ROOT", raising=False)
+    with api.client("admin") as admin:
+        resp = admin.post("/endpoints", json=body)
+        assert resp.status_code == 422
+        assert "unless EVALSVC_TOKENIZER_ROOT" in resp.json()["detail"]
+        monkeypatch.setenv("EVALSVC_TOKENIZER_ROOT", str(root))
+        resp = admin.post("/endpoints", json={**body, "tokenizer": "/etc/passwd"})
+        assert resp.status_code == 422
+        assert "not an absolute path under EVALSVC_TOKENIZER_ROOT" in resp.json()["detail"]
+        assert admin.get("/endpoints").json() == []
+        resp = admin.post("/endpoints", json=body)
+        assert resp.status_code == 201, resp.text
+        assert admin.get("/endpoints/gen").json()["tokenizer"] == f"{root}/tok.json"
+        resp = admin.put("/endpoints/gen", json={"url": body["url"], "tokenizer": "/tmp/x"})
+        assert resp.status_code == 422
+        assert admin.get("/endpoints/gen").json()["tokenizer"] == f"{root}/tok.json"

@@ -137,3 +137,39 @@ def test_run_submitter_migration_keeps_existing_runs(empty_db_url: str) -> None:
             engine.dispose()
         assert ids == {old.id, new.id} and "submitted_by" not in columns
         store.upgrade()
+
+
+def test_endpoint_tokenizer_migration_keeps_registrations(empty_db_url: str) -> None:
+    """0005 adds ``endpoints.tokenizer`` (issue 20): endpoints registered before read None, and
+    a downgrade drops only the column, keeping the registrations."""
+    with Store.from_url(empty_db_url) as store:
+        store.upgrade("0004")
+        engine = sa.create_engine(empty_db_url)
+        try:
+            with engine.begin() as conn:
+                assert "tokenizer" not in {
+                    c["name"] for c in sa.inspect(conn).get_columns("endpoints")
+                }
+                conn.execute(
+                    sa.text(
+                        "INSERT INTO endpoints (id, name, url, created_at, updated_at) VALUES "
+                        "('e1', 'old', 'http://127.0.0.1:9001/v1', :t, :t)"
+                    ),
+                    {"t": "2026-12-01 00:00:00"},
+                )
+        finally:
+            engine.dispose()
+        store.upgrade()
+        assert store.get_endpoint("old").tokenizer is None  # type: ignore[union-attr]
+        store.upsert_endpoint(name="new", url="http://127.0.0.1:9002/v1", tokenizer="/m/t.json")
+        assert store.get_endpoint("new").tokenizer == "/m/t.json"  # type: ignore[union-attr]
+        store.downgrade("0004")
+        engine = sa.create_engine(empty_db_url)
+        try:
+            with engine.connect() as conn:
+                names = set(conn.execute(sa.text("SELECT name FROM endpoints")).scalars())
+                columns = {c["name"] for c in sa.inspect(conn).get_columns("endpoints")}
+        finally:
+            engine.dispose()
+        assert names == {"old", "new"} and "tokenizer" not in columns
+        store.upgrade()

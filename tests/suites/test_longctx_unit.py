@@ -339,3 +339,34 @@ def test_catalog_suites_and_the_long_context_set_validate() -> None:
         p = s.params
         assert max(p.lengths) <= 4096 and "ko" in p.languages  # type: ignore[attr-defined]
         assert s.item_count() and s.item_count() <= 200
+
+
+def test_lengths_that_do_not_fit_the_baseline_are_refused_before_any_item() -> None:
+    """A llama.cpp slot of 4,096 tokens: the longctx-4k suites fit (3.5k at most), the GPU
+    suites are refused by the preflight with the lengths that would fit."""
+    slot = Provenance(max_context=4096)
+    suite = _suite("nolima", lengths=[1024, 4096], max_tokens=32)
+    (problem,) = asyncio.run(suite.preflight(slot))
+    assert "lengths [4096] do not fit the endpoint's max context of 4096 tokens" in problem
+    assert "lengths up to 4000 fit" in problem
+    assert asyncio.run(suite.preflight(Provenance())) == []  # unknown context: plan() checks
+    for s in resolve(["longctx-4k"]):
+        assert isinstance(s, LongContextSuite)
+        assert asyncio.run(s.preflight(slot)) == [], s.name
+    for s in resolve(["long-context"]):
+        if isinstance(s, LongContextSuite):
+            assert asyncio.run(s.preflight(slot)), s.name
+
+
+def test_nolima_literal_match_names_the_landmark_in_the_question(bpe: Path) -> None:
+    """``literal_match``: the same items (needle, name, depth), but the question names the
+    needle's landmark, so question and needle share it (the easy control)."""
+    params: dict[str, Any] = {"lengths": [400], "depths": [0.3, 0.7], "haystacks": 2}
+    one_hop = _plan(_suite("nolima", bpe, **params))
+    literal = _plan(_suite("nolima", bpe, literal_match=True, **params))
+    for a, b in zip(one_hop, literal, strict=True):
+        assert a.expected == b.expected
+        question = b.prompt[0]["content"].rsplit("Question: ", 1)[1]
+        landmark = next(lm for lm, _ in LANDMARKS if lm in b.prompt[0]["content"])
+        assert f"together with the {landmark}?" in question
+        assert landmark not in a.prompt[0]["content"].rsplit("Question: ", 1)[1]

@@ -1,7 +1,8 @@
 """``/endpoints``: the endpoint registry (names usable in runs and schedules).
 
 Reads need the ``read`` scope, writes ``admin``. Writes are checked against the server's
-egress policy (host, ``api_key_env`` prefix; docs/security.md) and URLs are shown redacted.
+egress policy (host, ``api_key_env`` prefix, ``tokenizer`` paths only under
+``EVALSVC_TOKENIZER_ROOT``; docs/security.md) and URLs are shown redacted.
 """
 
 from __future__ import annotations
@@ -41,13 +42,15 @@ def list_endpoints(store: StoreDep, _: ReadScope) -> list[EndpointRead]:
 )
 def create_endpoint(body: EndpointCreate, store: StoreDep, _: AdminScope) -> EndpointRead:
     """Register an endpoint; 409 when the name is taken (use PUT to change one). 422 when the
-    egress policy refuses its host or its ``api_key_env`` is outside the allowed prefix."""
+    egress policy refuses its host or its ``api_key_env`` is outside the allowed prefix, or its
+    ``tokenizer`` path is not under ``EVALSVC_TOKENIZER_ROOT`` (refused when that is unset)."""
     ref = registry.register_endpoint(  # Conflict → 409, UsageError → 422 (the app's handlers)
         store,
         name=body.name,
         url=body.url,
         model=body.model,
         api_key_env=body.api_key_env,
+        tokenizer=body.tokenizer,
         policy=server_policy(),
     )
     return _read(ref)
@@ -65,7 +68,7 @@ def get_endpoint(name: PathKey, store: StoreDep, _: ReadScope) -> EndpointRead:
 def update_endpoint(
     name: PathKey, body: EndpointUpdate, store: StoreDep, _: AdminScope
 ) -> EndpointRead:
-    """Replace a registered endpoint's url, model and api_key_env; 404 when unknown."""
+    """Replace a registered endpoint's url, model, api_key_env and tokenizer; 404 when unknown."""
     try:
         ref = registry.update_endpoint(
             store,
@@ -73,6 +76,7 @@ def update_endpoint(
             url=body.url,
             model=body.model,
             api_key_env=body.api_key_env,
+            tokenizer=body.tokenizer,
             policy=server_policy(),
         )
     except registry.NotFound:

@@ -207,6 +207,12 @@ class LongContextParams(BaseModel):
     without ``/tokenize``; when set it is used instead of the endpoint's ``/tokenize``."""
     effective_ratio: float = Field(default=EFFECTIVE_RATIO, gt=0, le=1)
     """Share of the shortest length's score a length must keep to count as effective."""
+    # nolima
+    literal_match: bool = False
+    """``nolima`` only: the question names the needle's landmark itself ("Which character is
+    mentioned together with the Semper Opera?"), the literal-match control that NoLiMa's
+    one-hop questions are contrasted with: for models that lack the landmark → city knowledge
+    the one-hop question needs (SmolLM2-135M scores 0 on it, docs/suites.md)."""
     # common_words
     num_common: int = Field(default=3, ge=1, le=50)
     common_freq: int = Field(default=6, ge=2, le=200)
@@ -283,9 +289,14 @@ def _draft(p: LongContextParams, rng: random.Random, length: int, depth: float |
         needle_t, question_t = rng.choice(NOLIMA_TEMPLATES)
         landmark, city = rng.choice(LANDMARKS)
         name = rng.choice(NEEDLE_NAMES)
+        asked = (
+            f"Which character is mentioned together with the {landmark}?"
+            if p.literal_match
+            else question_t.format(city=city)
+        )
         return Draft(
             intro=intro,
-            question=f"Question: {question_t.format(city=city)} Answer with the name only.",
+            question=f"Question: {asked} Answer with the name only.",
             inserts=[(depth, needle_t.format(name=name, landmark=landmark))],
             expected=[name],
             universe=[],  # filled with the haystack's names by the caller
@@ -515,6 +526,10 @@ _EFFECTIVE_GATE = GateDefaults(
 )
 
 
+#: Tokens the chat template adds around the user message (SmolLM2's adds about 10).
+_TEMPLATE_HEADROOM = 64
+
+
 class LongContextSuite(Suite):
     kind = "longctx"
     version = "1"
@@ -556,6 +571,23 @@ class LongContextSuite(Suite):
     def item_count(self) -> int:
         return len(self._cells())
 
+    async def preflight(self, provenance: Provenance) -> list[str]:
+        # Refuse before any item is sent when a length cannot fit the baseline's context (a
+        # llama.cpp slot of 4,096 tokens, a GPU suite's 128k on a small server), naming the
+        # lengths that would; plan() checks again on the endpoint it sizes items with.
+        max_ctx = provenance.max_context
+        if max_ctx is None:
+            return []
+        room = max_ctx - self.params.max_tokens - _TEMPLATE_HEADROOM
+        over = [x for x in self.params.lengths if x > room]
+        if not over:
+            return []
+        return [
+            f"lengths {over} do not fit the endpoint's max context of {max_ctx} tokens with the "
+            f"answer ({self.params.max_tokens} tokens) and the chat template "
+            f"({_TEMPLATE_HEADROOM}): lengths up to {max(room, 0)} fit"
+        ]
+
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params
         max_ctx = provenance.max_context
@@ -563,7 +595,7 @@ class LongContextSuite(Suite):
         haystacks: dict[tuple[int, str, int], str] = {}
         drafts: list[tuple[tuple[int, str, int], float | None, Draft]] = []
         for length, lang, h, depth in self._cells():
-            if max_ctx is not None and length + p.max_tokens + 64 > max_ctx:
+            if max_ctx is not None and length + p.max_tokens + _TEMPLATE_HEADROOM > max_ctx:
                 raise ValueError(
                     f"suite {self.name}: length {length} + answer does not fit the endpoint's "
                     f"max context {max_ctx}"

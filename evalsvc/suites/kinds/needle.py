@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
+from evalsvc.endpoints import EndpointClient, LocalTokenizer
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.stats import holm, mcnemar_exact
 from evalsvc.suites._base import Suite, SuiteSpec
@@ -153,27 +153,6 @@ class NeedleParams(BaseModel):
                 "(set n to sample the grid)"
             )
         return self
-
-
-class LocalTokenizer:
-    """The checkpoint's Hugging Face tokenizer behind the same ``tokenize`` call as the client."""
-
-    def __init__(self, path: str) -> None:
-        from tokenizers import Tokenizer
-
-        file = Path(path).expanduser()
-        if file.is_dir():
-            file = file / "tokenizer.json"
-        if not file.is_file():
-            raise ValueError(f"needle: no tokenizer.json at {path!r} (params.tokenizer)")
-        try:
-            self._tok = Tokenizer.from_file(str(file))
-        except Exception as err:  # tokenizers raises a bare Exception for an unreadable file
-            raise ValueError(f"needle: {file} is not a tokenizer.json: {err}") from err
-
-    async def tokenize(self, text: str) -> list[int]:
-        # The same call as vLLM's /tokenize with add_special_tokens=False.
-        return list(self._tok.encode(text, add_special_tokens=False).ids)
 
 
 def local_tokenizer(suite: Suite, path: str | None) -> LocalTokenizer | None:
