@@ -25,7 +25,12 @@ from evalsvc import limits
 from evalsvc.db import Conflict, Store
 from evalsvc.domain import EndpointRef, RunSpec
 from evalsvc.endpoints import EgressPolicy, EgressRefused, UrlError, check_endpoint_url
-from evalsvc.services.runs import UsageError, check_server_spec, load_suites
+from evalsvc.services.runs import (
+    UsageError,
+    check_server_items,
+    check_server_spec,
+    load_suites,
+)
 
 #: Names of endpoints and schedules: a name must never look like a URL (``compare`` tells them
 #: apart by ``://``), and it is used in URLs (``/endpoints/{name}``), so it is a slug.
@@ -128,7 +133,8 @@ def add_schedule(
     (egress, credentials), all checked now rather than at every fire time."""
     _check_name("schedule", name)
     _check_text("cron", cron, limits.MAX_CRON)
-    load_suites(template, allow_paths=allow_paths)  # UsageError: unknown suite, bad gate option
+    # UsageError: unknown suite, bad gate option, more items than a server run may plan
+    check_server_items(template, load_suites(template, allow_paths=allow_paths))
     check_server_spec(template, store=store)  # UsageError: what workers would refuse
     try:
         return store.add_schedule(name=name, cron=cron, template=template, start_at=start_at)
