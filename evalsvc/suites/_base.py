@@ -661,9 +661,10 @@ class PairedColumns:
             return
         self.samples += 1
         i = self._slot((sample.item_id, sample.repeat))
-        scored = sample.score is not None
+        score = sample.score
+        scored = score is not None
         self._state[role][i] = _SCORED if scored else _ERRORED
-        self._scores[role][i] = float(sample.score) if scored else 0.0
+        self._scores[role][i] = float(score) if score is not None else 0.0
         if sample.error:
             self._keep_error(role, sample.error)
         if role == "baseline" and scored:
@@ -679,9 +680,10 @@ class PairedColumns:
     def _intern_fields(self, data: dict[str, Any]) -> dict[str, Any]:
         values = tuple((f, data[f]) for f in self._fields if f in data)
         try:
-            return self._shared.setdefault(("fields", values), dict(values))
+            shared: dict[str, Any] = self._shared.setdefault(("fields", values), dict(values))
         except TypeError:  # an unhashable value: kept as is
             return dict(values)
+        return shared
 
     def _pair(self, role: str, i: int, output: str) -> None:
         """Compute the first divergent tokens the new sample completes; keep an output only
