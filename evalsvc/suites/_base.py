@@ -4,11 +4,13 @@ A *suite kind* is a ``Suite`` subclass registered with ``@register``. A *suite* 
 of a kind (``SuiteSpec``): parameters, seed, gate policy. The runner:
 
 1. calls ``plan()`` once with the baseline's client to get the seeded items (the same items go to
-   every endpoint; that pairing is the point);
+   every endpoint; that pairing is the point): a list, or a ``LazyItems`` that builds each item
+   when it is read;
 2. calls ``run()`` once per endpoint, which sends the items through the client and hands each
    ``Sample`` to ``emit`` as soon as it exists (the runner persists it);
 3. calls ``analyze()`` with the baseline's and one candidate's samples to get the gate outcome
-   and the details for the report.
+   and the details for the report; for a kind with ``streams_samples`` it keeps no samples but
+   ``PairedColumns`` and calls ``analyze_columns()`` instead (memory flat in the items).
 
 How a suite is gated is resolved once (``bind_gate``, by the service layer with the server's
 limits) and read from ``Suite.gate`` everywhere after that.
