@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 3
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install browser demo test test-fast test-endpoints lint down bench
+.PHONY: install browser demo test test-fast test-endpoints lint down bench bench-memory
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,11 @@ BENCH_REPEATS ?= 3
 bench: install
 	$(PY) benchmarks/evaluator_speed.py --items $(BENCH_ITEMS) --repeats $(BENCH_REPEATS)
 	$(PY) benchmarks/http_clients.py --spawn-stub --requests $(BENCH_ITEMS) --repeats $(BENCH_REPEATS)
+
+# P6: evalsvc compare's peak RSS at 3k, 30k and 100k items × 2 against the stub (docs/benchmarks.md,
+# "Memory"); one run per size (100k takes minutes).
+bench-memory: install
+	$(PY) benchmarks/evaluator_speed.py --items 3000 30000 100000 --repeats 1 --skip-minimal
 
 lint: install
 	$(VENV)/bin/ruff check evalsvc tests

@@ -18,13 +18,22 @@ from pydantic import AfterValidator, Field
 #: PostgreSQL ``integer`` (int4), the type of ``runs.priority`` (an ORM ``Mapped[int]``).
 INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 
-#: Items a suite may plan (``options.samples``, a kind's ``params.n``). Rationale: the finest
-#: margin worth gating on a binary metric, δ = 0.01 at 10% discordance, α = 0.05, power 0.8,
-#: needs ((1.645 + 0.842)² · 0.1) / 0.01² ≈ 6,200 paired items (Connor 1987, McNemar sample
-#: size); 10,000 leaves room above that while keeping one run's items in memory small
-#: (a 3k-token needle prompt is ~12 kB: 10,000 of them ~120 MB). 999,999,999,999 grew a
-#: worker to 2.6 GB before this bound.
-MAX_ITEMS = 10_000
+#: Items a suite may plan anywhere (``options.samples``, a kind's ``params.n``), an in-process
+#: ``evalsvc compare`` included. Rationale: MMLU has 14,042 test items and a production replay
+#: can have 100k; 100,000 is the largest size measured within the memory target (a streaming
+#: kind's run of 100k items × 2 endpoints against a zero-latency stub, docs/benchmarks.md,
+#: "Memory"). Kinds that plan lists of long prompts (needle: a 3k-token prompt is ~12 kB) hold
+#: their whole plan, so size those to the machine. 999,999,999,999 grew a worker to 2.6 GB
+#: before this bound. What a *client of the server* may submit is smaller and a setting:
+#: ``EVALSVC_MAX_ITEMS`` (``Settings.max_items``, default ``SERVER_MAX_ITEMS``), checked by
+#: ``evalsvc.services.runs.check_server_items`` at submission and by the worker.
+MAX_ITEMS = 100_000
+#: Default of ``EVALSVC_MAX_ITEMS``: items per suite a REST client (or a schedule) may ask a
+#: server's workers for. The finest margin worth gating on a binary metric, δ = 0.01 at 10%
+#: discordance, α = 0.05, power 0.8, needs ((1.645 + 0.842)² · 0.1) / 0.01² ≈ 6,200 paired
+#: items (Connor 1987, McNemar sample size); 10,000 leaves room above that while one client
+#: cannot occupy a worker for hours.
+SERVER_MAX_ITEMS = 10_000
 #: Repeats of one item (determinism's repeats): each multiplies the samples of a suite.
 MAX_REPEATS = 100
 #: Requests in flight per endpoint (``options.concurrency``, speed/determinism levels): more

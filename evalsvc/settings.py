@@ -18,6 +18,8 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from evalsvc import limits
+
 
 def _default_home() -> Path:
     # One default for everything under home. The cache dir (~/.cache/evalsvc on Linux) because
@@ -72,6 +74,10 @@ class Settings(BaseSettings):
     """Largest gate margin any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
     gate_max_alpha: float = Field(default=0.10, gt=0, lt=0.5)
     """Largest one-sided α any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
+    max_items: int = Field(default=limits.SERVER_MAX_ITEMS, ge=1, le=limits.MAX_ITEMS)
+    """Items per suite a client of the server may submit (``POST /runs``, schedules; checked
+    again by the worker). An in-process ``evalsvc compare`` is bounded by
+    ``evalsvc.limits.MAX_ITEMS`` only."""
 
     @field_validator("home", "suites_dir", mode="after")
     @classmethod

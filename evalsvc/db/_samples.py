@@ -4,6 +4,8 @@ Contract: samples go in and come out as ``evalsvc.domain.Sample``; the columns a
 ``_rows.SAMPLE_KEY`` + ``_rows.SAMPLE_VALUES`` (the export lays out the same list). Writes are
 idempotent: a stored sample without error is never overwritten, an errored one is replaced (how
 a retried item's result lands). Batching is the caller's: ``SampleWriter`` owns it.
+``sample_page`` reads a run's samples in pages (keyset on the row id), so a reader of a large
+run never holds it whole.
 """
 
 from __future__ import annotations
@@ -68,6 +70,30 @@ class SampleStore:
             stmt = stmt.where(SampleRow.endpoint == endpoint)
         with self._db.session(write=False) as session:
             return [sample(row) for row in session.scalars(stmt)]
+
+    def sample_page(
+        self,
+        run_id: str,
+        *,
+        suite: str | None = None,
+        after: int = 0,
+        limit: int = 1000,
+    ) -> tuple[list[Sample], int]:
+        """At most ``limit`` samples of a run (of one suite) written after the cursor ``after``,
+        in the order of ``get_samples``, and the cursor of the next page (``after`` again when
+        none is left). A caller reads a run of any size page by page in bounded memory; each
+        page is its own short read transaction."""
+        stmt = (
+            sa.select(SampleRow)
+            .where(SampleRow.run_id == run_id, SampleRow.id > after)
+            .order_by(SampleRow.id)
+            .limit(max(1, limit))
+        )
+        if suite is not None:
+            stmt = stmt.where(SampleRow.suite == suite)
+        with self._db.session(write=False) as session:
+            rows = list(session.scalars(stmt))
+            return [sample(row) for row in rows], (rows[-1].id if rows else after)
 
     def count_samples(self, run_id: str) -> dict[str, int]:
         """``{"total": n, "errors": m}`` without loading the samples."""

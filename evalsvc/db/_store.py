@@ -66,6 +66,7 @@ class Store:
         self.save_report, self.get_report = runs.save_report, runs.get_report
         self.add_samples, self.get_samples = samples.add_samples, samples.get_samples
         self.count_samples, self.done_keys = samples.count_samples, samples.done_keys
+        self.sample_page = samples.sample_page
         self.claim_run, self.heartbeat, self.release_run = (
             queue.claim_run, queue.heartbeat, queue.release_run
         )

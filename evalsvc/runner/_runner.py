@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -56,11 +56,15 @@ from evalsvc.runner._common import (
 )
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
-from evalsvc.suites import Analysis, Suite, flips, pilot_name
+from evalsvc.suites import Analysis, PairedColumns, Suite, flips, pilot_name
 
 
 class SampleSink(Protocol):
     async def __call__(self, sample: Sample) -> None: ...
+
+
+#: The stored samples of one suite of the run, page by page (``evalsvc.services.runs``).
+StoredPages = Callable[[str], AsyncIterator[Sequence[Sample]]]
 
 
 class Progress(Protocol):
@@ -222,6 +226,7 @@ async def execute(
     sink: SampleSink,
     done: set[tuple[str, str, str, int]] | None = None,
     stored: Callable[[], Awaitable[list[Sample]]] | None = None,
+    stored_pages: StoredPages | None = None,
     progress: Progress | None = None,
     cancel: threading.Event | None = None,
     on_probed: Callable[[str, EndpointRef, Provenance], None] | None = None,
@@ -232,9 +237,16 @@ async def execute(
 
     ``stored`` returns the samples already persisted for this run (from earlier attempts); they
     are merged with this attempt's samples before analysis, so a resumed run's verdict equals an
-    uninterrupted one's. ``egress`` is the connection/credential policy of every client (None:
-    local); samples reach ``sink`` with their output cut at ``max_output_chars`` (default
-    ``EVALSVC_MAX_OUTPUT_CHARS``, ``data.output_truncated`` set) after they were scored.
+    uninterrupted one's. ``stored_pages(suite)``, when given, reads them instead one suite at a
+    time in pages (the service layer's; ``stored`` then serves only a calibration pilot's
+    samples): with it, memory does not grow with the run's size. ``egress`` is the
+    connection/credential policy of every client (None: local); samples reach ``sink`` with
+    their output cut at ``max_output_chars`` (default ``EVALSVC_MAX_OUTPUT_CHARS``,
+    ``data.output_truncated`` set) after they were scored.
+
+    Memory: the samples of a streaming kind (``Suite.streams_samples``) are kept only as
+    ``PairedColumns`` (scores and the few fields its analysis reads), the others as samples; a
+    lazy plan (``LazyItems``) is read item by item as it is sent.
     """
     progress = progress or NullProgress()
     done = done or set()
@@ -256,17 +268,35 @@ async def execute(
         check_capabilities(suites, refs, provs)
         await check_preflight(suites, provs[0])
         warnings = _tokenizer_warnings(refs, provs)
+        # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
+        # go to its columns (and to the sink) only.
         collected: list[Sample] = []
+        columns: dict[str, PairedColumns] = {}
 
         async def emit(sample: Sample) -> None:
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
             _cap_output(sample, output_cap)  # stored output is bounded (docs/security.md)
-            collected.append(sample)
+            cols = columns.get(sample.suite)
+            if cols is not None:
+                cols.add(sample)
+            else:
+                collected.append(sample)
             await sink(sample)
             progress.advance(sample.suite, sample.endpoint)
 
-        plans: dict[str, list[Item]] = {}
+        async def stored_of(name: str) -> list[Sample]:
+            """The samples of suite ``name`` stored by earlier attempts (all pages)."""
+            if stored_pages is not None:
+                return [s async for page in stored_pages(name) for s in page]
+            return [s for s in (await stored() if stored else []) if s.suite == name]
+
+        async def suite_stored() -> list[Sample]:
+            # What _run_sequential/_run_staged read: the stored samples of the suite at hand.
+            return await stored_of(current[0])
+
+        current = [""]
+        plans: dict[str, Sequence[Item]] = {}
         sequential: dict[str, dict[str, Any]] = {}
         staged: dict[str, dict[str, Any]] = {}
         calibrations: dict[str, dict[str, Any]] = {}
@@ -287,7 +317,7 @@ async def execute(
                         for k in done
                         if k[0] == "baseline" and k[1] == pilot_name(suite.name)
                     },
-                    stored=stored,
+                    stored=_only(stored_of, pilot_name(suite.name)) if stored_pages else stored,
                     collected=collected,
                     options=options,
                     progress=progress,
@@ -301,6 +331,17 @@ async def execute(
                     f"planning {suite.name} on the baseline failed: {exc}"
                 ) from exc
             plans[suite.name] = items
+            current[0] = suite.name
+            if suite.streams_samples:
+                cols = columns[suite.name] = suite.sample_columns(roles)
+                # Earlier attempts' samples first: this attempt's replace them (later wins).
+                if stored_pages is not None:
+                    async for page in stored_pages(suite.name):
+                        for s in page:
+                            cols.add(s)
+                else:
+                    for s in await stored_of(suite.name):
+                        cols.add(s)
             done_by_role = {
                 role: {(k[2], k[3]) for k in done if k[0] == role and k[1] == suite.name}
                 for role in roles
@@ -315,7 +356,7 @@ async def execute(
             async def run_on(
                 role: str,
                 client: EndpointClient,
-                its: list[Item],
+                its: Sequence[Item],
                 s: Suite = suite,
                 d: dict[str, set[tuple[str, int]]] = done_by_role,
             ) -> None:
@@ -328,7 +369,7 @@ async def execute(
                     concurrency=suite_concurrency(s, options),
                 )
 
-            async def run_batch(its: list[Item], s: Suite = suite) -> None:
+            async def run_batch(its: Sequence[Item], s: Suite = suite) -> None:
                 if s.exclusive:
                     for role, client in zip(roles, clients, strict=True):
                         await run_on(role, client, its)
@@ -340,12 +381,14 @@ async def execute(
             stages = suite.stage_sizes()
             if stages:  # the kind's own staged design (also under --sequential)
                 staged[suite.name] = await _run_staged(
-                    suite, items, stages, run_batch, collected, roles, options, stored
+                    suite, items, stages, run_batch, collected, roles, options,
+                    suite_stored if stored or stored_pages else None, columns.get(suite.name),
                 )
                 plans[suite.name] = items[: staged[suite.name]["items_used"]]
             elif options.sequential and suite.sequential_ok:
                 sequential[suite.name] = await _run_sequential(
-                    suite, items, run_batch, collected, roles, options, stored
+                    suite, items, run_batch, collected, roles, options,
+                    suite_stored if stored or stored_pages else None, columns.get(suite.name),
                 )
                 # Items never sent are not missing: the design stopped. Gate on what was sent.
                 plans[suite.name] = items[: sequential[suite.name]["items_used"]]
@@ -354,11 +397,20 @@ async def execute(
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
 
-        all_samples = (await stored() if stored else []) + collected
+        listed = [s.name for s in suites if s.name not in columns]
+        previous: list[Sample] = []
+        if listed and stored_pages is not None:
+            for name in listed:
+                previous += await stored_of(name)
+        elif listed and stored is not None:
+            previous = [s for s in await stored() if s.suite not in columns]
         # Later samples win on the same key (a resumed attempt retried an errored item).
-        by_key = {s.key: s for s in all_samples}
+        by_key = {s.key: s for s in previous + collected}
         samples = list(by_key.values())
-        result = _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
+        del previous, by_key
+        result = _gate_all(
+            run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns
+        )
         result.warnings = warnings
         for cand in result.candidates:
             for sres in cand.suites:
@@ -376,12 +428,13 @@ async def execute(
 
 async def _run_sequential(
     suite: Suite,
-    items: list[Item],
-    run_batch: Callable[[list[Item]], Awaitable[None]],
+    items: Sequence[Item],
+    run_batch: Callable[[Sequence[Item]], Awaitable[None]],
     collected: list[Sample],
     roles: list[str],
     options: RunOptions,
     stored: Callable[[], Awaitable[list[Sample]]] | None,
+    columns: PairedColumns | None = None,
 ) -> dict[str, Any]:
     """Send items in batches; stop once every candidate's always-valid decision is reached.
 
@@ -405,16 +458,15 @@ async def _run_sequential(
         }
     margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
-    previous = await stored() if stored else []
+    look = await _looks(suite, collected, stored, columns)
     used = 0
     decisions: dict[str, str | None] = {}
     for start in range(0, len(items), batch):
         await run_batch(items[start : start + batch])
         used = min(len(items), start + batch)
-        mine = [s for s in previous + collected if s.suite == suite.name]
-        base = [s for s in mine if s.endpoint == "baseline"]
+        analyses = look(roles[1:])
         for role in roles[1:]:
-            analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
+            analysis = analyses[role]
             sign = 1.0 if gate.higher_is_better else -1.0
             diffs = [
                 sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)
@@ -434,13 +486,14 @@ async def _run_sequential(
 
 async def _run_staged(
     suite: Suite,
-    items: list[Item],
+    items: Sequence[Item],
     stages: list[int],
-    run_batch: Callable[[list[Item]], Awaitable[None]],
+    run_batch: Callable[[Sequence[Item]], Awaitable[None]],
     collected: list[Sample],
     roles: list[str],
     options: RunOptions,
     stored: Callable[[], Awaitable[list[Sample]]] | None,
+    columns: PairedColumns | None = None,
 ) -> dict[str, Any]:
     """Send a kind's planned stages (``Suite.stage_sizes``) until every candidate's gate decides.
 
@@ -453,7 +506,7 @@ async def _run_staged(
     gate = suite.gate
     if gate.margin is None:  # a threshold gate tests once, at the first stage's size
         stages = stages[:1]
-    previous = await stored() if stored else []
+    look = await _looks(suite, collected, stored, columns)
     used = 0
     history: list[dict[str, Any]] = []
     reason = "cap"
@@ -462,11 +515,10 @@ async def _run_staged(
         if size > used:
             await run_batch(items[used:size])
             used = size
-        mine = [s for s in previous + collected if s.suite == suite.name]
-        base = [s for s in mine if s.endpoint == "baseline"]
+        analyses = look(roles[1:])
         verdicts: dict[str, str] = {}
         for role in roles[1:]:
-            analysis = suite.analyze(base, [s for s in mine if s.endpoint == role])
+            analysis = analyses[role]
             verdicts[role] = gate_outcome(gate, analysis, seed=suite.spec.seed).verdict
         history.append({"items": used, "verdicts": verdicts})
         if all(v in ("pass", "fail") for v in verdicts.values()):
@@ -493,8 +545,39 @@ async def _run_staged(
     }
 
 
-def _expected(suite: Suite, items: list[Item]) -> int:
+def _expected(suite: Suite, items: Sequence[Item]) -> int:
     return suite.expected_samples(items)
+
+
+def _only(
+    stored_of: Callable[[str], Awaitable[list[Sample]]], name: str
+) -> Callable[[], Awaitable[list[Sample]]]:
+    async def read() -> list[Sample]:
+        return await stored_of(name)
+
+    return read
+
+
+async def _looks(
+    suite: Suite,
+    collected: list[Sample],
+    stored: Callable[[], Awaitable[list[Sample]]] | None,
+    columns: PairedColumns | None,
+) -> Callable[[Sequence[str]], dict[str, Analysis]]:
+    """The analysis of each candidate role on everything sent so far, for a staged or
+    sequential look: from the suite's columns (streaming kinds) or from the samples stored
+    before this attempt (read once, now) plus this attempt's."""
+    if columns is not None:
+        cols = columns
+        return lambda roles: {r: suite.analyze_columns(cols, r) for r in roles}
+    previous = await stored() if stored else []
+
+    def look(roles: Sequence[str]) -> dict[str, Analysis]:
+        mine = [s for s in previous + collected if s.suite == suite.name]
+        base = [s for s in mine if s.endpoint == "baseline"]
+        return {r: suite.analyze(base, [s for s in mine if s.endpoint == r]) for r in roles}
+
+    return look
 
 
 def _tokenizer_warnings(refs: Sequence[EndpointRef], provs: Sequence[Provenance]) -> list[str]:
@@ -515,10 +598,13 @@ def _gate_all(
     candidates: Sequence[EndpointRef],
     provs: Sequence[Provenance],
     suites: Sequence[Suite],
-    plans: dict[str, list[Item]],
+    plans: dict[str, Sequence[Item]],
     samples: list[Sample],
     options: RunOptions,
+    *,
+    columns: dict[str, PairedColumns] | None = None,
 ) -> RunResult:
+    columns = columns or {}
     by: dict[tuple[str, str], list[Sample]] = {}
     for s in samples:
         by.setdefault((s.endpoint, s.suite), []).append(s)
@@ -532,9 +618,15 @@ def _gate_all(
         for suite in suites:
             base_s = by.get(("baseline", suite.name), [])
             cand_s = by.get((role, suite.name), [])
-            analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
+            cols = columns.get(suite.name)
+            if cols is not None:
+                analysis = suite.analyze_columns(cols, role, provenance=(provs[0], provs[i + 1]))
+                errors = cols.error_examples(role)
+            else:
+                analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
+                errors = sorted({s.error for s in cand_s + base_s if s.error})[:5]
             planned = suite.gated_pairs(plans[suite.name])
-            res = _gate_one(suite, analysis, options, planned, base_s, cand_s)
+            res = _gate_one(suite, analysis, options, planned, base_s, cand_s, errors)
             cres.suites.append(res)
             error_rate = res.n_errors / planned if planned else 0.0
             if error_rate > options.max_error_rate:
@@ -596,6 +688,7 @@ def _gate_one(
     planned: int,
     base_s: list[Sample],
     cand_s: list[Sample],
+    error_examples: list[str] | None = None,
 ) -> SuiteResult:
     gate = suite.gate
     outcome = gate_outcome(gate, analysis, seed=suite.spec.seed)
@@ -636,11 +729,12 @@ def _gate_one(
             good_b, good_c = [1.0 - x for x in good_b], [1.0 - x for x in good_c]
         details.setdefault("flips", flips(good_b, good_c))
     heatmap = getattr(suite, "heatmap", None)
-    if callable(heatmap):
+    if callable(heatmap) and not suite.streams_samples:
         details["heatmap"] = {"baseline": heatmap(base_s), "candidate": heatmap(cand_s)}
-    errors = [s.error for s in cand_s + base_s if s.error]
-    if errors:
-        details["error_examples"] = sorted(set(errors))[:5]
+    if error_examples is None:
+        error_examples = sorted({s.error for s in cand_s + base_s if s.error})[:5]
+    if error_examples:
+        details["error_examples"] = error_examples
     # Pairs with no sample on either side (never sent, lost) count as errors: a verdict never
     # rests on silently missing items, and the error budget sees them.
     missing = max(0, planned - outcome.n - analysis.n_errors)
@@ -760,7 +854,7 @@ def gate_samples(
     candidates: Sequence[EndpointRef],
     provs: Sequence[Provenance],
     suites: Sequence[Suite],
-    plans: dict[str, list[Item]],
+    plans: dict[str, Sequence[Item]],
     samples: list[Sample],
     options: RunOptions,
 ) -> RunResult:

@@ -36,6 +36,7 @@ from evalsvc.endpoints import (
 from evalsvc.services import sweeps
 from evalsvc.services.runs import (
     UsageError,
+    check_server_items,
     check_server_spec,
     check_tokenizer_path,
     load_suites,
@@ -174,7 +175,8 @@ def add_schedule(
     (egress, credentials), all checked now rather than at every fire time."""
     _check_name("schedule", name)
     _check_text("cron", cron, limits.MAX_CRON)
-    load_suites(template, allow_paths=allow_paths)  # UsageError: unknown suite, bad gate option
+    # UsageError: unknown suite, bad gate option, more items than a server run may plan
+    check_server_items(template, load_suites(template, allow_paths=allow_paths))
     check_server_spec(template, store=store)  # UsageError: what workers would refuse
     try:
         return store.add_schedule(name=name, cron=cron, template=template, start_at=start_at)

@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from evalsvc.db import IN_PROCESS_PREFIX, Leases, SampleWriter, Store
@@ -120,9 +120,32 @@ def bind_gates(suites: Sequence[Suite], options: Any) -> None:
 def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> RunInfo:
     """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``);
     ``submitted_by`` is the caller's token name (who may cancel it besides admins)."""
-    load_suites(spec, allow_paths=False)  # refuse unknown suites at submission, not on the worker
+    suites = load_suites(spec, allow_paths=False)  # unknown suites: at submission, not later
+    check_server_items(spec, suites)
     check_server_spec(spec, store=store)
     return store.create_run(spec, status=RunStatus.queued, submitted_by=submitted_by)
+
+
+def check_server_items(spec: RunSpec, suites: Sequence[Suite]) -> None:
+    """Refuse (``UsageError``, 422 over REST) a run asking for more items per suite than a
+    client of the server may submit, ``EVALSVC_MAX_ITEMS`` (``Settings.max_items``): in
+    ``options.samples`` or in a suite's own size. Called at submission (REST runs, schedules)
+    and by the worker; an in-process ``compare`` is bounded by ``evalsvc.limits.MAX_ITEMS``
+    alone (the suites' own validation)."""
+    bound = Settings().max_items
+    samples = spec.options.samples
+    over = [f"options.samples is {samples}"] if samples is not None and samples > bound else []
+    over += [
+        f"{suite.name} plans {count}"
+        for suite in suites
+        if (count := suite.item_count()) is not None and count > bound
+    ]
+    if over:
+        raise UsageError(
+            f"too many items: {'; '.join(over)}; a run submitted to the server may plan at most "
+            f"{bound} items per suite (EVALSVC_MAX_ITEMS); run larger suites in-process "
+            "with `evalsvc compare`"
+        )
 
 
 # ---- egress and credentials (docs/security.md) --------------------------------------------
@@ -293,6 +316,7 @@ def execute_stored_run(
     """
     try:
         suites = load_suites(run.spec)
+        check_server_items(run.spec, suites)
         policy = server_policy()
         check_server_spec(run.spec, store=store, policy=policy, names=False)
     except UsageError as exc:
@@ -348,6 +372,19 @@ def _execute(
     async def stored() -> list[Sample]:
         return await asyncio.to_thread(store.get_samples, run.id)
 
+    async def stored_pages(suite: str) -> AsyncIterator[list[Sample]]:
+        # One suite's stored samples in pages of _PAGE: a resumed run of 100k items, or a
+        # gate over them, never holds the run's samples at once.
+        await writer.flushed(_nothing)()
+        after = 0
+        while True:
+            page, after = await asyncio.to_thread(
+                store.sample_page, run.id, suite=suite, after=after, limit=_PAGE
+            )
+            if not page:
+                return
+            yield page
+
     def on_probed(role: str, ref: EndpointRef, prov: Provenance) -> None:
         store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
 
@@ -362,6 +399,7 @@ def _execute(
                 sink=sink,
                 done=done,
                 stored=writer.flushed(stored),
+                stored_pages=stored_pages,
                 progress=progress,
                 cancel=cancel,
                 on_probed=on_probed,
@@ -407,6 +445,14 @@ def _execute(
         worker_id=worker_id,
     )
     return report
+
+
+#: Samples per page when a run reads its stored samples back (``Store.sample_page``).
+_PAGE = 2000
+
+
+async def _nothing() -> None:
+    return None
 
 
 #: How often (s) an in-process run's progress counts are written to its row at most.

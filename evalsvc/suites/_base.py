@@ -4,11 +4,13 @@ A *suite kind* is a ``Suite`` subclass registered with ``@register``. A *suite* 
 of a kind (``SuiteSpec``): parameters, seed, gate policy. The runner:
 
 1. calls ``plan()`` once with the baseline's client to get the seeded items (the same items go to
-   every endpoint; that pairing is the point);
+   every endpoint; that pairing is the point): a list, or a ``LazyItems`` that builds each item
+   when it is read;
 2. calls ``run()`` once per endpoint, which sends the items through the client and hands each
    ``Sample`` to ``emit`` as soon as it exists (the runner persists it);
 3. calls ``analyze()`` with the baseline's and one candidate's samples to get the gate outcome
-   and the details for the report.
+   and the details for the report; for a kind with ``streams_samples`` it keeps no samples but
+   ``PairedColumns`` and calls ``analyze_columns()`` instead (memory flat in the items).
 
 How a suite is gated is resolved once (``bind_gate``, by the service layer with the server's
 limits) and read from ``Suite.gate`` everywhere after that.
@@ -28,7 +30,8 @@ import asyncio
 import re
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from array import array
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -135,6 +138,42 @@ class Analysis:
     the generic ``evalsvc.gates.evaluate_gate`` of ``gate.kind``. Threshold gates ignore it."""
 
 
+class LazyItems(Sequence[Item]):
+    """A plan whose items are built when read: ``make(i)`` is item ``i`` of ``length``.
+
+    ``plan()`` may return one instead of a list (the ``reasoning`` kind does): a plan of 100k
+    items then holds no item until the runner sends it, and memory stays flat in the number of
+    items. Indexing, slicing (a lazy view: the runner's staged and sequential batches),
+    iteration and ``len`` work as on a list; ``make`` must be deterministic (every read of item
+    ``i`` gives an equal item), because each endpoint reads the plan again.
+    """
+
+    def __init__(self, length: int, make: Callable[[int], Item], _indices: range | None = None) -> None:
+        self._make = make
+        self._indices = range(length) if _indices is None else _indices
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return LazyItems(0, self._make, self._indices[index])
+        return self._make(self._indices[index])
+
+    def __iter__(self) -> Iterator[Item]:
+        return map(self._make, self._indices)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-sequence semantics, like a list
+
+    def __repr__(self) -> str:
+        return f"LazyItems({len(self)} items)"
+
+
 class Suite(ABC):
     """Base class of every suite kind."""
 
@@ -232,8 +271,9 @@ class Suite(ABC):
         return int(value) if isinstance(value, int) else None
 
     @abstractmethod
-    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
-        """Generate the items, deterministically from ``self.spec.seed``."""
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> Sequence[Item]:
+        """Generate the items, deterministically from ``self.spec.seed``: a list, or a
+        ``LazyItems`` that builds each item when it is read (flat memory for large plans)."""
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         """Send one item and score the response. Kinds with per-item work override this."""
@@ -254,16 +294,19 @@ class Suite(ABC):
         The default sends items concurrently (bounded by ``concurrency``); kinds that need a
         particular traffic shape (determinism, speed) override this.
         """
-        sem = asyncio.Semaphore(max(1, concurrency))
+        # ``concurrency`` workers pull items from one iterator: the tasks, and the items of a
+        # lazy plan (``LazyItems``), exist only while in flight, so memory does not grow with
+        # the number of items (one task per item was about 2 KB each, docs/benchmarks.md).
+        pending = (it for it in items if (it.id, 0) not in done)
 
-        async def one(item: Item) -> None:
-            async with sem:
+        async def worker() -> None:
+            for item in pending:
                 sample = await self.solve(item, client)
-            sample.endpoint = role
-            sample.suite = self.name
-            await emit(sample)
+                sample.endpoint = role
+                sample.suite = self.name
+                await emit(sample)
 
-        await asyncio.gather(*(one(it) for it in items if (it.id, 0) not in done))
+        await asyncio.gather(*(worker() for _ in range(max(1, concurrency))))
 
     async def preflight(self, provenance: Provenance) -> list[str]:
         """Problems that make this suite unrunnable on an endpoint with ``provenance`` (the
@@ -453,6 +496,33 @@ class Suite(ABC):
         """
         return paired_scores(baseline, candidate, slicer=self.slice_of)
 
+    # ------------------------------------------------------------------ streamed samples
+    # A kind whose analysis needs only what ``paired_scores`` reads (scores, the baseline's
+    # cluster, slices and ``slice_fields``, the outputs' first divergent token) sets
+    # ``streams_samples``: the runner then keeps its samples as ``PairedColumns`` while they
+    # arrive and calls ``analyze_columns`` instead of ``analyze``, so a run of 100k items holds
+    # no list of samples. Every other kind gets lists of samples, as before.
+
+    streams_samples: ClassVar[bool] = False
+    """The runner keeps this kind's samples as ``PairedColumns`` and calls ``analyze_columns``
+    (which must equal ``analyze`` on the same samples); the kind has no ``heatmap``."""
+
+    def sample_columns(self, roles: Sequence[str]) -> PairedColumns:
+        """The columns the runner fills with this suite's samples on ``roles``."""
+        return PairedColumns(
+            roles, slicer=self.slice_of, fields=[name for name, _ in self.slice_fields]
+        )
+
+    def analyze_columns(
+        self,
+        columns: PairedColumns,
+        role: str,
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        """``analyze`` of the baseline against ``role`` from the columns (streaming kinds)."""
+        return columns.analysis(role)
+
 
 LOGPROB_TOKENS_SHOWN = 64
 """Token logprobs a samples-browser row shows at most (``Suite.sample_logprobs``): a drift
@@ -533,6 +603,212 @@ def paired_scores(
         keys=ids,
         first_tokens=tokens,
     )
+
+
+#: ``PairedColumns``: no score yet, a score, an errored sample (score None).
+_ABSENT, _SCORED, _ERRORED = 0, 1, 2
+
+
+class PairedColumns:
+    """One suite's samples on every endpoint as compact columns: what :func:`paired_scores`
+    reads, kept as the samples arrive, so the runner holds no ``Sample`` of a streaming kind
+    (``Suite.streams_samples``) and its memory per item is a few hundred bytes, whatever the
+    outputs' length.
+
+    Per (item, repeat): each role's score (``array('d')``) and state, the baseline's cluster,
+    its slice labels (``slicer``) and its ``fields`` (the kind's ``slice_fields``, shared
+    between equal values); per candidate, the first divergent token of each scored pair. An
+    output is kept only until its pair is complete; error texts only as the five smallest
+    distinct ones per role (all ``_gate_one`` reports). A later sample for the same key and
+    role replaces the earlier one, as in :func:`paired_scores`; ``analysis(role)`` equals
+    ``paired_scores(baseline samples, that role's samples, slicer=slicer)``.
+    """
+
+    def __init__(
+        self,
+        roles: Sequence[str],
+        *,
+        slicer: Callable[[Sample], dict[str, str]] | None = None,
+        fields: Sequence[str] = (),
+    ) -> None:
+        self.roles = list(roles)
+        self._candidates = [r for r in self.roles if r != "baseline"]
+        self._slicer = slicer
+        self._fields = tuple(fields)
+        self._index: dict[tuple[str, int], int] = {}
+        self._keys: list[tuple[str, int]] = []
+        self._scores = {r: array("d") for r in self.roles}
+        self._state = {r: bytearray() for r in self.roles}
+        self._cluster: list[Any] = []
+        self._slices: list[tuple[tuple[str, str], ...] | None] = []
+        self._data: list[dict[str, Any] | None] = []
+        self._tokens: dict[str, dict[int, tuple[str | None, str | None]]] = {
+            r: {} for r in self._candidates
+        }
+        self._outputs: dict[str, dict[int, str]] = {r: {} for r in self.roles}
+        self._errors: dict[str, list[str]] = {r: [] for r in self.roles}
+        self._shared: dict[Any, Any] = {}
+        self.samples = 0
+
+    def _intern(self, value: Any) -> Any:
+        # Equal labels share one object: a slice label per item costs a pointer, not a string.
+        try:
+            return self._shared.setdefault(value, value)
+        except TypeError:  # unhashable: kept as is
+            return value
+
+    def _slot(self, key: tuple[str, int]) -> int:
+        i = self._index.get(key)
+        if i is None:
+            i = self._index[key] = len(self._keys)
+            self._keys.append(key)
+            for r in self.roles:
+                self._scores[r].append(0.0)
+                self._state[r].append(_ABSENT)
+            self._cluster.append(None)
+            self._slices.append(None)
+            self._data.append(None)
+        return i
+
+    def add(self, sample: Sample) -> None:
+        """Take one sample of role ``sample.endpoint`` (other roles are ignored)."""
+        role = sample.endpoint
+        if role not in self._scores:
+            return
+        self.samples += 1
+        i = self._slot((sample.item_id, sample.repeat))
+        score = sample.score
+        scored = score is not None
+        self._state[role][i] = _SCORED if scored else _ERRORED
+        self._scores[role][i] = float(score) if score is not None else 0.0
+        if sample.error:
+            self._keep_error(role, sample.error)
+        if role == "baseline" and scored:
+            # What paired_scores reads of a gated pair's baseline sample, and only then.
+            data = sample.data
+            self._cluster[i] = self._intern(data["cluster"]) if "cluster" in data else _NO_CLUSTER
+            if self._slicer is not None:
+                self._slices[i] = self._intern(tuple(self._slicer(sample).items()))
+            if self._fields:
+                self._data[i] = self._intern_fields(data)
+        self._pair(role, i, sample.output)
+
+    def _intern_fields(self, data: dict[str, Any]) -> dict[str, Any]:
+        values = tuple((f, data[f]) for f in self._fields if f in data)
+        try:
+            shared: dict[str, Any] = self._shared.setdefault(("fields", values), dict(values))
+        except TypeError:  # an unhashable value: kept as is
+            return dict(values)
+        return shared
+
+    def _pair(self, role: str, i: int, output: str) -> None:
+        """Compute the first divergent tokens the new sample completes; keep an output only
+        while a pair still waits for it."""
+        base_ok = self._state["baseline"][i] == _SCORED
+        if role == "baseline":
+            waiting = False
+            for r in self._candidates:
+                if self._state[r][i] == _SCORED and base_ok:
+                    self._token(r, i, output, self._outputs[r].pop(i, ""))
+                else:
+                    waiting = True
+            if waiting:
+                self._outputs["baseline"][i] = output
+            else:
+                self._outputs["baseline"].pop(i, None)
+            return
+        if base_ok and self._state[role][i] == _SCORED:
+            self._outputs[role].pop(i, None)
+            self._token(role, i, self._outputs["baseline"].get(i, ""), output)
+            if all(self._state[r][i] == _SCORED for r in self._candidates):
+                self._outputs["baseline"].pop(i, None)
+        else:
+            self._outputs[role][i] = output
+
+    def _token(self, role: str, i: int, base: str, cand: str) -> None:
+        token = first_divergent_token(base, cand)
+        if token is None:
+            self._tokens[role].pop(i, None)
+        else:
+            self._tokens[role][i] = token
+
+    def _keep_error(self, role: str, error: str) -> None:
+        kept = self._errors[role]
+        if error in kept or (len(kept) >= 5 and error >= kept[-1]):
+            return
+        kept.append(error)
+        kept.sort()
+        del kept[5:]
+
+    def error_examples(self, role: str) -> list[str]:
+        """``sorted(set(errors of role and baseline))[:5]``, as ``_gate_one`` reports them."""
+        return sorted(set(self._errors[role]) | set(self._errors["baseline"]))[:5]
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def pairs(self, role: str) -> list[int]:
+        """Slots of the pairs ``analysis(role)`` gates, in its order (keys sorted)."""
+        sb, sc = self._state["baseline"], self._state[role]
+        return [
+            i
+            for _, i in sorted((k, i) for k, i in self._index.items())
+            if sb[i] == _SCORED and sc[i] == _SCORED
+        ]
+
+    def fields(self, slots: Sequence[int]) -> list[dict[str, Any]]:
+        """The baseline's ``fields`` of each slot (empty when the baseline sample had none)."""
+        return [self._data[i] or {} for i in slots]
+
+    def analysis(self, role: str) -> Analysis:
+        """The same ``Analysis`` as :func:`paired_scores` on the baseline's and ``role``'s
+        samples: pairs sorted by key; a pair missing or errored on either side is counted in
+        ``n_errors`` and left out."""
+        sb, sc = self._state["baseline"], self._state[role]
+        present = sorted(k for k, i in self._index.items() if sb[i] != _ABSENT or sc[i] != _ABSENT)
+        b: list[float] = []
+        c: list[float] = []
+        clusters: list[str] = []
+        ids: list[str] = []
+        tokens: list[tuple[str | None, str | None] | None] = []
+        slices: dict[str, list[str]] = {}
+        errors = 0
+        scores_b, scores_c = self._scores["baseline"], self._scores[role]
+        mine = self._tokens.get(role, {})
+        for key in present:
+            i = self._index[key]
+            if sb[i] != _SCORED or sc[i] != _SCORED:
+                errors += 1
+                continue
+            b.append(scores_b[i])
+            c.append(scores_c[i])
+            cluster = self._cluster[i]
+            clusters.append(str(key[0] if cluster is _NO_CLUSTER else cluster))
+            ids.append(key[0] if key[1] == 0 else f"{key[0]}#{key[1]}")
+            tokens.append(mine.get(i))
+            for dim, label in self._slices[i] or ():
+                slices.setdefault(dim, []).append(label)
+        has_clusters = len(set(clusters)) < len(clusters)
+        complete = {d: v for d, v in slices.items() if len(v) == len(b)}
+        return Analysis(
+            b,
+            c,
+            clusters if has_clusters else None,
+            n_errors=errors,
+            slices=complete or None,
+            keys=ids,
+            first_tokens=tokens,
+        )
+
+
+class _NoCluster:
+    """The baseline sample's ``data`` had no ``cluster`` (the item id stands for it)."""
+
+    def __repr__(self) -> str:
+        return "<no cluster>"
+
+
+_NO_CLUSTER = _NoCluster()
 
 
 def flips(baseline: Sequence[float], candidate: Sequence[float]) -> dict[str, int]:

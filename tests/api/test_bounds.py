@@ -103,6 +103,17 @@ BAD: dict[str, tuple[str, str, Any]] = {
         "/runs",
         run_body(options={"samples": limits.MAX_ITEMS + 1}),
     ),
+    # Within what an in-process compare may run, past what a client of the server may submit.
+    "samples one past the server's bound (EVALSVC_MAX_ITEMS)": (
+        "POST",
+        "/runs",
+        run_body(options={"samples": limits.SERVER_MAX_ITEMS + 1}),
+    ),
+    "a schedule past the server's bound": (
+        "POST",
+        "/schedules",
+        schedule_body(template=run_body(options={"samples": limits.MAX_ITEMS})),
+    ),
     "seed 2^64": ("POST", "/runs", run_body(options={"seed": 2**64})),
     "concurrency 10^6": ("POST", "/runs", run_body(options={"concurrency": 10**6})),
     "request timeout of a year": (
@@ -180,7 +191,7 @@ def test_values_at_the_bounds_fit_the_database(api: Api) -> None:
                 json=run_body(
                     priority=priority,
                     labels=labels,
-                    options={"samples": limits.MAX_ITEMS, "seed": limits.MAX_SEED},
+                    options={"samples": limits.SERVER_MAX_ITEMS, "seed": limits.MAX_SEED},
                     candidates=[{"url": CAND, "name": "n" * limits.MAX_LABEL_NAME}],
                 ),
             )
@@ -201,6 +212,23 @@ def test_values_at_the_bounds_fit_the_database(api: Api) -> None:
         assert client.get("/endpoints/bf16").json()["url"] == long_url
         resp = client.post("/schedules", json=schedule_body(start_at="2099-12-31T23:59:59Z"))
         assert resp.status_code == 201, resp.text
+
+
+def test_the_servers_item_bound_is_a_setting(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``EVALSVC_MAX_ITEMS`` bounds what a client may submit (422 with the setting's name and
+    the way out), read when the run is submitted; at the bound the run is queued."""
+    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "50")
+    with api.client("submit") as client:
+        over = client.post("/runs", json=run_body(options={"samples": 51}))
+        assert over.status_code == 422, over.text
+        detail = over.json()["detail"]
+        assert "options.samples is 51" in detail and "at most 50 items" in detail
+        assert "EVALSVC_MAX_ITEMS" in detail and "in-process" in detail
+        assert client.get("/runs").json() == []
+        at = client.post("/runs", json=run_body(options={"samples": 50}))
+        assert at.status_code == 202, at.text
 
 
 def test_the_claim_order_holds_at_the_int4_extremes(api: Api) -> None:

@@ -27,8 +27,9 @@ baseline at 0% or 100% cannot show a drop.
 from __future__ import annotations
 
 import random
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,7 +39,15 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
-from evalsvc.suites._base import Analysis, Suite, flips, paired_scores, prompt_text
+from evalsvc.suites._base import (
+    Analysis,
+    LazyItems,
+    PairedColumns,
+    Suite,
+    flips,
+    paired_scores,
+    prompt_text,
+)
 from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
@@ -373,6 +382,8 @@ class ReasoningSuite(Suite):
         "dates, lists) with exact answer match."
     )
     slice_fields = (("family", "str"), ("level", "int"))
+    #: Its analysis is paired_scores plus by_task over slice_fields: the runner streams it.
+    streams_samples = True
     view_template = "reasoning.html"
     params: ReasoningParams
 
@@ -487,35 +498,37 @@ class ReasoningSuite(Suite):
         # Family × level: the unit a quantized model loses whole (fp8-kv lost dates L1).
         return {"family × level": f"{sample.data.get('family')} L{sample.data.get('level')}"}
 
-    async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
+    async def plan(self, client: EndpointClient, provenance: Provenance) -> LazyItems:
         p = self.params
         counts = _allocate(p.n, [t.weight for t in p.tasks])
-        per_task: list[list[Item]] = []
-        for task, count in zip(p.tasks, counts, strict=True):
-            items = []
-            for k in range(count):
-                prob = generate(self.spec.seed, task.family, task.level, k)
-                messages = self._messages(task.family, task.level, k)
-                items.append(
-                    Item(
-                        id=f"{task.family}-L{task.level}-{k}",
-                        prompt=messages,
-                        expected=prob.answer,
-                        metadata={
-                            "family": task.family,
-                            "level": task.level,
-                            "template": prob.template,
-                            "answer_type": prob.answer_type,
-                            "vocabulary": list(prob.vocabulary),
-                        },
-                    )
-                )
-            per_task.append(items)
-        # Interleave the tasks so a partial (cancelled, --samples) run still covers every task.
-        out: list[Item] = []
+        # Interleave the tasks so a partial (cancelled, --samples) run still covers every task:
+        # position -> (task, k) in two int arrays (8 bytes an item); each item is built from the
+        # seed when the runner sends it (LazyItems), so a 100k-item plan holds no item.
+        task_of, k_of = array("i"), array("i")
         for i in range(max(counts, default=0)):
-            out.extend(items[i] for items in per_task if i < len(items))
-        return out
+            for t, count in enumerate(counts):
+                if i < count:
+                    task_of.append(t)
+                    k_of.append(i)
+        tasks = list(p.tasks)
+
+        def make(index: int) -> Item:
+            task, k = tasks[task_of[index]], k_of[index]
+            prob = generate(self.spec.seed, task.family, task.level, k)
+            return Item(
+                id=f"{task.family}-L{task.level}-{k}",
+                prompt=self._messages(task.family, task.level, k),
+                expected=prob.answer,
+                metadata={
+                    "family": task.family,
+                    "level": task.level,
+                    "template": prob.template,
+                    "answer_type": prob.answer_type,
+                    "vocabulary": list(prob.vocabulary),
+                },
+            )
+
+        return LazyItems(len(task_of), make)
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
@@ -554,18 +567,47 @@ class ReasoningSuite(Suite):
         analysis.details["by_task"] = by_task(baseline, candidate)
         return analysis
 
+    def analyze_columns(
+        self,
+        columns: PairedColumns,
+        role: str,
+        *,
+        provenance: tuple[Provenance, Provenance] | None = None,
+    ) -> Analysis:
+        analysis = columns.analysis(role)
+        fields = columns.fields(columns.pairs(role))
+        analysis.details["by_task"] = _by_task(
+            ((d.get("family"), d.get("level", 0)) for d in fields),
+            analysis.baseline,
+            analysis.candidate,
+        )
+        return analysis
+
 
 def by_task(baseline: list[Sample], candidate: list[Sample]) -> list[dict[str, Any]]:
     """Paired accuracy and flips per (family, level): where a drop comes from."""
     cand = {(s.item_id, s.repeat): s for s in candidate}
-    groups: dict[tuple[str, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    tasks: list[tuple[Any, Any]] = []
+    b: list[float] = []
+    c: list[float] = []
     for sb in baseline:
         sc = cand.get((sb.item_id, sb.repeat))
         if sc is None or sb.score is None or sc.score is None:
             continue
-        b, c = groups[(str(sb.data.get("family")), int(sb.data.get("level", 0)))]
+        tasks.append((sb.data.get("family"), sb.data.get("level", 0)))
         b.append(sb.score)
         c.append(sc.score)
+    return _by_task(tasks, b, c)
+
+
+def _by_task(
+    tasks: Iterable[tuple[Any, Any]], baseline: Sequence[float], candidate: Sequence[float]
+) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, int], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for (family, level), sb, sc in zip(tasks, baseline, candidate, strict=True):
+        b, c = groups[(str(family), int(level))]
+        b.append(sb)
+        c.append(sc)
     return [
         {
             "family": fam,
