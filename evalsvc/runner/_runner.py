@@ -632,10 +632,12 @@ def _gate_all(
             if error_rate > options.max_error_rate:
                 # Say which side failed: a dead baseline errors every pair of every candidate,
                 # and the message must not blame the candidate for it.
-                sides = (
-                    f"samples errored: baseline {sum(1 for s in base_s if s.error)}, "
-                    f"candidate {sum(1 for s in cand_s if s.error)}"
-                )
+                if cols is not None:
+                    n_base, n_cand = cols.errored("baseline"), cols.errored(role)
+                else:
+                    n_base = sum(1 for s in base_s if s.error)
+                    n_cand = sum(1 for s in cand_s if s.error)
+                sides = f"samples errored: baseline {n_base}, candidate {n_cand}"
                 text = (
                     f"{res.n_errors} of {planned} items errored ({sides}; budget "
                     f"{options.max_error_rate:.0%}): no verdict rests on them"

@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ def gate_logs(
         raise UsageError(f"gate options refused: {exc}") from None
     limits = gate_limits()
     suites: list[LoggedTask] = []
-    plans: dict[str, list[Item]] = {}
+    plans: dict[str, Sequence[Item]] = {}
     samples: list[Sample] = []
     pair_counts: dict[str, dict[str, Any]] = {}
     used_names: set[str] = set()

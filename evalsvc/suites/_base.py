@@ -693,6 +693,10 @@ class PairedColumns:
                 self._data[i] = self._intern_fields(data)
         self._pair(role, i, sample.output)
 
+    def errored(self, role: str) -> int:
+        """How many of ``role``'s samples errored (the error budget names the side)."""
+        return self._state[role].count(_ERRORED) if role in self._state else 0
+
     def _intern_fields(self, data: dict[str, Any]) -> dict[str, Any]:
         values = tuple((f, data[f]) for f in self._fields if f in data)
         try:
