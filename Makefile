@@ -46,8 +46,8 @@ test test-fast: export PYTHONDONTWRITEBYTECODE :=
 test test-fast: export PYTHONPYCACHEPREFIX ?= $(CURDIR)/out/pycache
 endif
 
-# The inner loop: no endpoint (no vLLM or llama.cpp server is started), no browser, nothing
-# marked slow.
+# The inner loop, a unit tier: no endpoint (no vLLM or llama.cpp server is started), no browser,
+# nothing marked slow (tests/conftest.py's SLOW list, with the reasons, and every PostgreSQL case).
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
 	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not llamacpp and not slow and not browser" $(PYTEST_ARGS)
