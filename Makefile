@@ -37,8 +37,17 @@ browser:
 test: install browser
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
-# The inner loop: no endpoint (no vLLM or llama.cpp server is started), no browser, nothing
-# marked slow.
+# pytest rewrites the asserts of some 400 modules in each worker; with PYTHONDONTWRITEBYTECODE set
+# (some shells and CI images set it) every run compiles them again, about 10 CPU-seconds per worker
+# on a 2-core host. The test targets then keep the bytecode under out/pycache instead, away from
+# the sources.
+ifneq ($(PYTHONDONTWRITEBYTECODE),)
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
+test test-fast: export PYTHONPYCACHEPREFIX ?= $(CURDIR)/out/pycache
+endif
+
+# The inner loop, a unit tier: no endpoint (no vLLM or llama.cpp server is started), no browser,
+# nothing marked slow (tests/conftest.py's SLOW list, with the reasons, and every PostgreSQL case).
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
 	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not llamacpp and not slow and not browser" $(PYTEST_ARGS)

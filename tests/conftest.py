@@ -31,7 +31,9 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -44,6 +46,123 @@ from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin
 # The background start of the local servers (see the module docstring): the process, its log,
 # and whether the baseline was already healthy before it (then this session started nothing).
 _bg: dict[str, object] = {}
+
+# The slow tier (issue 18): what is slow by nature, in one place, with the reason. `make test`
+# runs everything; `make test-fast` (-m "not slow ...") leaves these out and keeps the quick tests
+# of every area. A key is a directory, a module, or one test (node id without its parameters).
+# Besides this list: every PostgreSQL case (marker ``postgres``) is slow (its session database is
+# created and migrated per worker, and each case clears and refills it); the fast tier runs the
+# SQLite case of the same test, `make test` both. Markers written in a module still count.
+_PROCESS = "starts evalsvc processes (a real interpreter per CLI call, server or worker)"
+_SIM = "a seeded simulation of hundreds to thousands of repetitions (its rigor is the point)"
+_MULTIPLETESTS = "statsmodels' multipletests: about 0.1 s a call, more in a large worker"
+SLOW: dict[str, str] = {
+    "tests/cli/test_exit_codes.py": "exit codes of a real interpreter, one per case; tmpfs mounts",
+    "tests/services/test_sweeps.py": "launches and kills real server processes (ABBA sweeps)",
+    "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
+    "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",
+    "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
+    "tests/api/test_schemathesis.py": "schemathesis against the real server (generated requests)",
+    **dict.fromkeys(
+        [
+            "tests/scheduler/test_workers.py",
+            "tests/security/test_cli_refusals.py",
+            "tests/security/test_round2_escaping.py",
+            "tests/api/test_cli.py::test_tokens_cli_and_api_serve",
+            "tests/api/test_runs_cli.py::test_interrupted_remote_compare_cancels_its_run",
+            "tests/api/test_runs_cli.py::test_remote_compare_wait_timeout_cancels",
+            "tests/api/test_runs_cli.py::test_version",
+            "tests/cli/test_compare.py::test_killed_compare_is_settled_as_error_by_the_next",
+            "tests/cli/test_compare.py::test_needle_without_tokenize_uses_the_checkpoint_tokenizer",
+            "tests/cli/test_compare.py::test_compare_stops_when_its_run_is_cancelled",
+            "tests/dashboard/test_views.py::test_runs_gate_gives_the_reasons_in_the_cli_and_rest",
+            "tests/dashboard/test_views.py::test_cli_bars_and_the_stored_record_say_which_suite_of_how_many",
+            "tests/local/test_local.py::test_cli_up_status_down",
+            "tests/local/test_local.py::test_cli_up_failure_exits_4_with_log_tail",
+            "tests/runner/test_gate_options.py::test_margin_zero_from_the_flag_and_from_yaml_reach_the_gate",
+            "tests/runner/test_gate_options.py::test_loosening_options_exit_2_before_any_item",
+            "tests/scheduler/test_cron.py::test_two_scheduler_processes_one_run",
+            "tests/scheduler/test_schedule_isolation.py::test_worker_with_schedules_survives_a_bad_schedule",
+            "tests/scheduler/test_worker_shutdown.py::test_sigterm_during_planning_releases_the_run_and_exits_0",
+            "tests/security/test_auth_off_bind.py::test_a_localhost_name_resolving_to_any_address_is_refused",
+            "tests/security/test_round2_redaction.py::test_a_query_password_never_shows_during_an_outage",
+            "tests/security/test_round2_redaction.py::test_stored_credentials_never_reach_metrics_dashboard_or_cli",
+            "tests/security/test_secrets_and_network.py::test_the_worker_log_never_shows_userinfo",
+            "tests/services/test_gatelogs.py::test_cli_reports_and_exit_codes",
+        ],
+        _PROCESS,
+    ),
+    "tests/security/test_registry_race.py": "a freshly started `api serve` process",
+    **dict.fromkeys(
+        [
+            "tests/gates/test_agreement_gate.py",
+            "tests/stats/test_calibration.py",
+            "tests/stats/test_ratio.py::test_fieller_and_bootstrap_coverage_on_paired_binary_scores",
+            "tests/stats/test_ratio.py::test_fieller_alone_is_anti_conservative_on_one_way_flips",
+            "tests/stats/test_cluster.py::test_calibration_under_intra_cluster_correlation",
+            "tests/stats/test_sequential.py::test_time_uniform_coverage",
+            "tests/stats/test_sequential.py::test_error_rates_at_margin_under_peeking_vs_naive",
+            "tests/gates/test_guard.py::test_aa_pass_rate_unchanged_and_false_fail_bounded",
+            "tests/gates/test_slices.py::test_aa_never_fails_beyond_family_wise_alpha",
+            "tests/gates/test_slices.py::test_at_the_margin_family_wise_false_fail_is_bounded",
+            "tests/gates/test_slices.py::test_uniform_drop_still_fails",
+            "tests/gates/test_slices.py::test_power_to_find_the_collapsed_slice",
+            "tests/speed/test_engine.py::test_abba_interval_covers_and_cancels_linear_drift_by_simulation",
+            "tests/gates/test_recovery.py::test_recovery_floor_gate_error_rate_at_the_floor",
+            "tests/gates/test_recovery.py::test_power_when_recovery_is_well_above_the_floor",
+            "tests/gates/test_determinism_gate.py::test_aa_never_fails_beyond_alpha_on_any_host",
+            "tests/gates/test_determinism_gate.py::test_error_rates_at_the_margin_stay_within_alpha",
+            "tests/gates/test_determinism_gate.py::test_planted_candidate_fails_on_any_host",
+            "tests/gates/test_determinism_gate.py::test_the_absolute_statistic_saturates_and_retention_does_not",
+            "tests/gates/test_determinism_gate.py::test_test_suite_design_decides_on_noisy_hosts",
+            "tests/gates/test_determinism_gate.py::test_planning_formula_matches_its_simulation_and_its_mde",
+        ],
+        _SIM,
+    ),
+    "tests/api/test_gate_logs.py::test_the_upload_bound_is_its_own": "gates 1,500 items past 1 MiB",
+    **dict.fromkeys(
+        [
+            "tests/deploy/test_manifests.py::test_compose_matches_the_compose_spec_schema",
+            "tests/deploy/test_manifests.py::test_ci_examples_match_their_schemas",
+        ],
+        "check-jsonschema process",
+    ),
+    "tests/deploy/test_manifests.py::test_kubectl_kustomize_builds_the_base": "kubectl process",
+    **dict.fromkeys(
+        [
+            "tests/local/test_local.py::test_pid_alive_treats_exited_child_as_dead",
+            "tests/local/test_local.py::test_ensure_running_start_reuse_and_stop",
+            "tests/local/test_local.py::test_failed_start_prints_log_tail_and_cleans_up",
+            "tests/local/test_local.py::test_smoke_test_catches_a_server_that_cannot_generate",
+            "tests/local/test_local.py::test_deadline_is_hard",
+            "tests/local/test_local.py::test_launcher_aliases_distribution",
+        ],
+        "stand-in server processes",
+    ),
+    **dict.fromkeys(
+        [
+            "tests/security/test_lmeval_credentials.py::test_the_workers_secrets_never_reach_lm_eval_or_its_endpoint",
+            "tests/security/test_lmeval_credentials.py::test_lm_eval_gets_the_endpoints_own_key_and_only_that",
+            "tests/security/test_lmeval_credentials.py::test_a_failed_lm_eval_never_quotes_its_log",
+        ],
+        "a stand-in lm_eval process",
+    ),
+    **dict.fromkeys(
+        ["tests/speed/test_engine.py::test_rate_sweep_finds_the_known_saturation_rate"],
+        "timed rate steps against a queue-server process",
+    ),
+    **dict.fromkeys(
+        ["tests/suites/test_longctx_oracle.py::test_self_passes_and_a_planted_long_loss_fails"],
+        "a whole long-context run per task through the oracle",
+    ),
+    **dict.fromkeys(
+        [
+            "tests/stats/test_multiple.py::test_matches_statsmodels_multipletests",
+            "tests/stats/test_multiple.py::test_weighted_holm_equal_weights_is_holm_and_weights_scale_like_bonferroni",
+        ],
+        _MULTIPLETESTS,
+    ),
+}
 
 
 def _wanted_candidates() -> tuple[str, ...]:
@@ -73,7 +192,53 @@ def _needs_llamacpp(item: pytest.Item) -> bool:
     )
 
 
+def _slow_reason(nodeid: str) -> str | None:
+    for key, why in SLOW.items():
+        if nodeid == key or nodeid.startswith((f"{key}/", f"{key}::", f"{key}[")):
+            return why
+    return None
+
+
+def _leaves_out_slow(config: pytest.Config) -> bool:
+    """Whether ``-m`` selects no test marked ``slow``, whatever its other markers."""
+    expr = config.getoption("markexpr", "")
+    if not expr:
+        return False
+    try:
+        from _pytest.mark.expression import Expression  # pytest's own -m grammar
+
+        compiled = Expression.compile(expr)
+    except Exception:  # noqa: BLE001 - a pytest without it, or a bad -m: pytest reports the latter
+        return False
+    others = sorted(set(re.findall(r"[A-Za-z_][\w.-]*", expr)) - {"and", "or", "not", "slow"})
+    if len(others) > 8:
+        return False
+    for bits in itertools.product((False, True), repeat=len(others)):
+        on = {name for name, bit in zip(others, bits, strict=True) if bit} | {"slow"}
+        if compiled.evaluate(lambda name, /, on=on, **_: name in on):
+            return False
+    return True
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # A whole module in SLOW is not even imported when -m leaves out ``slow`` (``make
+    # test-fast``): each xdist worker collects every module, and importing the slow ones
+    # (schemathesis, Playwright, the CLI's subprocess helpers) was a sizable part of the loop.
+    try:
+        rel = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    if rel in SLOW and _leaves_out_slow(config):
+        return True
+    return None
+
+
 def pytest_itemcollected(item: pytest.Item) -> None:
+    why = _slow_reason(item.nodeid)
+    if why is None and item.get_closest_marker("postgres") is not None:
+        why = "the PostgreSQL case (the fast tier runs the SQLite one)"
+    if why is not None:
+        item.add_marker(pytest.mark.slow(reason=why))
     # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
     if "browser" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.browser)

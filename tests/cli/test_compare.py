@@ -1,7 +1,9 @@
 """``evalsvc compare`` through its real CLI: exit codes, JSON/JUnit/Markdown reports, bad input.
 
 The endpoint tests run against the real local vLLM-CPU servers (session fixture); the bad-input
-tests need no server, or use the loopback fault server.
+tests need no server, or use the loopback fault server. What a command refuses or reports runs in
+the test's own process (``tests/fixtures/cli.py``); a killed or cancelled compare is a real
+process.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.cli import run_cli
 from tests.fixtures.faults import base_url, fault_server
 
 
@@ -25,7 +28,7 @@ def evalsvc(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[st
 
 
 def test_unknown_suite_exits_2_and_lists_known() -> None:
-    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "nope")
+    r = run_cli("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "nope")
     assert r.returncode == 2, r.stderr
     assert "unknown suite 'nope'" in r.stderr and "needle-smoke" in r.stderr
 
@@ -33,20 +36,19 @@ def test_unknown_suite_exits_2_and_lists_known() -> None:
 def test_malformed_yaml_exits_2_with_file_line_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nkind: needle\nseed: 1\nparams:\n  lengths: [1024]\n  depths: oops\n")
-    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(bad))
+    r = run_cli("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(bad))
     assert r.returncode == 2, r.stderr
     assert f"{bad}:6" in r.stderr.replace("\n", "") and "params.depths" in r.stderr
     broken = tmp_path / "broken.yaml"
     broken.write_text("name: x\nkind: needle\nparams: [unclosed\n")
-    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(broken))
+    r = run_cli("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", str(broken))
     assert r.returncode == 2 and "invalid YAML" in r.stderr
 
 
 def test_unreachable_endpoint_exits_4_naming_it(tmp_path: Path) -> None:
     out = {k: tmp_path / f"r.{k}" for k in ("json", "xml", "md")}
-    r = evalsvc("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "needle-smoke",
-                "--json", str(out["json"]), "--junit", str(out["xml"]), "--markdown", str(out["md"]),
-                timeout=120)
+    r = run_cli("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", "--suite", "needle-smoke",
+                "--json", str(out["json"]), "--junit", str(out["xml"]), "--markdown", str(out["md"]))
     assert r.returncode == 4, r.stderr
     assert "127.0.0.1:9" in r.stderr and "unreachable" in r.stderr
     # CI reporters still get every file they asked for: an error report.
@@ -63,7 +65,7 @@ def test_missing_capability_is_refused_up_front() -> None:
     # The fault server's "ok" mode answers chat but has no /tokenize, which needle needs.
     with fault_server() as srv:
         url = base_url(srv, "ok")
-        r = evalsvc("compare", url, url, "--suite", "needle-smoke", timeout=120)
+        r = run_cli("compare", url, url, "--suite", "needle-smoke")
         sent = [p for p in srv.hits if p.endswith("chat/completions")]
     assert r.returncode == 2, r.stderr
     assert "needs tokenize" in r.stderr

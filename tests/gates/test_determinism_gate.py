@@ -182,6 +182,17 @@ def test_a_stable_baseline_makes_the_loss_the_difference_of_unstable_rates() -> 
 # --- the staged catalog design by simulation --------------------------------------------------
 
 
+def test_the_staged_gate_at_a_glance() -> None:
+    """The fast tier's look at the simulations below (``make test`` runs them; tests/conftest.py
+    marks them slow): 100 runs each instead of 600-1,500. On a stable host an A/A run passes at
+    the first stage every time; on a 30%-unstable host the planted candidate fails nearly every
+    time and almost never passes."""
+    aa = staged(0.0, 0.0, sims=100)
+    assert aa.fail == 0.0 and aa.passed == 1.0 and aa.mean_probes == 12
+    planted = staged(0.3, 0.3, sims=100, seed=59)
+    assert planted.fail >= 0.9 and planted.passed <= 0.02, planted
+
+
 @pytest.mark.parametrize("q", HOSTS)
 def test_aa_never_fails_beyond_alpha_on_any_host(q: float) -> None:
     """bf16 against itself at 0–60% unstable: false fails ≤ α (in fact ≤ 0.005), and it passes
