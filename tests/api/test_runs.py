@@ -46,6 +46,7 @@ def test_submit_queues_a_run_with_the_spec(api: Api) -> None:
         "model": "smollm2-bf16",
         "name": None,
         "api_key_env": None,
+        "tokenizer": None,
     }
     assert run["spec"]["options"]["samples"] == 5
     assert run["spec"]["labels"] == {"team": "serving"} and run["spec"]["priority"] == 3
@@ -66,6 +67,7 @@ def test_registered_names_resolve_to_their_urls(api: Api) -> None:
         "model": None,
         "name": "w8a8",
         "api_key_env": "EVALSVC_ENDPOINT_KEY_W8A8",
+        "tokenizer": None,
     }
 
 

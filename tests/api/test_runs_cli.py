@@ -138,7 +138,14 @@ def _remote_compare(api: Api, tmp_path: Path, *extra: str) -> subprocess.Popen[s
          "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "j.xml"), *extra],
         env={**os.environ, "EVALSVC_TOKEN": api.tokens["submit"]},
         cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # As in a terminal: a shell runs background jobs with SIGINT ignored, and an ignored
+        # disposition is inherited across exec, so Ctrl-C would never reach the CLI.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _check_error_reports(tmp_path: Path, run_id: str, reason: str) -> None:

@@ -51,6 +51,10 @@ STATE_REASONS = (
     # the spec's command_template).
     "configuration names must be unique",
     "no command and no command_template",
+    # A registered tokenizer path is read on the server: accepted only under the server's
+    # EVALSVC_TOKENIZER_ROOT (docs/security.md), a setting, not the request's shape.
+    "a tokenizer path is read on the server",
+    "is not an absolute path under EVALSVC_TOKENIZER_ROOT",
 )
 
 
