@@ -250,6 +250,22 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Likewise the llama.cpp servers: one worker starts, uses and stops them.
     if _needs_llamacpp(item):
         item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
+        long_why = _LONG_LLAMACPP.get(item.nodeid.split("::")[0])
+        if long_why and os.environ.get("EVALSVC_TEST_LLAMACPP_LONG") != "1":
+            item.add_marker(pytest.mark.skip(reason=f"{long_why}; EVALSVC_TEST_LLAMACPP_LONG=1 "
+                                                    "(`make test-endpoints`) runs it"))
+
+
+# llama.cpp tests that measure a model rather than check a path: minutes each on one llama.cpp
+# thread, and every llama.cpp test runs in one xdist worker, so in `make test` they would set its
+# length (measured 2026-12-02: the group took the suite from 12 to 26 minutes). `make
+# test-endpoints` runs them.
+_LONG_LLAMACPP = {
+    "tests/runner/test_calibration_llamacpp.py": "a calibration pilot and run on llama.cpp "
+    "(218-1,331 s measured)",
+    "tests/local/test_llamacpp_longctx.py": "long-context prompts of 1-2k tokens on llama.cpp "
+    "(211 s measured)",
+}
 
 
 def _xdist_worker() -> bool:
