@@ -186,35 +186,31 @@ def check_server_spec(
             if names and ref.name:
                 _check_name_matches(ref, store)
             if ref.api_key_env is not None:
-                registered = store.get_endpoint(ref.name) if ref.name else None
-                if (
-                    registered is None
-                    or registered.url != ref.url
-                    or registered.api_key_env != ref.api_key_env
-                ):
-                    raise EgressRefused(
-                        f"api_key_env {ref.api_key_env!r} on {ref.name or 'an inline endpoint'} "
-                        "is refused: credentials are only sent to endpoints an admin registered "
-                        "(POST /endpoints) with that URL and api_key_env"
-                    )
+                _require_registered(
+                    ref, store, "api_key_env", "credentials are only sent to endpoints"
+                )
                 policy.check_key_env(ref.api_key_env)
             if ref.tokenizer is not None:
-                registered = store.get_endpoint(ref.name) if ref.name else None
-                if (
-                    registered is None
-                    or registered.url != ref.url
-                    or registered.tokenizer != ref.tokenizer
-                ):
-                    raise EgressRefused(
-                        f"tokenizer {ref.tokenizer!r} on {ref.name or 'an inline endpoint'} is "
-                        "refused: a tokenizer path is only read for endpoints an admin "
-                        "registered (POST /endpoints) with that URL and tokenizer"
-                    )
+                _require_registered(
+                    ref, store, "tokenizer", "a tokenizer path is only read for endpoints"
+                )
                 check_tokenizer_path(ref.tokenizer)
         except (UrlError, EgressRefused) as exc:
             problems.append(f"{role}: {exc}")
     if problems:
         raise UsageError("; ".join(problems))
+
+
+def _require_registered(ref: EndpointRef, store: Store, field: str, rule: str) -> None:
+    """A server-side setting of ``ref`` (``api_key_env``, ``tokenizer``) is honoured only for an
+    endpoint an admin registered with that URL and that value; ``EgressRefused`` otherwise."""
+    value = getattr(ref, field)
+    registered = store.get_endpoint(ref.name) if ref.name else None
+    if registered is None or registered.url != ref.url or getattr(registered, field) != value:
+        raise EgressRefused(
+            f"{field} {value!r} on {ref.name or 'an inline endpoint'} is refused: {rule} an "
+            f"admin registered (POST /endpoints) with that URL and {field}"
+        )
 
 
 def check_tokenizer_path(path: str) -> None:

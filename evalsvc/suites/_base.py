@@ -592,6 +592,20 @@ def paired_scores(
         if slicer is not None:
             for dim, label in slicer(sb).items():
                 slices.setdefault(dim, []).append(label)
+    return _aligned(b, c, clusters, errors, slices, ids, tokens)
+
+
+def _aligned(
+    b: list[float],
+    c: list[float],
+    clusters: list[str],
+    errors: int,
+    slices: dict[str, list[str]],
+    ids: list[str],
+    tokens: list[Any],
+) -> Analysis:
+    """The ``Analysis`` of aligned pairs, from samples or from columns alike: clusters only
+    when some item shares one, and only the slice dimensions every pair has."""
     has_clusters = len(set(clusters)) < len(clusters)
     complete = {d: v for d, v in slices.items() if len(v) == len(b)}
     return Analysis(
@@ -792,17 +806,7 @@ class PairedColumns:
             tokens.append(mine.get(i))
             for dim, label in self._slices[i] or ():
                 slices.setdefault(dim, []).append(label)
-        has_clusters = len(set(clusters)) < len(clusters)
-        complete = {d: v for d, v in slices.items() if len(v) == len(b)}
-        return Analysis(
-            b,
-            c,
-            clusters if has_clusters else None,
-            n_errors=errors,
-            slices=complete or None,
-            keys=ids,
-            first_tokens=tokens,
-        )
+        return _aligned(b, c, clusters, errors, slices, ids, tokens)
 
 
 class _NoCluster:

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import EndpointClient
-from evalsvc.runner import execute
+from evalsvc.runner import RunResult, execute
 from evalsvc.suites import Suite, SuiteSpec
 from evalsvc.suites._base import Emit
 from tests.fixtures.faults import base_url, fault_server
@@ -47,15 +47,15 @@ class LossySuite(Suite):
             await emit(Sample(suite=self.name, item_id=item.id, endpoint=role, score=1.0))
 
 
-def test_missing_pairs_are_errors_and_break_the_budget() -> None:
-    suite = LossySuite(SuiteSpec(name="lossy", kind="lossy-test", params={"n": 20, "keep": 10}))
+def _run_against_ok_server(suite: Suite) -> RunResult:
+    """Run ``suite`` with the fault server's well-formed "ok" mode on both sides."""
     with fault_server() as srv:
         url = base_url(srv, "ok")
 
         async def sink(sample: Sample) -> None:
             pass
 
-        result = asyncio.run(
+        return asyncio.run(
             execute(
                 run_id="t",
                 baseline=EndpointRef(url=url),
@@ -65,6 +65,11 @@ def test_missing_pairs_are_errors_and_break_the_budget() -> None:
                 sink=sink,
             )
         )
+
+
+def test_missing_pairs_are_errors_and_break_the_budget() -> None:
+    suite = LossySuite(SuiteSpec(name="lossy", kind="lossy-test", params={"n": 20, "keep": 10}))
+    result = _run_against_ok_server(suite)
     res = result.candidates[0].suites[0]
     assert res.outcome.n == 10 and res.n_planned == 20
     assert res.n_errors == 10 and res.details["missing_pairs"] == 10
@@ -99,21 +104,6 @@ def test_the_error_budget_names_the_side_that_errored() -> None:
     suite = BaselineErrorsSuite(
         SuiteSpec(name="dead-baseline", kind="baseline-errors-test", params={"n": 8})
     )
-    with fault_server() as srv:
-        url = base_url(srv, "ok")
-
-        async def sink(sample: Sample) -> None:
-            pass
-
-        result = asyncio.run(
-            execute(
-                run_id="t",
-                baseline=EndpointRef(url=url),
-                candidates=[EndpointRef(url=url)],
-                suites=[suite],
-                options=RunOptions(),
-                sink=sink,
-            )
-        )
+    result = _run_against_ok_server(suite)
     assert result.verdict == "error" and result.error
     assert "8 of 8 items errored (samples errored: baseline 8, candidate 0;" in result.error
