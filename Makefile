@@ -54,9 +54,9 @@ test-fast: install
 
 # The endpoint tests alone, on any host (on AVX2-only hosts `make test` skips them: the emulated
 # bf16 baseline is too slow for one session; tests/conftest.py says why), with every llama.cpp
-# test, including the long ones `make test` skips (tests/conftest.py, _LONG_LLAMACPP).
+# test, including the long ones `make test` skips (tests/conftest.py, _LONG_MEASUREMENTS).
 test-endpoints: install browser
-	EVALSVC_TEST_ENDPOINTS=1 EVALSVC_TEST_LLAMACPP_LONG=1 $(PY) -m pytest -m "endpoints or llamacpp" $(PYTEST_ARGS)
+	EVALSVC_TEST_ENDPOINTS=1 EVALSVC_TEST_LONG=1 $(PY) -m pytest -m "endpoints or llamacpp" $(PYTEST_ARGS)
 
 # The evaluator against a zero-latency stub on loopback (docs/benchmarks.md, "Evaluator speed"):
 # evalsvc compare beside the minimal aiohttp client, medians of BENCH_REPEATS runs. The other

@@ -61,6 +61,8 @@ SLOW: dict[str, str] = {
     "tests/services/test_sweeps.py": "launches and kills real server processes (ABBA sweeps)",
     "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
     "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",
+    "tests/benchmarks/test_store_scale_smoke.py": "runs the benchmark script as a process (a real "
+    "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
     "tests/api/test_schemathesis.py": "schemathesis against the real server (generated requests)",
     **dict.fromkeys(
@@ -245,27 +247,42 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Under pytest-xdist (``make test`` runs ``-n 3 --dist loadgroup``) every endpoint test runs
     # in one worker, so one worker owns the servers' start and stop. Marked at collection: xdist
     # reads the group before any modifyitems hook of ours.
+    # A test that asks for the servers is marked by its fixture, not by hand: a module that forgot
+    # the marker ran a 13-minute vLLM measurement inside `make test-fast` (-m "not endpoints").
     if _needs_endpoints(item):
+        item.add_marker(pytest.mark.endpoints)
         item.add_marker(pytest.mark.xdist_group("local-endpoints"))
     # Likewise the llama.cpp servers: one worker starts, uses and stops them.
     if _needs_llamacpp(item):
+        item.add_marker(pytest.mark.llamacpp)
         item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
-        long_why = _LONG_LLAMACPP.get(item.nodeid.split("::")[0])
-        if long_why and os.environ.get("EVALSVC_TEST_LLAMACPP_LONG") != "1":
-            item.add_marker(pytest.mark.skip(reason=f"{long_why}; EVALSVC_TEST_LLAMACPP_LONG=1 "
-                                                    "(`make test-endpoints`) runs it"))
+    long_why = _long_reason(item.nodeid)
+    if long_why and (_needs_endpoints(item) or _needs_llamacpp(item)) and not _long_wanted():
+        item.add_marker(pytest.mark.skip(reason=f"{long_why}; EVALSVC_TEST_LONG=1 "
+                                                "(`make test-endpoints`) runs it"))
 
 
-# llama.cpp tests that measure a model rather than check a path: minutes each on one llama.cpp
-# thread, and every llama.cpp test runs in one xdist worker, so in `make test` they would set its
-# length (measured 2026-12-02: the group took the suite from 12 to 26 minutes). `make
-# test-endpoints` runs them.
-_LONG_LLAMACPP = {
+# Endpoint tests that measure the model rather than check a path: minutes each, and every test of
+# one engine runs in one xdist worker, so in `make test` they would set its length. `make
+# test-endpoints` (EVALSVC_TEST_LONG=1) runs them. Measured 2026-12-02: the llama.cpp group took the
+# suite from 12 to 26 minutes on the AVX2 host; the vLLM long-context run took 547 s on the
+# 2-core Intel AMX host.
+_LONG_MEASUREMENTS = {
     "tests/runner/test_calibration_llamacpp.py": "a calibration pilot and run on llama.cpp "
     "(218-1,331 s measured)",
     "tests/local/test_llamacpp_longctx.py": "long-context prompts of 1-2k tokens on llama.cpp "
     "(211 s measured)",
+    "tests/suites/test_longctx_oracle.py::test_longctx_4k_on_the_local_endpoints": "every "
+    "longctx-4k task at 1k-3.5k tokens on the vLLM bf16 endpoint (547 s measured)",
 }
+
+
+def _long_reason(nodeid: str) -> str | None:
+    return _LONG_MEASUREMENTS.get(nodeid) or _LONG_MEASUREMENTS.get(nodeid.split("::")[0])
+
+
+def _long_wanted() -> bool:
+    return os.environ.get("EVALSVC_TEST_LONG") == "1"
 
 
 def _xdist_worker() -> bool:

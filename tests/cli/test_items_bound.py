@@ -21,6 +21,7 @@ from evalsvc import limits
 from evalsvc.db import Store
 from evalsvc.suites import paired_scores
 from evalsvc.suites.kinds.reasoning import by_task
+from tests.fixtures.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +53,7 @@ def stub_urls() -> Iterator[list[str]]:
 
 
 def test_a_suite_of_100k_items_validates_and_one_more_is_refused(tmp_path: Path) -> None:
+    evalsvc = run_cli  # refusals and a plan: in-process (tests/fixtures/cli.py)
     ok = evalsvc("plan", "--suite", str(suite_file(tmp_path, limits.MAX_ITEMS)), "--json")
     assert ok.returncode == 0, ok.stderr
     over = evalsvc("plan", "--suite", str(suite_file(tmp_path, limits.MAX_ITEMS + 1)), "--json")

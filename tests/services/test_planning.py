@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +16,7 @@ from evalsvc.stats import (
     retention_mde,
     retention_required_n,
 )
+from tests.fixtures.cli import CliResult, run_cli
 
 
 def test_plan_matches_required_n() -> None:
@@ -108,15 +106,14 @@ def test_needle_calibration_plan_climbs_to_the_given_max_context(tmp_path: Path)
 
 
 def test_plan_cli_flags_reach_the_calibration_plan(tmp_path: Path) -> None:
-    """``evalsvc plan --calibrate --max-context`` through the real CLI (JSON and the table)."""
+    """``evalsvc plan --calibrate --max-context`` through the real CLI, in-process (JSON and the
+    table)."""
     path = tmp_path / "n.yaml"
     path.write_text("name: n\nkind: needle\nseed: 1\n"
                     "params: {lengths: [512], depths: [0.5], haystacks: 2, max_tokens: 32}\n")
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "evalsvc.cli.main", "plan", "--suite",
-                               str(path), *args], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "COLUMNS": "400"})
+    def cli(*args: str) -> CliResult:
+        return run_cli("plan", "--suite", str(path), *args, env={"COLUMNS": "400"})
 
     r = cli("--calibrate", "--max-context", "2048", "--json")
     assert r.returncode == 0, r.stderr
