@@ -119,6 +119,44 @@ class DashboardQueries:
                 for e, i, r, s, *rest in result.all()
             ]
 
+    def flipped_pairs(
+        self,
+        run_id: str,
+        suite: str,
+        role: str,
+        threshold: float,
+        fields: tuple[tuple[str, str], ...] = (),
+    ) -> list[tuple[str, int, float, float, dict[str, Any]]]:
+        """``(item_id, repeat, baseline score, candidate score, {field: baseline data[field]})``
+        of the pairs whose outcome differs at ``threshold`` (a score at or above it is correct),
+        ordered by item and repeat. The database joins the two roles on the item (the samples'
+        unique key) and compares the scores, so only flipped pairs are read: the flips page of
+        a 100,000-sample run read every score and slice field in Python before
+        (docs/benchmarks.md)."""
+        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
+        b, c = sa.orm.aliased(SampleRow), sa.orm.aliased(SampleRow)
+        cols = [getattr(b.data[name], cast[kind])() for name, kind in fields]
+        names = [name for name, _ in fields]
+        flipped = sa.or_(
+            sa.and_(b.score >= threshold, c.score < threshold),
+            sa.and_(b.score < threshold, c.score >= threshold),
+        )
+        stmt = (
+            sa.select(b.item_id, b.repeat, b.score, c.score, *cols)
+            .join(c, sa.and_(
+                c.run_id == b.run_id, c.endpoint == role, c.suite == b.suite,
+                c.item_id == b.item_id, c.repeat == b.repeat,
+            ))
+            .where(b.run_id == run_id, b.suite == suite, b.endpoint == "baseline", flipped)
+            .order_by(b.item_id, b.repeat)
+        )
+        with self._db.session(write=False) as session:
+            result = session.connection().execute(stmt)
+            return [
+                (i, int(r), float(sb), float(sc), dict(zip(names, rest, strict=True)))
+                for i, r, sb, sc, *rest in result.all()
+            ]
+
     def sample_index(
         self, run_id: str, suite: str, fields: tuple[tuple[str, str], ...] = ()
     ) -> list[tuple[str, str, int, float | None, bool, dict[str, Any]]]:

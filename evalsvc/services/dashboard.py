@@ -606,10 +606,24 @@ def first_divergence(a: str, b: str) -> dict[str, Any]:
     return {"index": i, "baseline": parts(ta), "candidate": parts(tb)}
 
 
-def _score_pairs(rows: list[Scored], role: str) -> list[tuple[Scored, Scored]]:
+def _flipped_pairs(
+    store: Store, run_id: str, suite: str, cls: type[Suite], role: str
+) -> list[tuple[Scored, Scored]]:
+    """The scored ``(baseline, candidate)`` pairs of ``role`` that may have flipped, by item and
+    repeat: found by the database when the kind flips by a threshold (only flipped pairs are
+    read), else every scored pair for the kind's own ``flip``."""
+    if cls.flips_by_threshold():
+        return [
+            (("baseline", item, rep, sb, data), (role, item, rep, sc, data))
+            for item, rep, sb, sc, data in store.dashboard.flipped_pairs(
+                run_id, suite, role, cls.flip_threshold, cls.slice_fields
+            )
+        ]
+    rows = store.dashboard.sample_scores(run_id, suite, cls.slice_fields)
     base = {(r[1], r[2]): r for r in rows if r[0] == "baseline"}
     cand = {(r[1], r[2]): r for r in rows if r[0] == role}
-    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())]
+    return [(base[k], cand[k]) for k in sorted(base.keys() & cand.keys())
+            if base[k][3] is not None and cand[k][3] is not None]
 
 
 _WAYS = ("regression", "improvement")
@@ -642,11 +656,8 @@ def flips_view(
     counts = Counter[str]()
     for snap in chosen:
         cls = kind_class(snap["kind"])
-        rows_s = store.dashboard.sample_scores(run_id, snap["name"], cls.slice_fields)
-        for rb, rc in _score_pairs(rows_s, role or ""):
-            if rb[3] is None or rc[3] is None:
-                continue
-            way: str | None = cls.flip(float(rb[3]), float(rc[3]))
+        for rb, rc in _flipped_pairs(store, run_id, snap["name"], cls, role or ""):
+            way: str | None = cls.flip(float(rb[3]), float(rc[3]))  # type: ignore[arg-type]
             if way is None:
                 continue
             sl = cls.slice_label(rb[4]) or "all"

@@ -403,13 +403,24 @@ class Suite(ABC):
         the kind's gate is binary."""
         return cls.gate_default is None or cls.gate_default.kind == "binary"
 
+    flip_threshold: ClassVar[float] = 0.5
+    """The default ``flip``'s rule: a score at or above it is correct. Kept as data so the flips
+    page can find flipped pairs in the database (a kind that overrides ``flip`` is asked pair by
+    pair instead)."""
+
     @classmethod
     def flip(cls, baseline: float, candidate: float) -> Literal["regression", "improvement"] | None:
         """How a pair of scores differs: ``regression`` (correct → incorrect), ``improvement``
-        or ``None`` (same outcome). Default: a score ≥ 0.5 is correct."""
-        if (baseline >= 0.5) == (candidate >= 0.5):
+        or ``None`` (same outcome). Default: a score ≥ ``flip_threshold`` is correct."""
+        t = cls.flip_threshold
+        if (baseline >= t) == (candidate >= t):
             return None
-        return "regression" if baseline >= 0.5 else "improvement"
+        return "regression" if baseline >= t else "improvement"
+
+    @classmethod
+    def flips_by_threshold(cls) -> bool:
+        """Whether ``flip`` is the default threshold rule (so the database can apply it)."""
+        return getattr(cls.flip, "__func__", None) is getattr(Suite.flip, "__func__", ())
 
     @classmethod
     def slice_label(cls, data: dict[str, Any]) -> str | None:

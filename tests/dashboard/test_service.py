@@ -327,6 +327,38 @@ def test_flips_are_limited_and_counted(store: Store) -> None:
                for r in only["rows"])
 
 
+def test_flips_found_in_the_database_equal_the_kinds_own_rule(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flips page finds flipped pairs with a join in the database (only those are read);
+    a kind that overrides ``flip`` is asked pair by pair. Both give the same page over scores at
+    and around the threshold, errored (score-less) samples and items one side never answered."""
+    import random
+
+    from evalsvc.suites import suite_kinds
+
+    rng = random.Random(5)
+    run = store.create_run(_spec(0), status=RunStatus.running)
+    store.save_suite_snapshot(run.id, name="needle-4k", kind="needle", version="2", spec={})
+    levels = [None, 0.0, 0.25, 0.4999, 0.5, 0.75, 1.0]
+    samples = []
+    for k in range(300):
+        data = {"context_length": 1024 * (1 + k % 3), "depth": 0.5, "expected": [str(k)]}
+        samples.append(Sample(suite="needle-4k", item_id=f"i{k:03d}", endpoint="baseline",
+                              score=rng.choice(levels), output=f"b{k}", data=data))
+        if k % 17:  # every 17th item has no candidate sample
+            samples.append(Sample(suite="needle-4k", item_id=f"i{k:03d}", endpoint="candidate:0",
+                                  score=rng.choice(levels), output=f"c{k}", data=data))
+    store.add_samples(run.id, samples)
+    in_db = svc.flips_view(store, run.id, limit=1000)
+    monkeypatch.setattr(suite_kinds()["needle"], "flips_by_threshold",
+                        classmethod(lambda cls: False))
+    pairwise = svc.flips_view(store, run.id, limit=1000)
+    assert in_db["counts"] == pairwise["counts"] and in_db["rows"] == pairwise["rows"]
+    assert in_db["slices"] == pairwise["slices"] and len(in_db["rows"]) > 50
+    assert {r["direction"] for r in in_db["rows"]} == {"regression", "improvement"}
+
+
 def test_flips_rebuild_prompts_from_a_stored_snapshot_regressions_first_and_search(
     store: Store,
 ) -> None:
