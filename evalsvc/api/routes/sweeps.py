@@ -1,6 +1,7 @@
 """``/sweeps``: queue sweeps for workers and read them (docs/api.md, Sweeps).
 
-Scopes: ``submit`` to queue, ``read`` for the rest. The body is the sweep spec
+Scopes: ``submit`` to queue or cancel (only the submitting token, or an admin token, may
+cancel), ``read`` for the rest. The body is the sweep spec
 (``evalsvc.services.sweeps.SweepSpec``, what ``evalsvc sweep --spec`` reads). A sweep submitted
 here may only use existing endpoints: one that would launch servers on the worker (``local`` or
 ``command`` configurations, a ``local`` baseline) is refused with 403 unless the server sets
@@ -94,3 +95,35 @@ def get_sweep(sweep_id: PathKey, store: StoreDep, _: ReadScope) -> SweepRead:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no sweep {sweep_id!r}")
     detail: dict[str, Any] = redact_report(sweep_views.detail(found))
     return SweepRead.model_validate(detail)
+
+
+@router.post(
+    "/{sweep_id}/cancel",
+    response_model=SweepRead,
+    responses={
+        404: {"model": Problem},
+        403: {"model": Problem, "description": "Not the sweep's submitter nor an admin."},
+        409: {"model": Problem, "description": "Already finished."},
+    },
+)
+def cancel_sweep(sweep_id: PathKey, store: StoreDep, caller: SubmitScope) -> SweepRead:
+    """Cancel a queued or running sweep. Its worker sees the lost lease at its next heartbeat
+    and stops between two configurations (the configuration being measured is finished and
+    stored; nothing after it starts); what the sweep launched is stopped. Only the token that
+    submitted it, or an admin token, may (scheduled sweeps: admins only)."""
+    found = store.sweeps.get_sweep(sweep_id)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no sweep {sweep_id!r}")
+    owner = found.get("submitted_by")
+    if "admin" not in caller.scopes and (owner is None or owner != caller.name):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"sweep {sweep_id} was not submitted by this token: only its submitter or an admin "
+            "token may cancel it",
+        )
+    if not store.sweeps.cancel_sweep(sweep_id):
+        raise HTTPException(status.HTTP_409_CONFLICT,
+                            f"sweep {sweep_id} has already finished ({found['status']})")
+    after = store.sweeps.get_sweep(sweep_id)
+    assert after is not None  # sweeps are never deleted
+    return SweepRead.model_validate(redact_report(sweep_views.detail(after)))
