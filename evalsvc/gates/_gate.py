@@ -16,6 +16,7 @@ margin is wrongly passed with probability ≤ α and wrongly failed with probabi
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -389,6 +390,19 @@ def _geometric_mean(x: FloatArray) -> float:
     return float(np.exp(np.mean(np.log(x))))
 
 
+
+# ln of the largest finite float: exp() of more overflows. A log-ratio interval from two or three
+# pairs can reach it (t with 1-2 degrees of freedom times a wide spread: a speed ratio's CI was
+# seen as [0.156, 2.7e8], and one run raised OverflowError in math.expm1 and lost the run).
+_MAX_LOG = math.log(sys.float_info.max)
+
+
+def _ratio_minus_one(log_ratio: float) -> float:
+    """``exp(log_ratio) - 1``, saturating at the largest finite float (reports stay valid JSON:
+    no ``Infinity``); the verdict is decided on the log scale, never from this value."""
+    return math.expm1(min(log_ratio, _MAX_LOG))
+
+
 def evaluate_gate(
     baseline: Any,
     candidate: Any,
@@ -503,9 +517,9 @@ def evaluate_gate(
             else _continuous_unpaired(lb, lc, null, alpha)
         )
         base_val, cand_val = _geometric_mean(b), _geometric_mean(c)
-        delta = math.expm1(analysis.estimate)
-        ci = (math.expm1(analysis.ci[0]), math.expm1(analysis.ci[1]))
-        mde = math.expm1(analysis.mde) if analysis.mde is not None else None
+        delta = _ratio_minus_one(analysis.estimate)
+        ci = (_ratio_minus_one(analysis.ci[0]), _ratio_minus_one(analysis.ci[1]))
+        mde = _ratio_minus_one(analysis.mde) if analysis.mde is not None else None
         analysis.details["log_ratio"] = {
             "estimate": analysis.estimate,
             "ci": list(analysis.ci),

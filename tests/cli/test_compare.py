@@ -182,7 +182,7 @@ def test_killed_compare_is_settled_as_error_by_the_next(tmp_path: Path) -> None:
     import signal
     import time
 
-    from evalsvc.db import DatabaseNotAtHead, Store
+    from evalsvc.db import DatabaseNotAtHead, DatabaseUnavailable, Store
 
     db = f"sqlite:///{tmp_path / 'e.db'}"
     env = {**os.environ, "EVALSVC_DATABASE_URL": db, "EVALSVC_LEASE_SECONDS": "2"}
@@ -200,7 +200,7 @@ def test_killed_compare_is_settled_as_error_by_the_next(tmp_path: Path) -> None:
             try:  # the CLI creates the embedded database at head on first use
                 with Store.from_url(db) as store:
                     runs = [x for x in store.list_runs() if x.status.value == "running"]
-            except DatabaseNotAtHead:
+            except (DatabaseNotAtHead, DatabaseUnavailable):  # caught mid-migration
                 continue
         if not runs:
             proc.kill()

@@ -255,9 +255,10 @@ def test_trend_point_click_opens_its_run(
         """() => {
           const el = document.querySelector('[data-chart=trend]');
           const c = echarts.getInstanceByDom(el);
-          const n = c.getOption().xAxis[0].data.length;
-          const d = c.getOption().series[2].data[n - 1].value;
-          const p = c.convertToPixel({seriesIndex: 2}, [n - 1, d]);
+          // The Δ series on the time axis: each point's value is [time in ms, Δ].
+          const s = c.getOption().series.find((x) => x.name === 'Δ').data;
+          const idx = c.getOption().series.findIndex((x) => x.name === 'Δ');
+          const p = c.convertToPixel({seriesIndex: idx}, s[s.length - 1].value);
           const r = el.getBoundingClientRect();
           return [r.left + p[0], r.top + p[1]];
         }"""

@@ -180,6 +180,21 @@ def test_continuous_gate_reports_methods_and_wilcoxon() -> None:
     assert again == out  # reproducible given the seed
 
 
+def test_ratio_gate_with_an_astronomic_interval_stays_finite_and_undecided() -> None:
+    """Two pairs a factor 1e6 apart in opposite directions: the t interval on the log scale
+    runs past exp()'s range (a speed run on a loaded host raised OverflowError and lost the run).
+    The interval saturates at the largest float, the report stays valid JSON, and no verdict
+    rests on it."""
+    import json
+
+    base = np.array([1.0, 1e6])
+    cand = np.array([1e6, 1.0])
+    out = evaluate_gate(base, cand, metric="throughput", kind="ratio", margin=0.05)
+    assert out.verdict == "inconclusive"
+    assert math.isfinite(out.ci[1]) and out.ci[1] > 1e300 and out.ci[0] >= -1.0
+    json.dumps(out.ci, allow_nan=False)
+
+
 def test_ratio_gate_transforms_log_scale() -> None:
     rng = np.random.default_rng(5)
     base = rng.lognormal(3.0, 0.3, 120)
