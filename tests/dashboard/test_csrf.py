@@ -42,7 +42,7 @@ def _attacker_site(action: str, fields: dict[str, str]) -> Iterator[str]:
             self.wfile.write(page)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://localhost:{server.server_address[1]}/"

@@ -117,7 +117,7 @@ class _EngineServer(ThreadingHTTPServer):
 @contextmanager
 def engine_server(engine: str) -> Iterator[str]:
     server = _EngineServer(engine)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         host, port = server.server_address[:2]

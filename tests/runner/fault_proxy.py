@@ -178,7 +178,7 @@ def fault_proxy(
     upstream: str, *, alter_p: float = 0.5, seed: int = 0, match: str = "", wrong: str = "Unknown."
 ) -> Iterator[FaultProxy]:
     server = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server

@@ -125,7 +125,7 @@ class LevelServer(ThreadingHTTPServer):
 @contextmanager
 def level_server(accuracy: dict[int, float], seeds: list[int], **kw: Any) -> Iterator[LevelServer]:
     server = LevelServer(accuracy, seeds, **kw)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server

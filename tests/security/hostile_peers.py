@@ -69,7 +69,7 @@ class _ModelServer(ThreadingHTTPServer):
 
 @contextmanager
 def _serving(server: ThreadingHTTPServer) -> Iterator[Any]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield server
