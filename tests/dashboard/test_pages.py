@@ -8,6 +8,7 @@ screenshots land in ``out/screenshots/``.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -340,7 +341,8 @@ def test_live_page_advances_while_a_worker_executes(
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
         log.close()
-    done = [int(t.split()[0]) for t in seen if t.split()[0].isdigit()]
+    # "suite 1 of 1 · reasoning-smoke 3/10 items": the count before the slash.
+    done = [int(m.group(1)) for t in seen if (m := re.search(r"(\d+)/\d+ items", t))]
     # The page showed the counts climbing (several distinct values, increasing) before the
     # finished run's gates replaced the progress.
     assert len(set(done)) >= 3 and done == sorted(done), seen
