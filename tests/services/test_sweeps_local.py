@@ -24,9 +24,10 @@ def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path:
         [sys.executable, "-m", "evalsvc.cli.main", "sweep", "--baseline",
          local_endpoints.baseline, "--local", ",".join(names), "--suite", "drift-smoke",
          # Sized to what is asserted (the ABBA order, the frontier, the recommendation against
-         # the single compares), not to a capacity figure: two rate points of 20 requests from
-         # 2 req/s. At 0.25 req/s and four points it took over 50 minutes on the AMX host.
-         "--seed", "7", "--start-rps", "2", "--growth", "2", "--max-points", "2",
+         # the single compares), not to a capacity figure: one rate point of 20 requests at
+         # 4 req/s per measurement. At 0.25 req/s and four points it took over 50 minutes on
+         # the AMX host, at 2 and 4 req/s 14.5 minutes.
+         "--seed", "7", "--start-rps", "4", "--growth", "2", "--max-points", "1",
          "--requests", "20", "--blocks", "2", "--max-tokens", "16", "--json", str(out)],
         capture_output=True, text=True, timeout=3000, env=env,
     )
