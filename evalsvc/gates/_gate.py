@@ -390,7 +390,6 @@ def _geometric_mean(x: FloatArray) -> float:
     return float(np.exp(np.mean(np.log(x))))
 
 
-
 # ln of the largest finite float: exp() of more overflows. A log-ratio interval from two or three
 # pairs can reach it (t with 1-2 degrees of freedom times a wide spread: a speed ratio's CI was
 # seen as [0.156, 2.7e8], and one run raised OverflowError in math.expm1 and lost the run).
