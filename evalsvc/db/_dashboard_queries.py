@@ -90,6 +90,10 @@ def _conditions(f: RunFilters) -> list[sa.ColumnElement[bool]]:
     return out
 
 
+#: How a JSON field of a sample's ``data`` is cast by the database (``fields`` of the score reads).
+_CAST = {"int": "as_integer", "float": "as_float", "str": "as_string"}
+
+
 class DashboardQueries:
     """The dashboard's reads over one ``Database`` (``Store.dashboard``)."""
 
@@ -105,8 +109,7 @@ class DashboardQueries:
         only the columns and JSON fields asked for (a 5,000-sample run's heatmap and flips
         need the scores, not the outputs). ``fields`` are ``(name, "int"|"float"|"str")``:
         extracted and cast by the database, so no JSON is decoded in Python."""
-        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
-        cols = [getattr(SampleRow.data[name], cast[kind])() for name, kind in fields]
+        cols = [getattr(SampleRow.data[name], _CAST[kind])() for name, kind in fields]
         names = [name for name, _ in fields]
         stmt = sa.select(
             SampleRow.endpoint, SampleRow.item_id, SampleRow.repeat, SampleRow.score, *cols
@@ -133,9 +136,8 @@ class DashboardQueries:
         unique key) and compares the scores, so only flipped pairs are read: the flips page of
         a 100,000-sample run read every score and slice field in Python before
         (docs/benchmarks.md)."""
-        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
         b, c = sa.orm.aliased(SampleRow), sa.orm.aliased(SampleRow)
-        cols = [getattr(b.data[name], cast[kind])() for name, kind in fields]
+        cols = [getattr(b.data[name], _CAST[kind])() for name, kind in fields]
         names = [name for name, _ in fields]
         flipped = sa.or_(
             sa.and_(b.score >= threshold, c.score < threshold),
@@ -163,8 +165,7 @@ class DashboardQueries:
         """``(endpoint, item_id, repeat, score, errored, {field: data[field]})`` of a suite's
         samples, in stored order: what the samples browser filters and pages on, without
         outputs or prompts (those are read for the shown page only, ``samples_of_items``)."""
-        cast = {"int": "as_integer", "float": "as_float", "str": "as_string"}
-        cols = [getattr(SampleRow.data[name], cast[kind])() for name, kind in fields]
+        cols = [getattr(SampleRow.data[name], _CAST[kind])() for name, kind in fields]
         names = [name for name, _ in fields]
         stmt = sa.select(
             SampleRow.endpoint, SampleRow.item_id, SampleRow.repeat, SampleRow.score,
