@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.endpoints, pytest.mark.timeout(3600)]
 
 
 def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path: Path) -> None:
-    names = [n for n in ("fp8-kv", "w8a8", "w4a16") if n in local_endpoints.candidates]
+    # Two configurations: the KV-cache lever and the weight lever that loses quality here (w4a16
+    # failed drift-smoke on the AMX host); w8a8 adds minutes and no new path.
+    names = [n for n in ("fp8-kv", "w4a16") if n in local_endpoints.candidates]
     env = {**os.environ, "EVALSVC_TEST_KEEP_ENDPOINTS": "1"}
     out = tmp_path / "sweep.json"
     r = subprocess.run(
