@@ -203,8 +203,9 @@ class SweepStore:
             return _queue.rowcount(result) == 1
 
     def release_sweep(self, sweep_id: str, *, worker_id: str) -> bool:
-        """Give a sweep back to the queue (worker shutdown); the attempt is not counted. It
-        starts again from its first configuration."""
+        """Give a sweep back to the queue (worker shutdown); the attempt is not counted. Its
+        progress is kept: the next attempt resumes after the configurations already finished
+        (``services.sweeps.execute_stored_sweep``)."""
         with self._db.session() as session:
             result = session.execute(
                 sa.update(SweepRow)

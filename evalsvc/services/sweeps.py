@@ -42,7 +42,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -473,13 +473,17 @@ def run_sweep(
     egress: EgressPolicy | None = None,
     cancel: threading.Event | None = None,
     on_config: Callable[[dict[str, Any]], None] | None = None,
+    resume: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """Run the sweep; see the module contract. Raises ``UsageError`` for bad input before
     anything starts and ``local.LocalError`` when the baseline cannot be started.
 
     Server mode (``execute_stored_sweep``): ``egress`` is the policy of every connection (and
     suites resolve from the catalog only); ``cancel`` is checked before each configuration
-    (``SweepCancelled``); ``on_config`` sees each configuration's entry when it is done."""
+    (``SweepCancelled``); ``on_config`` sees each configuration's entry when it is done.
+    ``resume``: entries of configurations an earlier attempt finished (a sweep given back at a
+    worker's shutdown); they are kept as they are and not run again, and the first one's
+    quality run still lends its baseline samples to the rest."""
     if spec.suites:  # unknown suites or bad YAML are refused before anything starts
         placeholder = EndpointRef(url="http://127.0.0.1/v1")
         load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites),
@@ -505,7 +509,14 @@ def run_sweep(
                 base_url, base_model = spec.baseline, spec.baseline_model
             baseline = EndpointRef(url=base_url, model=base_model)
             first_run: str | None = None
+            finished = {e.get("name"): e for e in resume}
             for cfg in spec.configs:
+                if cfg.name in finished:
+                    entry = finished[cfg.name]
+                    out_configs.append(entry)
+                    first_run = first_run or (entry.get("quality") or {}).get("run_id")
+                    log(f"configuration {cfg.name}: finished by an earlier attempt, kept")
+                    continue
                 if mode.cancel is not None and mode.cancel.is_set():
                     raise SweepCancelled(f"cancelled before configuration {cfg.name}")
                 entry, first_run = _one_config(
@@ -740,6 +751,12 @@ def submit_check(spec: SweepSpec, *, store: Store, allow_launch: bool | None = N
                     allow_paths=False)
 
 
+def _done(entry: dict[str, Any]) -> dict[str, Any]:
+    """A finished configuration as the progress lists it."""
+    return {"name": entry.get("name"), "status": entry.get("status"),
+            "verdict": (entry.get("quality") or {}).get("verdict")}
+
+
 def execute_stored_sweep(
     store: Store, sweep: dict[str, Any], *, cancel: threading.Event, worker_id: str
 ) -> None:
@@ -760,21 +777,30 @@ def execute_stored_sweep(
     except (ValidationError, UsageError) as exc:
         fail(f"sweep refused: {exc}")
         return
-    done: list[dict[str, Any]] = []
+    # A sweep given back to the queue (a worker's shutdown) resumes after the configurations an
+    # earlier attempt finished: their whole entries are kept in the progress for that.
+    names = {c.name for c in spec.configs}
+    entries: list[dict[str, Any]] = [
+        e for e in (sweep.get("progress") or {}).get("entries") or []
+        if isinstance(e, dict) and e.get("name") in names
+    ]
+    done: list[dict[str, Any]] = [_done(e) for e in entries]
 
     def on_config(entry: dict[str, Any]) -> None:
-        done.append({"name": entry["name"], "status": entry["status"],
-                     "verdict": (entry.get("quality") or {}).get("verdict")})
+        done.append(_done(entry))
+        entries.append(entry)
         run_id = (entry.get("quality") or {}).get("run_id")
         with contextlib.suppress(Exception):  # progress is advisory
             if run_id:
                 store.sweeps.link_run(sweep_id, run_id, config=entry["name"])
             store.sweeps.update_progress(
-                sweep_id, {"configs": len(spec.configs), "done": done}, worker_id=worker_id
+                sweep_id, {"configs": len(spec.configs), "done": done, "entries": entries},
+                worker_id=worker_id,
             )
 
     try:
-        report = run_sweep(spec, store=store, egress=policy, cancel=cancel, on_config=on_config)
+        report = run_sweep(spec, store=store, egress=policy, cancel=cancel, on_config=on_config,
+                           resume=list(entries))
     except SweepCancelled:
         return
     except (UsageError, local.LocalError) as exc:

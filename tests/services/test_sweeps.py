@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -313,3 +314,59 @@ def test_scatter_draws_both_intervals_the_frontier_and_the_recommendation() -> N
     assert frontier is not None and len(frontier.get("points", "").split()) == 2
     missing = root.find(f"{ns}text[@class='missing']")
     assert missing is not None and "d (measured, no capacity ratio)" in (missing.text or "")
+
+
+class _CancelAfter(threading.Event):
+    """A cancel that fires at its ``n``-th check: the sweep checks it before each configuration,
+    so it stops between two configurations as at a worker's shutdown."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.checks, self.n = 0, n
+
+    def is_set(self) -> bool:
+        self.checks += 1
+        return self.checks >= self.n or super().is_set()
+
+
+def test_a_released_sweep_resumes_after_its_finished_configurations(
+    home: Path, store: Store, tmp_path: Path, echo_kind: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's shutdown gives a running sweep back to the queue (``release_sweep``); the next
+    claim runs only the configurations not finished yet, and the first configuration's run still
+    lends its baseline samples to the next."""
+    monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")  # server mode, loopback
+    with fault_server() as srv:
+        spec = SweepSpec.model_validate({
+            "baseline": base_url(srv, "ok"),
+            "configs": [{"name": "c1", "kind": "existing", "url": base_url(srv, "ok")},
+                        {"name": "c2", "kind": "existing", "url": base_url(srv, "flaky")}],
+            "suites": ["determinism-smoke"], "samples": 2, "speed": {"enabled": False},
+        })
+        queued = sweeps.submit_sweep(spec, store=store, submitted_by="t")
+        first = store.sweeps.claim_sweep(worker_id="w1", lease_seconds=120)
+        assert first is not None
+        sweeps.execute_stored_sweep(store, first, cancel=_CancelAfter(2), worker_id="w1")
+        assert store.sweeps.release_sweep(queued["id"], worker_id="w1")
+        given_back = store.sweeps.get_sweep(queued["id"])
+        assert given_back is not None and given_back["status"] == "queued"
+        assert [d["name"] for d in given_back["progress"]["done"]] == ["c1"]
+        run1 = given_back["progress"]["entries"][0]["quality"]["run_id"]
+
+        second = store.sweeps.claim_sweep(worker_id="w2", lease_seconds=120)
+        assert second is not None and second["id"] == queued["id"]
+        sweeps.execute_stored_sweep(store, second, cancel=threading.Event(), worker_id="w2")
+    done = store.sweeps.get_sweep(queued["id"])
+    assert done is not None and done["status"] == "completed", done and done["error"]
+    c1, c2 = done["report"]["configs"]
+    assert (c1["name"], c2["name"]) == ("c1", "c2")
+    assert c1["quality"]["run_id"] == run1  # kept, not run again
+    assert c2["status"] == "measured" and c2["quality"]["run_id"] != run1
+    assert [d["name"] for d in done["progress"]["done"]] == ["c1", "c2"]
+    assert sorted(r["config"] for r in done["runs"]) == ["c1", "c2"]
+    # The second attempt reused the first configuration's baseline samples.
+    b1 = {s.item_id: s.output for s in store.get_samples(run1, endpoint="baseline")}
+    b2 = {s.item_id: s.output for s in store.get_samples(c2["quality"]["run_id"],
+                                                        endpoint="baseline")}
+    assert b1 and b1 == b2
