@@ -205,12 +205,18 @@ def check_capabilities(
         )
 
 
-async def check_preflight(suites: Sequence[Suite], baseline: Provenance) -> None:
+async def check_preflight(
+    suites: Sequence[Suite], baseline: Provenance, calibrate: bool | None = None
+) -> None:
     """Every suite's own pre-run checks (``Suite.preflight``: an lm-eval task that does not
-    exist, its data or tokenizer missing...), before any item is sent; ``CapabilityError``
-    (exit 2) with every reason."""
+    exist, its data or tokenizer missing, a length past the context...), before any item is
+    sent; ``CapabilityError`` (exit 2) with every reason. A suite that will calibrate
+    (``calibrate``: the run's ``--calibrate``) is left to its pilot, whose ladder is sized to
+    the baseline."""
     problems: list[str] = []
     for suite in suites:
+        if suite.calibration(calibrate) is not None:
+            continue
         problems += [f"suite {suite.name}: {p}" for p in await suite.preflight(baseline)]
     if problems:
         raise CapabilityError("; ".join(problems) + " (refused before sending any item)")
@@ -266,7 +272,7 @@ async def execute(
             if on_probed:
                 on_probed(role, ref, prov)
         check_capabilities(suites, refs, provs)
-        await check_preflight(suites, provs[0])
+        await check_preflight(suites, provs[0], options.calibrate)
         warnings = _tokenizer_warnings(refs, provs)
         # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
         # go to its columns (and to the sink) only.

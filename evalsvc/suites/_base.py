@@ -540,6 +540,25 @@ LOGPROB_TOKENS_SHOWN = 64
 passage keeps hundreds of positions."""
 
 
+def lengths_over_context(
+    lengths: Sequence[int], max_tokens: int, headroom: int, max_context: int | None
+) -> list[str]:
+    """The preflight problem of a kind whose items are sized to exact context lengths (needle,
+    longctx): the lengths that cannot fit ``max_context`` with the answer and the chat
+    template's ``headroom``, naming those that would; none when the context is unknown."""
+    if max_context is None:
+        return []
+    room = max_context - max_tokens - headroom
+    over = [x for x in lengths if x > room]
+    if not over:
+        return []
+    return [
+        f"lengths {over} do not fit the endpoint's max context of {max_context} tokens with the "
+        f"answer ({max_tokens} tokens) and the chat template ({headroom}): lengths up to "
+        f"{max(room, 0)} fit"
+    ]
+
+
 def prompt_text(prompt: Any) -> str | None:
     """A prompt (a string or chat messages) as one text: ``[role] content`` per message."""
     if isinstance(prompt, str):

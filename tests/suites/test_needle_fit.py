@@ -60,3 +60,30 @@ def test_too_short_a_length_is_refused() -> None:
         fit(5, 0.5)
     with pytest.raises(ValueError, match="too short"):
         fit(5, 0.5, start=400)
+
+
+def test_needle_lengths_past_the_context_are_refused_before_any_item_unless_calibrating() -> None:
+    """``needle-long-context`` (32k-128k) on a 4,096-token server: a fixed-length run is refused
+    by the preflight, naming the lengths that fit (it failed inside planning before); with
+    calibration the pilot's ladder is sized to the context, so the preflight leaves it alone."""
+    from evalsvc.domain import Provenance
+    from evalsvc.runner._runner import check_preflight
+    from evalsvc.suites import resolve
+    from evalsvc.suites.kinds.needle import NeedleSuite
+    from evalsvc.runner._common import CapabilityError
+
+    (suite,) = resolve(["needle-long-context"])
+    assert isinstance(suite, NeedleSuite)
+    slot = Provenance(max_context=4096)
+    (problem,) = asyncio.run(suite.preflight(slot))
+    assert "lengths [32768, 65536, 131072] do not fit the endpoint's max context of 4096" in problem
+    assert "lengths up to 3968 fit" in problem
+    assert asyncio.run(suite.preflight(Provenance())) == []
+    # The catalog suite calibrates by default: not refused; with --no-calibrate it is.
+    asyncio.run(check_preflight([suite], slot))
+    with pytest.raises(CapabilityError, match="refused before sending any item"):
+        asyncio.run(check_preflight([suite], slot, calibrate=False))
+    # Its ladder on that server: lengths that fit.
+    assert max(r.value for r in suite.difficulty_ladder(slot)) <= 3968
+    (smoke,) = resolve(["needle-smoke"])
+    assert asyncio.run(smoke.preflight(slot)) == []

@@ -38,10 +38,13 @@ from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient, LocalTokenizer
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.stats import holm, mcnemar_exact
-from evalsvc.suites._base import Suite, SuiteSpec
+from evalsvc.suites._base import Suite, SuiteSpec, lengths_over_context
 from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, pct
+
+# Tokens left for the chat template around the user message when an item is sized to a length.
+_TEMPLATE_HEADROOM = 64
 
 _KEYS = [
     "Lima",
@@ -229,7 +232,7 @@ class NeedleSuite(Suite):
         p = self.params
         top = max(p.lengths)
         if provenance.max_context is not None:
-            top = provenance.max_context - p.max_tokens - 64
+            top = provenance.max_context - p.max_tokens - _TEMPLATE_HEADROOM
         top = min(top, limits.MAX_CONTEXT_TOKENS)
         start = min(min(p.lengths), top)
         if top < 1:
@@ -258,6 +261,15 @@ class NeedleSuite(Suite):
         params["lengths"] = sorted(int(r.value) for r in rungs)
         return self._derived(params)
 
+    async def preflight(self, provenance: Provenance) -> list[str]:
+        # A length past the baseline's context is refused before any item is sent (a 32k
+        # needle on a 4,096-token server), naming the lengths that fit; plan() checks again on
+        # the endpoint it sizes items with. A calibrating suite is not asked: its ladder is
+        # sized to that context (difficulty_ladder).
+        p = self.params
+        return lengths_over_context(p.lengths, p.max_tokens, _TEMPLATE_HEADROOM,
+                                    provenance.max_context)
+
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params
         rng = random.Random(self.spec.seed)
@@ -275,7 +287,7 @@ class NeedleSuite(Suite):
         drafts: list[tuple[int, int, float, tuple[int, int], list[str], str, list[str]]] = []
         haystack_cache: dict[tuple[int, int], str] = {}
         for length, h, depth in cells:
-            if max_ctx is not None and length + p.max_tokens + 64 > max_ctx:
+            if max_ctx is not None and length + p.max_tokens + _TEMPLATE_HEADROOM > max_ctx:
                 raise ValueError(
                     f"suite {self.name}: length {length} + answer does not fit the endpoint's "
                     f"max context {max_ctx}"
