@@ -280,6 +280,7 @@ _VLLM_SECOND_GROUP = (
     "tests/suites/test_lmeval_preflight.py",
     "tests/suites/test_longctx_oracle.py",
     "tests/scheduler/test_worker_real.py",
+    "tests/benchmarks/test_speed_vs_vllm_bench_smoke.py",
 )
 
 

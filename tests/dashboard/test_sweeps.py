@@ -11,6 +11,8 @@ have no queue to saturate), so the scatter lists the configurations it cannot pl
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +102,87 @@ def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
     missing = p.locator("#scatter .missing").text_content() or ""  # an SVG <text>
     assert "not placed" in missing and "same (measured, no capacity ratio)" in missing
     shot(p, "sweep")
+    _clean(page, p.url)
+
+
+@pytest.fixture(scope="module")
+def measured_sweep(dash_store: Store) -> Iterator[str]:
+    """A stored sweep whose configurations have both a quality Δ and a capacity ratio, so the
+    scatter places them: queue servers (``tests/fixtures/queue_server.py``, one FIFO server
+    each, saturating at 1000 / service_ms req/s) as baseline (50 ms: 20 req/s), ``fast``
+    (10 ms: 100 req/s) and ``same`` (50 ms), all answering the quality suite alike."""
+    import threading
+
+    from tests.speed.conftest import SCRIPT, free_port, wait_healthy
+
+    old = os.environ.get("EVALSVC_ALLOWED_ENDPOINTS")
+    os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = "127.0.0.0/8"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        urls = []
+        for ms in ("50", "10", "50"):
+            port = free_port()
+            proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port),
+                                     "--service-ms", ms],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(proc)
+            wait_healthy(port, proc)
+            urls.append(f"http://127.0.0.1:{port}/v1")
+        spec = sweeps.SweepSpec.model_validate({
+            "baseline": urls[0],
+            "configs": [{"name": "fast", "kind": "existing", "url": urls[1]},
+                        {"name": "same", "kind": "existing", "url": urls[2]}],
+            "suites": ["determinism-smoke"], "samples": 2,
+            # The baseline holds a 250 ms TTFT at 6 req/s and saturates at 40; 'fast' holds it
+            # at 40 (rates well below what a loaded test host's client can send).
+            "speed": {"rates": [6, 40], "requests": 20, "blocks": 1, "warmup": 2, "refine": 0,
+                      "slo_ttft_ms": 250, "slo_tpot_ms": None, "max_tokens": 4},
+        })
+        queued = sweeps.submit_sweep(spec, store=dash_store, submitted_by="dash-test")
+        claimed = dash_store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=300)
+        assert claimed is not None and claimed["id"] == queued["id"]
+        in_thread(sweeps.execute_stored_sweep, dash_store, claimed,
+                  cancel=threading.Event(), worker_id="dash-worker")
+        yield queued["id"]
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
+        if old is None:
+            os.environ.pop("EVALSVC_ALLOWED_ENDPOINTS", None)
+        else:
+            os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = old
+
+
+def test_the_scatter_places_each_measured_configuration_with_both_intervals(
+    measured_sweep: str, dash_store: Store, dash_server: Server, page: Watched, shot: Any
+) -> None:
+    stored = dash_store.sweeps.get_sweep(measured_sweep)
+    assert stored is not None and stored["status"] == "completed", stored and stored["error"]
+    configs = {c["name"]: c for c in stored["report"]["configs"]}
+    for name in ("fast", "same"):
+        c = configs[name]
+        assert c["status"] == "measured", c.get("error")
+        assert c["speed"]["capacity"]["ratio"] is not None, c["speed"]["capacity"]
+        assert c["quality"]["verdict"] == "pass"
+    assert configs["fast"]["speed"]["capacity"]["ratio"] > 1
+    _open(page, f"{dash_server.url}/sweeps/{measured_sweep}")
+    p = page.page
+    svg = p.locator("#scatter svg")
+    for name in ("fast", "same"):
+        dot = svg.locator(f"g.config[data-name='{name}']")
+        assert dot.count() == 1, name
+        assert dot.locator("circle").count() >= 1
+        assert dot.locator("line.xci").count() == 1 and dot.locator("line.yci").count() == 1
+    assert p.locator("#scatter .missing").count() == 0
+    # 'fast' gains capacity at no quality cost: right of 'same' on the capacity axis, and the
+    # recommendation.
+    fast_x = float(svg.locator("g.config[data-name='fast'] circle").first.get_attribute("cx") or 0)
+    same_x = float(svg.locator("g.config[data-name='same'] circle").first.get_attribute("cx") or 0)
+    assert fast_x > same_x
+    assert stored["report"]["recommendation"]["config"] == "fast"
+    assert "fast" in stored["report"]["frontier"]
+    shot(p, "sweep-measured")
     _clean(page, p.url)
 
 

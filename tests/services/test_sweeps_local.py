@@ -17,9 +17,7 @@ pytestmark = [pytest.mark.endpoints, pytest.mark.timeout(3600)]
 
 
 def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path: Path) -> None:
-    # Two configurations: the KV-cache lever and the weight lever that loses quality here (w4a16
-    # failed drift-smoke on the AMX host); w8a8 adds minutes and no new path.
-    names = [n for n in ("fp8-kv", "w4a16") if n in local_endpoints.candidates]
+    names = [n for n in ("fp8-kv", "w8a8", "w4a16") if n in local_endpoints.candidates]
     env = {**os.environ, "EVALSVC_TEST_KEEP_ENDPOINTS": "1"}
     out = tmp_path / "sweep.json"
     r = subprocess.run(
@@ -47,7 +45,21 @@ def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path:
         )
         assert single.returncode in (0, 1, 3), single.stderr[-2000:]
         alone = json.loads((tmp_path / f"{c['name']}.json").read_text())
-        assert c["quality"]["verdict"] == alone["candidates"][0]["verdict"]
+        # The same suite, seed and candidate decide alike, but not always identically: the
+        # single compare asks the baseline again, and bf16 is not batch-invariant (on an Intel
+        # AMX host about 31% of its answers change under batched traffic; with other tests
+        # running beside this one fp8-kv's drift-smoke was "pass" in the sweep and
+        # "inconclusive" alone). Two runs of one candidate never reach opposite verdicts, and
+        # their intervals of the same quantity overlap.
+        verdicts = {c["quality"]["verdict"], alone["candidates"][0]["verdict"]}
+        assert verdicts != {"pass", "fail"}, (c["quality"], alone["candidates"][0]["suites"])
+        for mine, theirs in zip(c["quality"]["suites"], alone["candidates"][0]["suites"],
+                                strict=True):
+            assert mine["suite"] == theirs["suite"]
+            lo, hi = mine["ci"]
+            lo2, hi2 = theirs["ci"]
+            if None not in (lo, hi, lo2, hi2):
+                assert lo <= hi2 and lo2 <= hi, (mine, theirs)
     rec = report["recommendation"]
     passing = [c for c in report["configs"] if c["quality"]["verdict"] == "pass"]
     if passing:

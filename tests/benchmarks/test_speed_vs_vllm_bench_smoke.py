@@ -1,0 +1,33 @@
+"""The P2 benchmark keeps working (``benchmarks/speed_vs_vllm_bench.py``): one tiny round on the
+local vLLM BF16 endpoint, evalsvc's speed suite beside ``vllm bench serve`` from the managed vLLM
+venv. Nothing is timed: it asserts that both sides measured every request and that the script
+printed the ratio of two positive medians."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_one_round_measures_both_sides(local_endpoints: Any) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "speed_vs_vllm_bench.py"), "--url",
+         local_endpoints.baseline, "--concurrency", "2", "--requests", "6", "--max-tokens", "8",
+         "--prompt-chars", "200", "--rounds", "1"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    m = re.search(r"evalsvc speed suite ([\d.]+) \(n=2\), vllm bench serve ([\d.]+) \(n=2\); "
+                  r"ratio ([\d.]+)", proc.stdout)
+    assert m, proc.stdout
+    ours, theirs, ratio = (float(x) for x in m.groups())
+    assert ours > 0 and theirs > 0
+    assert abs(ratio - ours / theirs) < 1e-3 * ratio + 1e-3
