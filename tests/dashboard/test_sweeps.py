@@ -109,8 +109,8 @@ def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
 def measured_sweep(dash_store: Store) -> Iterator[str]:
     """A stored sweep whose configurations have both a quality Δ and a capacity ratio, so the
     scatter places them: queue servers (``tests/fixtures/queue_server.py``, one FIFO server
-    each, saturating at 1000 / service_ms req/s) as baseline (50 ms: 20 req/s), ``fast``
-    (10 ms: 100 req/s) and ``same`` (50 ms), all answering the quality suite alike."""
+    each, saturating at 1000 / service_ms req/s) as baseline (100 ms: 10 req/s) and ``fast``
+    (10 ms: 100 req/s), both answering the quality suite alike."""
     import threading
 
     from tests.speed.conftest import SCRIPT, free_port, wait_healthy
@@ -120,7 +120,7 @@ def measured_sweep(dash_store: Store) -> Iterator[str]:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         urls = []
-        for ms in ("50", "10", "50"):
+        for ms in ("100", "10"):
             port = free_port()
             proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port),
                                      "--service-ms", ms],
@@ -130,13 +130,13 @@ def measured_sweep(dash_store: Store) -> Iterator[str]:
             urls.append(f"http://127.0.0.1:{port}/v1")
         spec = sweeps.SweepSpec.model_validate({
             "baseline": urls[0],
-            "configs": [{"name": "fast", "kind": "existing", "url": urls[1]},
-                        {"name": "same", "kind": "existing", "url": urls[2]}],
+            "configs": [{"name": "fast", "kind": "existing", "url": urls[1]}],
             "suites": ["determinism-smoke"], "samples": 2,
-            # The baseline holds a 250 ms TTFT at 6 req/s and saturates at 40; 'fast' holds it
-            # at 40 (rates well below what a loaded test host's client can send).
-            "speed": {"rates": [6, 40], "requests": 20, "blocks": 1, "warmup": 2, "refine": 0,
-                      "slo_ttft_ms": 250, "slo_tpot_ms": None, "max_tokens": 4},
+            # The SLO is wide, so that a loaded test host cannot break it where the queue is
+            # short: at 5 req/s the baseline's queue is half busy (TTFT p90 about 0.25 s); at 40
+            # req/s its queue grows to about 1.5 s, while 'fast' is still 40% busy.
+            "speed": {"rates": [5, 40], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
+                      "slo_ttft_ms": 1000, "slo_tpot_ms": None, "max_tokens": 4},
         })
         queued = sweeps.submit_sweep(spec, store=dash_store, submitted_by="dash-test")
         claimed = dash_store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=300)
@@ -159,29 +159,27 @@ def test_the_scatter_places_each_measured_configuration_with_both_intervals(
 ) -> None:
     stored = dash_store.sweeps.get_sweep(measured_sweep)
     assert stored is not None and stored["status"] == "completed", stored and stored["error"]
-    configs = {c["name"]: c for c in stored["report"]["configs"]}
-    for name in ("fast", "same"):
-        c = configs[name]
-        assert c["status"] == "measured", c.get("error")
-        assert c["speed"]["capacity"]["ratio"] is not None, c["speed"]["capacity"]
-        assert c["quality"]["verdict"] == "pass"
-    assert configs["fast"]["speed"]["capacity"]["ratio"] > 1
+    (fast,) = stored["report"]["configs"]
+    assert fast["status"] == "measured", fast.get("error")
+    cap = fast["speed"]["capacity"]
+    assert cap["ratio"] is not None and cap["ratio"] > 1, cap
+    assert fast["quality"]["verdict"] == "pass"
     _open(page, f"{dash_server.url}/sweeps/{measured_sweep}")
     p = page.page
     svg = p.locator("#scatter svg")
-    for name in ("fast", "same"):
-        dot = svg.locator(f"g.config[data-name='{name}']")
-        assert dot.count() == 1, name
-        assert dot.locator("circle").count() >= 1
-        assert dot.locator("line.xci").count() == 1 and dot.locator("line.yci").count() == 1
+    dot = svg.locator("g.config[data-name='fast']")
+    assert dot.count() == 1
+    assert dot.locator("circle").count() >= 1
+    assert dot.locator("line.xci").count() == 1 and dot.locator("line.yci").count() == 1
     assert p.locator("#scatter .missing").count() == 0
-    # 'fast' gains capacity at no quality cost: right of 'same' on the capacity axis, and the
-    # recommendation.
-    fast_x = float(svg.locator("g.config[data-name='fast'] circle").first.get_attribute("cx") or 0)
-    same_x = float(svg.locator("g.config[data-name='same'] circle").first.get_attribute("cx") or 0)
-    assert fast_x > same_x
+    # 'fast' gains capacity at no quality cost: right of the "×1 capacity" reference line, on
+    # the frontier, and recommended (ringed).
+    ref_x = float(svg.locator("line.ref").first.get_attribute("x1") or 0)
+    fast_x = float(dot.locator("circle").first.get_attribute("cx") or 0)
+    assert fast_x > ref_x
+    assert stored["report"]["frontier"] == ["fast"]
     assert stored["report"]["recommendation"]["config"] == "fast"
-    assert "fast" in stored["report"]["frontier"]
+    assert dot.locator("circle.recommended").count() == 1
     shot(p, "sweep-measured")
     _clean(page, p.url)
 
