@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -45,6 +46,13 @@ VLLM_BENCH = (
     "add_cli_args(p)\n"
     "main(p.parse_args(sys.argv[1:]))\n"
 )
+
+
+def children_cpu() -> float:
+    """CPU seconds (user + sys) of this script's finished children: each side's client cost,
+    which on a host the server shares is taken from the server."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def served_model(url: str) -> str:
@@ -127,23 +135,33 @@ def main() -> None:
     model = served_model(url)
     ours: list[float] = []
     theirs: list[float] = []
+    cpu_ours: list[float] = []
+    cpu_theirs: list[float] = []
     with tempfile.TemporaryDirectory(prefix="p2-") as tmp:
         work = Path(tmp)
         for k in range(args.rounds):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), children_cpu()
             e = evalsvc_round(url, args, work, k)
+            c1 = children_cpu()
             v = [vllm_round(url, args, work, 2 * k + j, model, tokenizer, python)
                  for j in range(2)]
+            c2 = children_cpu()
             ours += e
             theirs += v
+            cpu_ours.append((c1 - c0) / 2)  # one compare measures the endpoint twice
+            cpu_theirs.append((c2 - c1) / 2)
             print(f"round {k + 1}: evalsvc {e[0]:.1f}, {e[1]:.1f} tok/s; vllm bench serve "
                   f"{v[0]:.1f}, {v[1]:.1f} tok/s ({time.perf_counter() - t0:.0f} s; load "
-                  f"{os.getloadavg()[0]:.1f})", flush=True)
+                  f"{os.getloadavg()[0]:.1f}; client CPU-s per measurement, start-up included: "
+                  f"evalsvc {cpu_ours[-1]:.1f}, vllm bench serve {cpu_theirs[-1]:.1f})",
+                  flush=True)
     mo, mt = statistics.median(ours), statistics.median(theirs)
     print(f"\n{url} ({model}), concurrency {args.concurrency}, {args.requests} requests of "
           f"~{args.prompt_chars} chars, {args.max_tokens} output tokens, {args.rounds} rounds")
     print(f"median output tokens/s: evalsvc speed suite {mo:.1f} (n={len(ours)}), "
           f"vllm bench serve {mt:.1f} (n={len(theirs)}); ratio {mo / mt:.3f} (target 0.95-1.05)")
+    print(f"median client CPU-s per measurement: evalsvc {statistics.median(cpu_ours):.1f}, "
+          f"vllm bench serve {statistics.median(cpu_theirs):.1f}")
 
 
 if __name__ == "__main__":
