@@ -67,10 +67,10 @@ def test_needle_lengths_past_the_context_are_refused_before_any_item_unless_cali
     by the preflight, naming the lengths that fit (it failed inside planning before); with
     calibration the pilot's ladder is sized to the context, so the preflight leaves it alone."""
     from evalsvc.domain import Provenance
+    from evalsvc.runner._common import CapabilityError
     from evalsvc.runner._runner import check_preflight
     from evalsvc.suites import resolve
     from evalsvc.suites.kinds.needle import NeedleSuite
-    from evalsvc.runner._common import CapabilityError
 
     (suite,) = resolve(["needle-long-context"])
     assert isinstance(suite, NeedleSuite)
