@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,4 +32,5 @@ def test_one_round_measures_both_sides(local_endpoints: Any) -> None:
     assert m, proc.stdout
     ours, theirs, ratio = (float(x) for x in m.groups())
     assert ours > 0 and theirs > 0
-    assert abs(ratio - ours / theirs) < 1e-3 * ratio + 1e-3
+    # The script prints the medians to 0.1 tok/s and the ratio of the unrounded ones.
+    assert ratio == pytest.approx(ours / theirs, rel=0.02)
