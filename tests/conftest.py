@@ -14,7 +14,7 @@
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
   Under pytest-xdist (``make test``: ``-n 3 --dist loadgroup``) the vLLM endpoint tests are two
-  groups (``_VLLM_GROUPS``), each run whole by one worker: the first of the two to ask starts
+  groups (``_VLLM_SECOND_GROUP`` names the second), each run whole by one worker: the first of the two to ask starts
   the servers, the other waits for them (``ensure_up`` holds a lock) and reuses them, and the
   controller stops them once every worker is done (a worker that stopped them at its own end
   would pull them from under the other).
