@@ -14,10 +14,10 @@
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
   Under pytest-xdist (``make test``: ``-n 3 --dist loadgroup``) the vLLM endpoint tests are two
-  groups (``_VLLM_SECOND_GROUP`` names the second), each run whole by one worker: the first of the two to ask starts
-  the servers, the other waits for them (``ensure_up`` holds a lock) and reuses them, and the
-  controller stops them once every worker is done (a worker that stopped them at its own end
-  would pull them from under the other).
+  groups (``_VLLM_SECOND_GROUP`` names the second), each run whole by one worker: the first of
+  the two to ask starts the servers, the other waits for them (``ensure_up`` holds a lock) and
+  reuses them, and the controller stops them once every worker is done (a worker that stopped
+  them at its own end would pull them from under the other).
 - Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
 - ``llamacpp_endpoints``: the real local llama.cpp endpoints (``f16`` baseline, ``q8_0-kv``
   candidate), prepared and started once per session through ``ensure_up(engine="llamacpp")``
