@@ -5,15 +5,14 @@ dashboard's database and executed by the worker's sweep executor
 (``evalsvc.services.sweeps.execute_stored_sweep``) against loopback fault servers: ``ok`` and
 ``flaky`` pass the catalog's ``determinism-smoke``, ``broken`` answers every request with HTTP
 500, so its configuration ends ``error``. Capacity is not measured (speed off: these servers
-have no queue to saturate), so the scatter lists the configurations it cannot place.
+have no queue to saturate), so the scatter lists the configurations it cannot place. A second
+sweep over queue servers (``tests/fixtures/queue_server.py``) measures capacity, so its
+configuration is placed on the scatter.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
+import threading
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.services import sweeps
 from tests.fixtures.faults import base_url, fault_server
+from tests.speed.conftest import queue_servers
 
 from .conftest import Server, Watched, in_thread
 from .test_pages import _clean, _open
@@ -28,36 +28,34 @@ from .test_pages import _clean, _open
 pytestmark = pytest.mark.slow  # one real sweep (about 10 s), then the pages
 
 
-@pytest.fixture(scope="module")
-def stored_sweep(dash_store: Store) -> Iterator[str]:
-    old = os.environ.get("EVALSVC_ALLOWED_ENDPOINTS")
-    os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = "127.0.0.0/8"  # server mode, loopback allowed
-    try:
-        with fault_server() as srv:
-            spec = sweeps.SweepSpec.model_validate({
-                "baseline": base_url(srv, "ok"),
-                "configs": [
-                    {"name": "same", "kind": "existing", "url": base_url(srv, "ok")},
-                    {"name": "flaky", "kind": "existing", "url": base_url(srv, "flaky")},
-                    {"name": "broken", "kind": "existing", "url": base_url(srv, "500")},
-                ],
-                "suites": ["determinism-smoke"],
-                "samples": 2,
-                "speed": {"enabled": False},
-            })
-            queued = sweeps.submit_sweep(spec, store=dash_store, submitted_by="dash-test")
-            claimed = dash_store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=120)
-            assert claimed is not None and claimed["id"] == queued["id"]
-            import threading
+def _executed(store: Store, spec: dict[str, Any], lease_seconds: float) -> str:
+    """Queue ``spec`` through the sweep service (what ``POST /api/v1/sweeps`` calls), claim it
+    and run it with the worker's executor, in server mode with loopback allowed; its id."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")
+        queued = sweeps.submit_sweep(sweeps.SweepSpec.model_validate(spec), store=store,
+                                     submitted_by="dash-test")
+        claimed = store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=lease_seconds)
+        assert claimed is not None and claimed["id"] == queued["id"]
+        in_thread(sweeps.execute_stored_sweep, store, claimed, cancel=threading.Event(),
+                  worker_id="dash-worker")
+    return str(queued["id"])
 
-            in_thread(sweeps.execute_stored_sweep, dash_store, claimed,
-                      cancel=threading.Event(), worker_id="dash-worker")
-        yield queued["id"]
-    finally:
-        if old is None:
-            os.environ.pop("EVALSVC_ALLOWED_ENDPOINTS", None)
-        else:
-            os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = old
+
+@pytest.fixture(scope="module")
+def stored_sweep(dash_store: Store) -> str:
+    with fault_server() as srv:
+        return _executed(dash_store, {
+            "baseline": base_url(srv, "ok"),
+            "configs": [
+                {"name": "same", "kind": "existing", "url": base_url(srv, "ok")},
+                {"name": "flaky", "kind": "existing", "url": base_url(srv, "flaky")},
+                {"name": "broken", "kind": "existing", "url": base_url(srv, "500")},
+            ],
+            "suites": ["determinism-smoke"],
+            "samples": 2,
+            "speed": {"enabled": False},
+        }, lease_seconds=120)
 
 
 def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
@@ -106,52 +104,22 @@ def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
 
 
 @pytest.fixture(scope="module")
-def measured_sweep(dash_store: Store) -> Iterator[str]:
+def measured_sweep(dash_store: Store) -> str:
     """A stored sweep whose configurations have both a quality Δ and a capacity ratio, so the
     scatter places them: queue servers (``tests/fixtures/queue_server.py``, one FIFO server
     each, saturating at 1000 / service_ms req/s) as baseline (100 ms: 10 req/s) and ``fast``
     (10 ms: 100 req/s), both answering the quality suite alike."""
-    import threading
-
-    from tests.speed.conftest import SCRIPT, free_port, wait_healthy
-
-    old = os.environ.get("EVALSVC_ALLOWED_ENDPOINTS")
-    os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = "127.0.0.0/8"
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        urls = []
-        for ms in ("100", "10"):
-            port = free_port()
-            proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port),
-                                     "--service-ms", ms],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            procs.append(proc)
-            wait_healthy(port, proc)
-            urls.append(f"http://127.0.0.1:{port}/v1")
-        spec = sweeps.SweepSpec.model_validate({
-            "baseline": urls[0],
-            "configs": [{"name": "fast", "kind": "existing", "url": urls[1]}],
+    with queue_servers("100", "10") as (baseline, fast):
+        return _executed(dash_store, {
+            "baseline": baseline,
+            "configs": [{"name": "fast", "kind": "existing", "url": fast}],
             "suites": ["determinism-smoke"], "samples": 2,
             # The SLO is wide, so that a loaded test host cannot break it where the queue is
             # short: at 5 req/s the baseline's queue is half busy (TTFT p90 about 0.25 s); at 40
             # req/s its queue grows to about 1.5 s, while 'fast' is still 40% busy.
             "speed": {"rates": [5, 40], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
                       "slo_ttft_ms": 1000, "slo_tpot_ms": None, "max_tokens": 4},
-        })
-        queued = sweeps.submit_sweep(spec, store=dash_store, submitted_by="dash-test")
-        claimed = dash_store.sweeps.claim_sweep(worker_id="dash-worker", lease_seconds=300)
-        assert claimed is not None and claimed["id"] == queued["id"]
-        in_thread(sweeps.execute_stored_sweep, dash_store, claimed,
-                  cancel=threading.Event(), worker_id="dash-worker")
-        yield queued["id"]
-    finally:
-        for proc in procs:
-            proc.terminate()
-            proc.wait(timeout=10)
-        if old is None:
-            os.environ.pop("EVALSVC_ALLOWED_ENDPOINTS", None)
-        else:
-            os.environ["EVALSVC_ALLOWED_ENDPOINTS"] = old
+        }, lease_seconds=300)
 
 
 def test_the_scatter_places_each_measured_configuration_with_both_intervals(

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -33,6 +34,30 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0
             pass
         time.sleep(0.1)
     raise RuntimeError("queue server not healthy")
+
+
+@contextmanager
+def queue_servers(*service_ms: str) -> Iterator[list[str]]:
+    """One queue server process per service time (ms, saturating at 1000 / ms req/s); yields
+    their base URLs in that order and stops them all."""
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        urls = []
+        for ms in service_ms:
+            port = free_port()
+            proc = subprocess.Popen(
+                [sys.executable, str(SCRIPT), "--port", str(port), "--service-ms", ms],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            wait_healthy(port, proc)
+            urls.append(f"http://127.0.0.1:{port}/v1")
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=10)
 
 
 @pytest.fixture

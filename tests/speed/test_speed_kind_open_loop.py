@@ -4,8 +4,6 @@ queue servers with known service times: capacity at SLO per endpoint, goodput, t
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
@@ -15,26 +13,13 @@ from evalsvc.runner import execute
 from evalsvc.suites import SuiteSpec
 from evalsvc.suites.kinds.speed import SpeedSuite
 
-from .conftest import SCRIPT, free_port, wait_healthy
+from .conftest import queue_servers
 
 
 @pytest.fixture
 def two_queues() -> Iterator[tuple[str, str]]:
-    procs, urls = [], []
-    try:
-        for ms in ("100", "25"):  # saturation at 10 and 40 req/s
-            port = free_port()
-            proc = subprocess.Popen([sys.executable, str(SCRIPT), "--port", str(port),
-                                     "--service-ms", ms],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            procs.append(proc)
-            wait_healthy(port, proc)
-            urls.append(f"http://127.0.0.1:{port}/v1")
-        yield urls[0], urls[1]
-    finally:
-        for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+    with queue_servers("100", "25") as (slow, fast):  # saturation at 10 and 40 req/s
+        yield slow, fast
 
 
 def test_open_loop_rates_give_capacity_at_slo(two_queues: tuple[str, str]) -> None:
