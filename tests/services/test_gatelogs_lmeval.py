@@ -63,6 +63,15 @@ def test_gate_logs_on_real_lm_eval_logs_equals_the_direct_run(
     d = direct["candidates"][0]["suites"][0]
     assert d["n_errors"] == 0, d["details"].get("error_examples")
     assert d["recovery"] is not None and d["recovery"]["n"] == d["n"] == N_DOCS
+    # The lmeval kind pairs lm-eval's documents by id: every one of the first N on both sides,
+    # with the task's details (this run also serves as the kind's own endpoint test).
+    assert d["details"]["task"] == "evalsvc_mc" and d["details"]["by_family"]
+    direct_samples = store.get_samples(direct["run_id"])
+    for side in ("baseline", "candidate:0"):
+        assert sorted(s.item_id for s in direct_samples if s.endpoint == side) == sorted(
+            f"doc{i}" for i in range(N_DOCS)
+        ), side
+    assert not [s.error for s in direct_samples if s.error]
 
     base_dir = tmp_path / "logs" / "lmeval-mc-kept" / "baseline"
     cand_dir = tmp_path / "logs" / "lmeval-mc-kept" / "candidate-0"

@@ -17,18 +17,23 @@ pytestmark = [pytest.mark.endpoints, pytest.mark.timeout(3600)]
 
 
 def test_local_sweep_matches_individual_compares(local_endpoints: Any, tmp_path: Path) -> None:
+    # Two configurations are what the frontier and the recommendation need to be tested (each
+    # one is a server start and an ABBA measurement against the shared bf16 baseline, the
+    # session's busiest process): fp8-kv where the host serves it, and w4a16.
     names = [n for n in ("fp8-kv", "w8a8", "w4a16") if n in local_endpoints.candidates]
+    names = [names[0], names[-1]]
     env = {**os.environ, "EVALSVC_TEST_KEEP_ENDPOINTS": "1"}
     out = tmp_path / "sweep.json"
     r = subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "sweep", "--baseline",
          local_endpoints.baseline, "--local", ",".join(names), "--suite", "drift-smoke",
          # Sized to what is asserted (the ABBA order, the frontier, the recommendation against
-         # the single compares), not to a capacity figure: one rate point of 20 requests at
+         # the single compares), not to a capacity figure: one rate point of 12 requests at
          # 4 req/s per measurement. At 0.25 req/s and four points it took over 50 minutes on
-         # the AMX host, at 2 and 4 req/s 14.5 minutes.
+         # the AMX host, at 2 and 4 req/s 14.5 minutes; three configurations of 20 requests
+         # 578 s under the whole session's load.
          "--seed", "7", "--start-rps", "4", "--growth", "2", "--max-points", "1",
-         "--requests", "20", "--blocks", "2", "--max-tokens", "16", "--json", str(out)],
+         "--requests", "12", "--blocks", "2", "--max-tokens", "16", "--json", str(out)],
         capture_output=True, text=True, timeout=3000, env=env,
     )
     assert r.returncode in (0, 1), r.stderr[-3000:]

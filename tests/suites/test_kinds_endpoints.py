@@ -102,7 +102,7 @@ def test_reasoning_baseline_against_itself(local_endpoints: Any) -> None:
 def test_needle_baseline_against_itself(local_endpoints: Any) -> None:
     url = local_endpoints.baseline
     s = suite(
-        "needle", "needle-self", seed=11, lengths=[1024, 2048], depths=[0.1, 0.5, 0.9], haystacks=4
+        "needle", "needle-self", seed=11, lengths=[1024, 2048], depths=[0.1, 0.5, 0.9], haystacks=2
     )
     result, samples = run(url, [url], [s])
     check_self_agreement(result, samples)
@@ -243,20 +243,6 @@ def test_speed_reports_capacity_and_latency(
             assert m["n"] == 2 and m["ttft_ms"]["p50"] > 0 and m["tpot_ms"]["p50"] > 0
             assert m["output_tok_s"] > 0 and m["effective_concurrency"] == level["concurrency"]
     assert samples and all(x.completion_tokens == 16 for x in samples)
-
-
-def test_lmeval_pairs_documents(local_endpoints: Any) -> None:
-    url = local_endpoints.baseline
-    result, samples = run(
-        url,
-        [local_endpoints.candidates["w8a8"]],
-        [suite("lmeval", "lmeval-test", n=10, num_concurrent=2)],
-    )
-    res = result.candidates[0].suites[0]
-    errors = [x.error for x in samples if x.error]
-    assert not errors, errors[:2]
-    assert {x.item_id for x in samples} == {f"doc{i}" for i in range(10)}
-    assert res.details["task"] == "evalsvc_mc" and res.details["by_family"]
 
 
 def test_needle_checkpoint_tokenizer_matches_the_endpoint(local_endpoints: Any) -> None:
