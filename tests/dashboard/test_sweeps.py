@@ -107,17 +107,19 @@ def test_sweep_pages_show_the_configurations_the_scatter_and_the_recommendation(
 def measured_sweep(dash_store: Store) -> str:
     """A stored sweep whose configurations have both a quality Δ and a capacity ratio, so the
     scatter places them: queue servers (``tests/fixtures/queue_server.py``, one FIFO server
-    each, saturating at 1000 / service_ms req/s) as baseline (100 ms: 10 req/s) and ``fast``
+    each, saturating at 1000 / service_ms req/s) as baseline (250 ms: 4 req/s) and ``fast``
     (10 ms: 100 req/s), both answering the quality suite alike."""
-    with queue_servers("100", "10") as (baseline, fast):
+    with queue_servers("250", "10") as (baseline, fast):
         return _executed(dash_store, {
             "baseline": baseline,
             "configs": [{"name": "fast", "kind": "existing", "url": fast}],
             "suites": ["determinism-smoke"], "samples": 2,
             # The SLO is wide, so that a loaded test host cannot break it where the queue is
-            # short: at 5 req/s the baseline's queue is half busy (TTFT p90 about 0.25 s); at 40
-            # req/s its queue grows to about 1.5 s, while 'fast' is still 40% busy.
-            "speed": {"rates": [5, 40], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
+            # short: at 2 req/s the baseline is half busy (TTFT about 0.25-0.5 s); at 8 req/s,
+            # twice what it can serve, its queue grows to about 2.5 s by the 19th request, while
+            # 'fast' is 8% busy. (At 40 req/s 'fast' itself missed the SLO once, in `make
+            # test` with four workers on 2 cores: its process was not scheduled in time.)
+            "speed": {"rates": [2, 8], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
                       "slo_ttft_ms": 1000, "slo_tpot_ms": None, "max_tokens": 4},
         }, lease_seconds=300)
 
