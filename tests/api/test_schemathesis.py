@@ -1,8 +1,8 @@
 """The OpenAPI contract, checked by schemathesis against the real server (issue 9: "the OpenAPI
 documents every status and shape it returns"): property-based requests to every operation of
-``/openapi.json`` with an admin token, on one store (PostgreSQL where the session has it). No 5xx, every status code and
-body as documented (statuses, content types, headers, response schemas), schema-invalid
-requests refused.
+``/openapi.json`` with an admin token, on one store (PostgreSQL where the session has it). No
+5xx, every status code and body as documented (statuses, content types, headers, response
+schemas), schema-invalid requests refused.
 
 Bounded: ``MAX_EXAMPLES`` examples per operation, derandomized, so a run is reproducible and
 takes about 80 s on the shared 2-core machine (measured: 164 s for both stores at 30).
