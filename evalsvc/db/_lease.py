@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Held:
     on_lost: Callable[[], None]
-    last_ok: float = field(default_factory=time.monotonic)
+    last_ok: float
 
 
 class Leases:
@@ -44,12 +44,14 @@ class Leases:
         lease_seconds: float,
         give_up_after: float | None = None,
         renew: Callable[..., bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
         self.store, self.owner, self.lease_seconds = store, owner, lease_seconds
         self.give_up_after = give_up_after
         self._renew_one = renew
+        self._clock = clock  # injectable: tests step time instead of sleeping against a load
         # A third of the lease: two beats may fail (a database restart) before it expires.
         self.interval = lease_seconds / 3
         self._held: dict[str, _Held] = {}
@@ -60,7 +62,7 @@ class Leases:
     def hold(self, run_id: str, *, on_lost: Callable[[], None]) -> None:
         """Renew ``run_id``'s lease from now on; ``on_lost`` when it is lost."""
         with self._lock:
-            self._held[run_id] = _Held(on_lost=on_lost)
+            self._held[run_id] = _Held(on_lost=on_lost, last_ok=self._clock())
 
     def drop(self, run_id: str) -> None:
         """Stop renewing ``run_id`` (its execution returned)."""
@@ -106,14 +108,14 @@ class Leases:
             renew = self._renew_one or self.store.heartbeat
             ok = renew(run_id, worker_id=self.owner, lease_seconds=self.lease_seconds)
         except Exception as err:  # noqa: BLE001 - the database briefly down: retry at the next beat
-            silent = time.monotonic() - entry.last_ok
+            silent = self._clock() - entry.last_ok
             if self.give_up_after is None or silent < self.give_up_after:
                 log.warning("heartbeat for run %s failed, retrying: %s", run_id, err)
                 return
             log.error("run %s: no heartbeat for %.0f s; assuming its lease lost", run_id, silent)
             ok = False
         if ok:
-            entry.last_ok = time.monotonic()
+            entry.last_ok = self._clock()
             return
         with self._lock:
             if self._held.get(run_id) is not entry:

@@ -358,10 +358,9 @@ def test_ensure_running_start_reuse_and_stop(home: Layout) -> None:
     assert load_state(home.state_file).servers.keys() == {"bf16", "fp8-kv"}
     assert all(_serve.is_healthy(r.port) for r in records.values())
 
-    # Already running: returns at once, same processes, nothing prepared.
-    started = time.monotonic()
+    # Already running: the same processes, nothing prepared (no timing: a loaded CI host's
+    # health probes alone took over 2 s once).
     again = _serve.ensure_running(home, specs, timeout=30, prepare=prepare)
-    assert time.monotonic() - started < 2
     assert {n: r.pid for n, r in again.items()} == {n: r.pid for n, r in records.items()}
     assert len(prepared) == 1
 
