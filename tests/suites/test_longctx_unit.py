@@ -370,3 +370,39 @@ def test_nolima_literal_match_names_the_landmark_in_the_question(bpe: Path) -> N
         landmark = next(lm for lm, _ in LANDMARKS if lm in b.prompt[0]["content"])
         assert f"together with the {landmark}?" in question
         assert landmark not in a.prompt[0]["content"].rsplit("Question: ", 1)[1]
+
+
+def test_filler_without_names_names_people_by_role() -> None:
+    for lang in LANGUAGES:
+        text = filler(lang, 3, 8000, people=False)
+        assert text == filler(lang, 3, 8000, people=False) and len(text) >= 8000
+        assert not set(re.findall(r"\w+", text)) & set(filler_names(lang)), lang
+        # Every word it writes is one filler_words lists (tasks check their words against it).
+        assert set(re.findall(r"\w+", text.lower())) <= filler_words(lang), lang
+    # The default (named people) is unchanged by the option.
+    assert set(re.findall(r"\w+", filler("en", 3, 8000))) & set(filler_names("en"))
+    # German: no coda repeats the subject (it would need the accusative of a role).
+    assert "Danach ging" not in filler("de", 1, 20000, people=False)
+
+
+def test_nolima_distractors_in_a_haystack_without_names(bpe: Path) -> None:
+    """``haystack_names: false`` + ``distractors``: the needle and the distractors are the only
+    names; each distractor names a landmark of another city, so only the association answers."""
+    items = _plan(_suite("nolima", bpe, lengths=[600], languages=["en", "ko"], haystacks=2,
+                         depths=[0.2, 0.8], haystack_names=False, distractors=2))
+    assert items
+    for it in items:
+        text = it.prompt[0]["content"]
+        (name,) = it.expected
+        present = [n for n in NEEDLE_NAMES if n in text]
+        assert name in present and len(present) == 3, present
+        assert all(text.count(n) == 1 for n in present)
+        lang = it.metadata["language"]
+        assert not [n for n in filler_names(lang) if re.search(rf"\b{n}\b", text)]
+        question = text.rsplit("Question: ", 1)[1]
+        city = next(c for _, c in LANDMARKS if c in question)
+        named_sites = [lm for lm, c in LANDMARKS if lm in text]
+        assert len(named_sites) == 3 and sum(c == city for lm, c in LANDMARKS
+                                             if lm in named_sites) == 1
+        body = text.split("\n\n", 1)[1]
+        assert abs(body.index(name) / len(body) - it.metadata["depth"]) < 0.15

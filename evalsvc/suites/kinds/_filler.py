@@ -4,9 +4,10 @@ Contract: ``filler(language, seed, min_chars)`` returns paragraphs of plain ever
 (who did what, where and when) in ``en``, ``de``, ``es`` or ``ko``, the same text for the same
 arguments, with no downloads. The lexicons are written here; sentences are assembled from a
 template per language so that word order and inflection are right (German verb-second order,
-Korean subject/object particles chosen by the final consonant of the noun). The text mentions
-people by name, so that a needle's name is not the only name in the haystack (NoLiMa's point:
-the answer must not stand out by its surface form).
+Korean subject/object particles chosen by the final consonant of the noun). By default the text
+mentions people by name, so that a needle's name is not the only name in the haystack (NoLiMa's
+point: the answer must not stand out by its surface form); ``people=False`` names them by their
+role instead, for models too small to pick one name out of many.
 
 The vocabulary deliberately avoids the words the long-context tasks test for (cities, landmarks,
 the coded words and variable names): ``FILLER_WORDS`` lists every word a language can produce
@@ -32,6 +33,21 @@ _NAMES = {
            "Javier", "Marta", "Tomás", "Inés", "Raúl", "Alba", "Sergio"],
     "ko": ["민준", "서연", "지호", "하은", "도윤", "수아", "예준", "지유", "시우", "서윤", "주원",
            "하린", "건우", "채원", "우진", "지안"],
+}
+
+# Subjects for a haystack without names (``filler(..., people=False)``): people by their role,
+# so the sentences stay the same kind of prose while a needle's name is the only name in it
+# (the NoLiMa level small models can answer: docs/suites.md). Spanish roles are masculine
+# because the codas' adjectives are ("orgulloso"); German roles are nominative, and the
+# German codas that repeat the subject (they inflect it) are skipped.
+_ROLES = {
+    "en": ["the baker", "a neighbour", "the old teacher", "the postman", "my cousin",
+           "the gardener", "a young student", "the fisherman"],
+    "de": ["der Bäcker", "die Nachbarin", "der alte Lehrer", "die Postbotin", "mein Cousin",
+           "der Gärtner", "eine junge Studentin", "der Fischer"],
+    "es": ["el panadero", "el vecino", "el viejo maestro", "el cartero", "mi primo",
+           "el jardinero", "un joven estudiante", "el pescador"],
+    "ko": ["이웃", "빵집 주인", "선생님", "우체부", "사촌", "정원사", "학생", "어부"],
 }
 
 _EN: dict[str, list[Any]] = {
@@ -135,8 +151,8 @@ def _object(noun: str) -> str:
     return noun + ("을" if has_final_consonant(noun) else "를")
 
 
-def _sentence(language: str, rng: random.Random) -> str:
-    name = rng.choice(_NAMES[language])
+def _sentence(language: str, rng: random.Random, people: bool) -> str:
+    name = rng.choice(_NAMES[language] if people else _ROLES[language])
     if language == "en":
         lex = _EN
         return (f"{rng.choice(lex['time'])}, {name} {rng.choice(lex['action'])} "
@@ -144,7 +160,8 @@ def _sentence(language: str, rng: random.Random) -> str:
     if language == "de":
         verb, obj = rng.choice(_DE["action"])
         first = f"{rng.choice(_DE['time'])} {verb} {name} {rng.choice(_DE['place'])} {obj}."
-        return first + " " + str(rng.choice(_DE["coda"])).format(name=name)
+        codas = _DE["coda"] if people else [c for c in _DE["coda"] if "{name}" not in c]
+        return first + " " + str(rng.choice(codas)).format(name=name)
     if language == "es":
         lex = _ES
         return (f"{rng.choice(lex['time'])}, {name} {rng.choice(lex['action'])} "
@@ -156,20 +173,22 @@ def _sentence(language: str, rng: random.Random) -> str:
     raise ValueError(f"no filler for language {language!r} (one of {', '.join(LANGUAGES)})")
 
 
-def _paragraphs(language: str, rng: random.Random) -> Iterator[str]:
+def _paragraphs(language: str, rng: random.Random, people: bool) -> Iterator[str]:
     while True:
-        yield " ".join(_sentence(language, rng) for _ in range(rng.randint(3, 6)))
+        yield " ".join(_sentence(language, rng, people) for _ in range(rng.randint(3, 6)))
 
 
-def filler(language: str, seed: str | int, min_chars: int) -> str:
+def filler(language: str, seed: str | int, min_chars: int, *, people: bool = True) -> str:
     """At least ``min_chars`` characters of ``language`` prose, paragraphs split by a blank line;
-    the same for the same (language, seed, min_chars)."""
+    the same for the same (language, seed, min_chars, people). With ``people=False`` the
+    sentences name nobody: their subjects are roles ("the baker")."""
     if language not in LANGUAGES:
         raise ValueError(f"no filler for language {language!r} (one of {', '.join(LANGUAGES)})")
-    rng = random.Random(f"filler-{language}-{seed}")
+    # The seed string of the default stays as it was: existing suites keep their haystacks.
+    rng = random.Random(f"filler-{language}-{seed}" + ("" if people else "-roles"))
     out: list[str] = []
     size = 0
-    for para in _paragraphs(language, rng):
+    for para in _paragraphs(language, rng, people):
         out.append(para)
         size += len(para) + 2
         if size >= min_chars:
@@ -186,7 +205,7 @@ def filler_words(language: str) -> set[str]:
     """Every word (lower-cased, split on non-word characters) the filler of ``language`` can
     produce: for checking that a task's words never occur in the haystack by accident."""
     lex: dict[str, list[Any]] = {"en": _EN, "de": _DE, "es": _ES, "ko": _KO}[language]
-    text = " ".join(_NAMES[language])
+    text = " ".join(_NAMES[language] + _ROLES[language])
     for values in lex.values():
         for v in values:
             text += " " + (" ".join(v) if isinstance(v, tuple) else v)

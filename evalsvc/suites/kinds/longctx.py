@@ -219,6 +219,15 @@ class LongContextParams(BaseModel):
     mentioned together with the Semper Opera?"), the literal-match control that NoLiMa's
     one-hop questions are contrasted with: for models that lack the landmark → city knowledge
     the one-hop question needs (SmolLM2-135M scores 0 on it, docs/suites.md)."""
+    haystack_names: bool = True
+    """The haystack's people have names (NoLiMa's setting: the needle's name is one of many).
+    ``false``: they are named by their role ("the baker"), so the needle's name (and the
+    distractors') are the only names: the level a small model can answer (docs/suites.md).
+    Every task takes it; it matters to ``nolima``."""
+    distractors: int = Field(default=0, ge=0, le=8)
+    """``nolima`` only: other needles (other names, landmarks of other cities) at random
+    depths; with ``haystack_names: false`` the answer is then one of ``distractors + 1``
+    names and only the landmark → city association tells which."""
     # common_words
     num_common: int = Field(default=3, ge=1, le=50)
     common_freq: int = Field(default=6, ge=2, le=200)
@@ -300,10 +309,16 @@ def _draft(p: LongContextParams, rng: random.Random, length: int, depth: float |
             if p.literal_match
             else question_t.format(city=city)
         )
+        inserts = [(depth, needle_t.format(name=name, landmark=landmark))]
+        others = rng.sample([n for n in NEEDLE_NAMES if n != name], p.distractors)
+        sites = rng.sample([lm for lm, c in LANDMARKS if c != city], p.distractors)
+        for other, site in zip(others, sites, strict=True):
+            template, _ = rng.choice(NOLIMA_TEMPLATES)
+            inserts.append((rng.uniform(0.05, 0.95), template.format(name=other, landmark=site)))
         return Draft(
             intro=intro,
             question=f"Question: {asked} Answer with the name only.",
-            inserts=[(depth, needle_t.format(name=name, landmark=landmark))],
+            inserts=sorted(inserts),
             expected=[name],
             universe=[],  # filled with the haystack's names by the caller
         )
@@ -609,7 +624,8 @@ class LongContextSuite(Suite):
             if key not in haystacks:
                 # ~4 characters per token in English; Korean takes fewer per token, so 8 per
                 # token leaves headroom for the search in every language.
-                haystacks[key] = filler(lang, f"{self.spec.seed}-{length}-{h}", length * 8)
+                haystacks[key] = filler(lang, f"{self.spec.seed}-{length}-{h}", length * 8,
+                                        people=p.haystack_names)
             rng = random.Random(f"{self.spec.seed}-{p.task}-{length}-{lang}-{h}-{depth}")
             draft = _draft(p, rng, length, depth)
             if p.task == "nolima":
