@@ -129,7 +129,7 @@ def test_compare_end_to_end_through_the_endpoint_tokenizer(tmp_path: Path, bpe: 
     assert "endpoint /tokenize" in (report["baseline"]["provenance"]["tokenizer_source"] or "")
     text = to_markdown(report)
     assert f"Effective length (longest context keeping ≥ 85% of the shortest length's score): " \
-           f"≥ {LENGTHS[-1]} → {LENGTHS[1]} tokens." in text
+           f"≥ {LENGTHS[-1]} tokens → {LENGTHS[1]} tokens." in text
     assert f"| {LENGTHS[-1]} | " in text
     (chart,) = page["kind_view"]["charts"]
     assert chart["labels"] == [str(n) for n in LENGTHS]

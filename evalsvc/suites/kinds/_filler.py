@@ -6,8 +6,8 @@ arguments, with no downloads. The lexicons are written here; sentences are assem
 template per language so that word order and inflection are right (German verb-second order,
 Korean subject/object particles chosen by the final consonant of the noun). By default the text
 mentions people by name, so that a needle's name is not the only name in the haystack (NoLiMa's
-point: the answer must not stand out by its surface form); ``people=False`` names them by their
-role instead, for models too small to pick one name out of many.
+point: the answer must not stand out by its surface form); ``people=False`` writes scenes with
+nobody in them instead, for models too small to pick one name out of many.
 
 The vocabulary deliberately avoids the words the long-context tasks test for (cities, landmarks,
 the coded words and variable names): ``FILLER_WORDS`` lists every word a language can produce
@@ -35,19 +35,25 @@ _NAMES = {
            "하린", "건우", "채원", "우진", "지안"],
 }
 
-# Subjects for a haystack without names (``filler(..., people=False)``): people by their role,
-# so the sentences stay the same kind of prose while a needle's name is the only name in it
-# (the NoLiMa level small models can answer: docs/suites.md). Spanish roles are masculine
-# because the codas' adjectives are ("orgulloso"); German roles are nominative, and the
-# German codas that repeat the subject (they inflect it) are skipped.
-_ROLES = {
-    "en": ["the baker", "a neighbour", "the old teacher", "the postman", "my cousin",
-           "the gardener", "a young student", "the fisherman"],
-    "de": ["der Bäcker", "die Nachbarin", "der alte Lehrer", "die Postbotin", "mein Cousin",
-           "der Gärtner", "eine junge Studentin", "der Fischer"],
-    "es": ["el panadero", "el vecino", "el viejo maestro", "el cartero", "mi primo",
-           "el jardinero", "un joven estudiante", "el pescador"],
-    "ko": ["이웃", "빵집 주인", "선생님", "우체부", "사촌", "정원사", "학생", "어부"],
+# Scenes for a haystack without people (``filler(..., people=False)``): the same times and
+# places, with nobody in them, so a needle's name (and a distractor's) is the only person in
+# the text: the NoLiMa level small models can answer (docs/suites.md). German and Spanish keep
+# the verb before the subject after a time phrase (German verb-second; Spanish inverts
+# intransitive clauses naturally); Korean puts the place (…에서) before the scene.
+_SCENES: dict[str, list[Any]] = {
+    "en": ["a bell rang", "the wind was blowing", "a soft rain fell", "a dog barked",
+           "the lamps were lit", "the leaves were falling", "the shutters rattled",
+           "a kettle whistled", "the clock struck the hour", "the pigeons gathered"],
+    "de": [("läutete", "eine Glocke"), ("wehte", "der Wind"), ("fiel", "leiser Regen"),
+           ("bellte", "ein Hund"), ("brannten", "die Lampen"), ("fielen", "die Blätter"),
+           ("klapperten", "die Fensterläden"), ("pfiff", "ein Wasserkessel"),
+           ("schlug", "die Uhr"), ("sammelten sich", "die Tauben")],
+    "es": ["sonó una campana", "soplaba el viento", "caía una lluvia suave", "ladró un perro",
+           "se encendieron las lámparas", "caían las hojas", "golpeaban las persianas",
+           "silbó una tetera", "dio la hora el reloj", "se juntaron las palomas"],
+    "ko": ["종이 울렸습니다", "바람이 불었습니다", "조용히 비가 내렸습니다", "개가 짖었습니다",
+           "등불이 켜졌습니다", "나뭇잎이 떨어졌습니다", "덧문이 덜컹거렸습니다",
+           "주전자가 소리를 냈습니다", "시계가 정각을 알렸습니다", "비둘기들이 모였습니다"],
 }
 
 _EN: dict[str, list[Any]] = {
@@ -143,6 +149,9 @@ def has_final_consonant(word: str) -> bool:
     return 0 <= code < 11172 and code % 28 != 0
 
 
+_LEX: dict[str, dict[str, list[Any]]] = {"en": _EN, "de": _DE, "es": _ES, "ko": _KO}
+
+
 def _topic(noun: str) -> str:
     return noun + ("은" if has_final_consonant(noun) else "는")
 
@@ -151,8 +160,21 @@ def _object(noun: str) -> str:
     return noun + ("을" if has_final_consonant(noun) else "를")
 
 
+def _scene(language: str, rng: random.Random) -> str:
+    when, where = rng.choice(_LEX[language]["time"]), rng.choice(_LEX[language]["place"])
+    scene = rng.choice(_SCENES[language])
+    if language == "de":
+        verb, subject = scene
+        return f"{when} {verb} {subject} {where}."
+    if language == "ko":
+        return f"{when} {where} {scene}."
+    return f"{when}, {scene} {where}."
+
+
 def _sentence(language: str, rng: random.Random, people: bool) -> str:
-    name = rng.choice(_NAMES[language] if people else _ROLES[language])
+    if not people:
+        return _scene(language, rng)
+    name = rng.choice(_NAMES[language])
     if language == "en":
         lex = _EN
         return (f"{rng.choice(lex['time'])}, {name} {rng.choice(lex['action'])} "
@@ -160,8 +182,7 @@ def _sentence(language: str, rng: random.Random, people: bool) -> str:
     if language == "de":
         verb, obj = rng.choice(_DE["action"])
         first = f"{rng.choice(_DE['time'])} {verb} {name} {rng.choice(_DE['place'])} {obj}."
-        codas = _DE["coda"] if people else [c for c in _DE["coda"] if "{name}" not in c]
-        return first + " " + str(rng.choice(codas)).format(name=name)
+        return first + " " + str(rng.choice(_DE["coda"])).format(name=name)
     if language == "es":
         lex = _ES
         return (f"{rng.choice(lex['time'])}, {name} {rng.choice(lex['action'])} "
@@ -181,11 +202,11 @@ def _paragraphs(language: str, rng: random.Random, people: bool) -> Iterator[str
 def filler(language: str, seed: str | int, min_chars: int, *, people: bool = True) -> str:
     """At least ``min_chars`` characters of ``language`` prose, paragraphs split by a blank line;
     the same for the same (language, seed, min_chars, people). With ``people=False`` the
-    sentences name nobody: their subjects are roles ("the baker")."""
+    the text has nobody in it: scenes of the same times and places ("a bell rang")."""
     if language not in LANGUAGES:
         raise ValueError(f"no filler for language {language!r} (one of {', '.join(LANGUAGES)})")
     # The seed string of the default stays as it was: existing suites keep their haystacks.
-    rng = random.Random(f"filler-{language}-{seed}" + ("" if people else "-roles"))
+    rng = random.Random(f"filler-{language}-{seed}" + ("" if people else "-scenes"))
     out: list[str] = []
     size = 0
     for para in _paragraphs(language, rng, people):
@@ -204,9 +225,9 @@ def filler_names(language: str) -> list[str]:
 def filler_words(language: str) -> set[str]:
     """Every word (lower-cased, split on non-word characters) the filler of ``language`` can
     produce: for checking that a task's words never occur in the haystack by accident."""
-    lex: dict[str, list[Any]] = {"en": _EN, "de": _DE, "es": _ES, "ko": _KO}[language]
-    text = " ".join(_NAMES[language] + _ROLES[language])
-    for values in lex.values():
+    lex = _LEX[language]
+    text = " ".join(_NAMES[language])
+    for values in [*lex.values(), _SCENES[language]]:
         for v in values:
             text += " " + (" ".join(v) if isinstance(v, tuple) else v)
     words = set(re.findall(r"\w+", text.lower()))
