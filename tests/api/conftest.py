@@ -45,7 +45,7 @@ def serve(app: FastAPI) -> Iterator[str]:
         target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True
     )
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")

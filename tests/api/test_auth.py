@@ -27,7 +27,7 @@ def test_no_or_bad_token_is_401_with_a_bearer_challenge(api: Api) -> None:
         resp = forged.get("/endpoints")
         assert resp.status_code == 401
         assert resp.json()["detail"] == "invalid or revoked API token"
-    with httpx.Client(base_url=f"{api.base_url}/api/v1") as basic:
+    with httpx.Client(base_url=f"{api.base_url}/api/v1", timeout=30) as basic:
         assert basic.get("/runs", auth=("user", "pw")).status_code == 401
 
 
@@ -84,7 +84,10 @@ def test_health_metrics_and_docs_need_no_token(api: Api) -> None:
 
 
 def test_auth_off_serves_without_token(api: Api) -> None:
-    with serve(create_app(api.db_url, auth=False)) as url, httpx.Client(base_url=f"{url}/api/v1") as anonymous:
+    with (
+        serve(create_app(api.db_url, auth=False)) as url,
+        httpx.Client(base_url=f"{url}/api/v1", timeout=30) as anonymous,
+    ):
         assert anonymous.post("/endpoints", json=ENDPOINT).status_code == 201
         assert anonymous.post("/runs", json=RUN).status_code == 202
         assert len(anonymous.get("/runs").json()) == 1

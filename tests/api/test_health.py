@@ -15,21 +15,21 @@ from .conftest import Api, serve
 
 
 def test_healthz_ok(api: Api) -> None:
-    body = httpx.get(f"{api.base_url}/api/v1/healthz").json()
+    body = httpx.get(f"{api.base_url}/api/v1/healthz", timeout=60).json()
     assert body["status"] == "ok" and body["detail"] is None
 
 
 def test_unreachable_database_is_503(tmp_path: Path) -> None:
     url = "postgresql+psycopg://evalsvc:secret@127.0.0.1:1/evalsvc"
     with serve(create_app(url, auth=True)) as base:
-        resp = httpx.get(f"{base}/api/v1/healthz")
+        resp = httpx.get(f"{base}/api/v1/healthz", timeout=60)
         assert resp.status_code == 503
         body = resp.json()
         assert body["status"] == "unavailable" and "cannot use database" in body["detail"]
         assert "secret" not in resp.text  # the password never leaves the server
-        runs = httpx.get(f"{base}/api/v1/runs", headers={"Authorization": "Bearer x"})
+        runs = httpx.get(f"{base}/api/v1/runs", headers={"Authorization": "Bearer x"}, timeout=60)
         assert runs.status_code == 503 and "secret" not in runs.text
-        metrics = httpx.get(f"{base}/metrics").text
+        metrics = httpx.get(f"{base}/metrics", timeout=60).text
         assert "evalsvc_database_up 0.0" in metrics
 
 
@@ -40,11 +40,11 @@ def test_database_not_at_head_is_503_until_upgraded(tmp_path: Path, sqlite_templ
     with Store.from_url(url) as store:
         store.downgrade("base")
     with serve(create_app(url, auth=False)) as base:
-        resp = httpx.get(f"{base}/api/v1/healthz")
+        resp = httpx.get(f"{base}/api/v1/healthz", timeout=60)
         assert resp.status_code == 503 and "evalsvc db upgrade" in resp.json()["detail"]
-        runs = httpx.get(f"{base}/api/v1/runs")
+        runs = httpx.get(f"{base}/api/v1/runs", timeout=60)
         assert runs.status_code == 503 and "evalsvc db upgrade" in runs.json()["detail"]
         with Store.from_url(url) as store:
             store.upgrade()
-        assert httpx.get(f"{base}/api/v1/runs").json() == []
-        assert httpx.get(f"{base}/api/v1/healthz").status_code == 200
+        assert httpx.get(f"{base}/api/v1/runs", timeout=60).json() == []
+        assert httpx.get(f"{base}/api/v1/healthz", timeout=60).status_code == 200

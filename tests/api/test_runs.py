@@ -217,7 +217,7 @@ def test_metrics_count_runs_by_status(api: Api) -> None:
         submit(client)
         cancelled = submit(client)
         client.post(f"/runs/{cancelled}/cancel")
-        text = httpx.get(f"{api.base_url}/api/v1/metrics").text
+        text = httpx.get(f"{api.base_url}/api/v1/metrics", timeout=60).text
     assert 'evalsvc_runs{status="queued"} 1.0' in text
     assert 'evalsvc_runs{status="cancelled"} 1.0' in text
     assert 'evalsvc_runs{status="running"} 0.0' in text

@@ -16,6 +16,7 @@ from tests.api.conftest import serve
 from .conftest import REPO_ROOT
 
 STATIC = REPO_ROOT / "evalsvc" / "api" / "static"
+TIMEOUT = 60  # seconds per request: the server shares a loaded 2-core host (gzip of a 1 MB bundle)
 
 
 class _Refs(HTMLParser):
@@ -38,7 +39,7 @@ def base_url(tmp_path_factory: pytest.TempPathFactory) -> object:
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_docs_pages_use_only_local_assets(base_url: str, page: str) -> None:
-    resp = httpx.get(f"{base_url}{page}")
+    resp = httpx.get(f"{base_url}{page}", timeout=TIMEOUT)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
     html = resp.text
     assert "://" not in html, re.findall(r"\S*://\S*", html)  # no CDN, no fonts, no validator
@@ -50,15 +51,15 @@ def test_docs_pages_use_only_local_assets(base_url: str, page: str) -> None:
     assert "/openapi.json" in html
     for ref in refs:
         assert ref.startswith("/"), ref
-        asset = httpx.get(f"{base_url}{ref}")
+        asset = httpx.get(f"{base_url}{ref}", timeout=TIMEOUT)
         assert asset.status_code == 200, ref
         if ref.startswith("/static/api-docs/"):
             assert asset.content == (STATIC / ref.removeprefix("/static/api-docs/")).read_bytes()
-    assert httpx.get(f"{base_url}/openapi.json").json()["info"]["title"] == "evalsvc"
+    assert httpx.get(f"{base_url}/openapi.json", timeout=TIMEOUT).json()["info"]["title"] == "evalsvc"
 
 
 def test_swagger_oauth2_redirect_is_local(base_url: str) -> None:
-    resp = httpx.get(f"{base_url}/docs/oauth2-redirect")
+    resp = httpx.get(f"{base_url}/docs/oauth2-redirect", timeout=TIMEOUT)
     assert resp.status_code == 200 and "://" not in resp.text.replace("window.location", "")
 
 
@@ -79,10 +80,11 @@ def test_redoc_bundle_served_without_its_cdn_logo(base_url: str) -> None:
     no remote URL left that the page would load (issue 16), and comes gzipped and cached."""
     vendored = (STATIC / "redoc" / "redoc.standalone.js").read_bytes()
     assert b"https://cdn.redoc.ly/redoc/logo-mini.svg" in vendored  # what the rewrite removes
-    resp = httpx.get(f"{base_url}/redoc/redoc.standalone.js", headers={"Accept-Encoding": "gzip"})
+    resp = httpx.get(f"{base_url}/redoc/redoc.standalone.js", headers={"Accept-Encoding": "gzip"},
+                     timeout=TIMEOUT)
     assert resp.status_code == 200 and resp.headers["content-encoding"] == "gzip"
     assert "max-age" in resp.headers["cache-control"] and resp.headers["etag"]
     assert b"cdn.redoc.ly" not in resp.content and len(resp.content) > 1_000_000
     again = httpx.get(f"{base_url}/redoc/redoc.standalone.js",
-                      headers={"If-None-Match": resp.headers["etag"]})
+                      headers={"If-None-Match": resp.headers["etag"]}, timeout=TIMEOUT)
     assert again.status_code == 304

@@ -91,8 +91,8 @@ def test_every_dashboard_metric_is_exposed(real_run_db: str) -> None:
     assert {"evalsvc_gate_verdict_code", "evalsvc_gate_delta", "evalsvc_queue_depth"} <= used
     with serve(create_app(real_run_db, auth=True)) as base:
         # a probe first, as in production: the request counter has series once a request was served
-        assert httpx.get(f"{base}/healthz").status_code == 200
-        text = httpx.get(f"{base}/metrics").text
+        assert httpx.get(f"{base}/healthz", timeout=60).status_code == 200
+        text = httpx.get(f"{base}/metrics", timeout=60).text
     series: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

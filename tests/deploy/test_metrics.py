@@ -99,6 +99,8 @@ def test_snapshot_figures(store: Store) -> None:
     )
     claimed = store.claim_run(worker_id="w1", lease_seconds=60)
     assert claimed is not None and claimed.id == hot.id
+    # Its wait pinned at 0 s: a loaded host may take over a second from the create to the claim.
+    _set_times(store, hot.id, created=0, started=0, finished=None)
 
     snap = metrics_snapshot(store)
     (gate,) = snap.gates  # the latest of the two runs on the same (baseline, candidate, suite)
@@ -130,7 +132,7 @@ def test_metrics_endpoint_exposes_them(db_url: str) -> None:
     with Store.from_url(db_url) as store:
         _run(store, verdict="inconclusive", delta=-0.05, ci=(-0.12, 0.02))
     with serve(create_app(db_url, auth=True)) as base:
-        text = httpx.get(f"{base}/metrics").text
+        text = httpx.get(f"{base}/metrics", timeout=60).text
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text)

@@ -116,7 +116,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
         )
         base = f"http://127.0.0.1:{port}"
         _wait("the API's /healthz", lambda: _curl(f"{base}/healthz")[0] == 200 if _port_open(port) else False,
-              60, logs, every=0.5)
+              300, logs, every=0.5)
         workers = [
             stack.enter_context(
                 _process([*EVALSVC, "worker", "--schedules", "--schedule-interval", "2", "--poll", "0.5"],
@@ -157,7 +157,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
             assert code == 200, runs
             return [r for r in runs if r.get("schedule_id")]
 
-        fired = _wait("the scheduled run", scheduled, 180, logs, every=2)
+        fired = _wait("the scheduled run", scheduled, 600, logs, every=2)
         cli("schedules", "remove", "topology-every-minute")  # no more fires while we wait
         sched_id = fired[0]["id"]
 

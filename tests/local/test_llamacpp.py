@@ -124,7 +124,7 @@ def test_engines_share_the_state_and_stop_separately(
     up = runner.invoke(app, ["up", "--engine", "llamacpp", "-c", "q4_k_m", "--json"])
     assert up.exit_code == 0, up.stderr
     assert "baseline f16:" in up.stderr
-    local.ensure_up(["w8a8"], timeout=30)  # a vLLM pair beside it
+    local.ensure_up(["w8a8"], timeout=300)  # a vLLM pair beside it
     infos = {i.name: i for i in local.server_info()}
     assert {n: i.engine for n, i in infos.items()} == {
         "bf16": "vllm",

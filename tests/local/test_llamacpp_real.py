@@ -218,6 +218,6 @@ def test_a_broken_gguf_fails_fast_with_its_cause(
     argv[2] = str(bogus)
     started = time.monotonic()
     with pytest.raises(LocalError, match="f16 died during startup.*Failed to init server"):
-        ensure_running(home, [dataclasses.replace(spec, argv=tuple(argv))], timeout=120)
-    assert time.monotonic() - started < 60
+        ensure_running(home, [dataclasses.replace(spec, argv=tuple(argv))], timeout=600)
+    assert time.monotonic() - started < 300  # found dead, not left to the deadline
     assert load_state(home.state_file).servers == {}

@@ -51,7 +51,9 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 # The home in effect before any fixture changes EVALSVC_HOME (where a real vllm venv may be).
 REAL_HOME = home_dir()
 DIES = "print('boom: the model dir is bogus', flush=True); import sys; sys.exit(3)"
-HANGS = "print('sleepy server', flush=True); import time; time.sleep(120)"
+# A shell, not Python: its log line must be written within a 2 s deadline, and an interpreter
+# alone can take longer than that to start on a loaded host.
+HANGS = ("sh", "-c", "echo sleepy server; exec sleep 120", "sh", "{port}")
 
 
 @pytest.fixture
@@ -329,7 +331,7 @@ def test_prepare_steps_skip_when_marked(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_pid_alive_treats_exited_child_as_dead() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 120  # a loaded host can take seconds to start an interpreter
     while _serve.pid_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _serve.pid_alive(proc.pid)
@@ -366,7 +368,7 @@ def test_ensure_running_start_reuse_and_stop(home: Layout) -> None:
 
     # A changed configuration restarts only that server.
     changed = [specs[0], spec("fp8-kv", FAKE_SERVER, EXTRA="1")]
-    third = _serve.ensure_running(home, changed, timeout=30, prepare=prepare)
+    third = _serve.ensure_running(home, changed, timeout=120, prepare=prepare)
     assert third["bf16"].pid == records["bf16"].pid
     assert third["fp8-kv"].pid != records["fp8-kv"].pid
     assert not _serve.pid_alive(records["fp8-kv"].pid)
@@ -378,7 +380,7 @@ def test_ensure_running_start_reuse_and_stop(home: Layout) -> None:
     stopped = _serve.stop_all(home)
     assert {r.name for r in stopped} == {"bf16", "fp8-kv"}
     assert not _serve.pid_alive(third["bf16"].pid)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while _serve.pid_alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)  # reparented to init, which reaps it
     assert not _serve.pid_alive(child)
@@ -391,8 +393,9 @@ def test_failed_start_prints_log_tail_and_cleans_up(
     specs = [spec("bf16", FAKE_SERVER), spec("w8a8", DIES)]
     started = time.monotonic()
     with pytest.raises(LocalError, match=r"w8a8 died during startup \(exit status 3") as info:
-        _serve.ensure_running(home, specs, timeout=60)
-    assert time.monotonic() - started < 15
+        _serve.ensure_running(home, specs, timeout=600)
+    # Found dead, not left to the deadline: well within it, whatever the host's load.
+    assert time.monotonic() - started < 300
     assert info.value.exit_code == 4
     err = capsys.readouterr().err
     assert "boom: the model dir is bogus" in err
@@ -407,16 +410,16 @@ def test_smoke_test_catches_a_server_that_cannot_generate(
     good = dataclasses.replace(spec("bf16", FAKE_SERVER), smoke_test=True)
     broken = dataclasses.replace(spec("w4a16", FAKE_SERVER, "broken"), smoke_test=True)
     with pytest.raises(LocalError, match="w4a16 is up but cannot generate: .*HTTP 500"):
-        _serve.ensure_running(home, [good, broken], timeout=60)
+        _serve.ensure_running(home, [good, broken], timeout=300)
     assert "fake server child=" in capsys.readouterr().err
     assert load_state(home.state_file).servers == {}
-    assert _serve.ensure_running(home, [good], timeout=60).keys() == {"bf16"}
+    assert _serve.ensure_running(home, [good], timeout=300).keys() == {"bf16"}
 
 
 def test_deadline_is_hard(home: Layout, capsys: pytest.CaptureFixture[str]) -> None:
     started = time.monotonic()
     with pytest.raises(LocalError, match="not healthy after 2 s"):
-        _serve.ensure_running(home, [spec("bf16", HANGS)], timeout=2)
+        _serve.ensure_running(home, [dataclasses.replace(spec("bf16", ""), argv=HANGS)], timeout=2)
     assert time.monotonic() - started < 15
     assert "sleepy server" in capsys.readouterr().err
     pid = int(json.loads(home.state_file.read_text())["servers"].get("bf16", {}).get("pid", 0))
@@ -498,7 +501,7 @@ def test_cli_up_status_down(home: Layout, fake_catalog: dict[str, str]) -> None:
 
     # Asking for one more candidate starts only that one.
     pids = {i.name: i.pid for i in local.server_info()}
-    eps = local.ensure_up(["fp8-kv", "w4a16"], timeout=30)
+    eps = local.ensure_up(["fp8-kv", "w4a16"], timeout=300)
     assert set(eps.candidates) == {"fp8-kv", "w4a16"}
     after = {i.name: i.pid for i in local.server_info()}
     assert {n: after[n] for n in pids} == pids and "w4a16" in after
@@ -512,9 +515,9 @@ def test_cli_up_status_down(home: Layout, fake_catalog: dict[str, str]) -> None:
 def test_cli_up_failure_exits_4_with_log_tail(home: Layout, fake_catalog: dict[str, str]) -> None:
     fake_catalog["fp8-kv"] = DIES
     started = time.monotonic()
-    result = CliRunner().invoke(app, ["up", "--json", "--timeout", "60"])
+    result = CliRunner().invoke(app, ["up", "--json", "--timeout", "600"])
     assert result.exit_code == 4
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 300  # found dead, not left to the deadline
     assert result.stdout == ""
     assert "boom: the model dir is bogus" in result.stderr
     assert "error:" in result.stderr and "fp8-kv died during startup" in result.stderr
@@ -532,6 +535,7 @@ def test_real_vllm_bogus_model_dir_fails_fast(home: Layout, tmp_path: Path) -> N
     bogus = dataclasses.replace(bogus, argv=(str(python), *bogus.argv[1:]))
     started = time.monotonic()
     with pytest.raises(LocalError, match="bf16 died during startup"):
-        _serve.ensure_running(home, [bogus], timeout=300)
-    assert time.monotonic() - started < 240
+        _serve.ensure_running(home, [bogus], timeout=1200)
+    # Found dead, not left to the deadline (importing vLLM on a loaded host takes minutes).
+    assert time.monotonic() - started < 600
     assert "bf16" in Path(home.log("bf16")).read_text()

@@ -100,7 +100,7 @@ def test_two_scheduler_processes_one_run(db_url: str) -> None:
         )
         for _ in range(2)
     ]
-    outputs = [p.communicate(timeout=60)[0] for p in procs]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     with Store.from_url(db_url) as store:
         runs = store.list_runs(schedule_id=schedule["id"])

@@ -6,10 +6,11 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import pytest
 
-from evalsvc.db import Store
+from evalsvc.db import Store, _queue
 from evalsvc.domain import RunInfo, RunSpec, RunStatus
 from evalsvc.scheduler import Executor, Worker
 from tests.fixtures.db import make_spec
@@ -84,7 +85,7 @@ def test_endpoint_budget_holds_under_concurrent_claims(db_url: str) -> None:
     def work(k: int) -> int:
         nonlocal peak
         done = 0
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120  # a bound for a hang; the queue empties long before
         while time.monotonic() < deadline:
             run = stores[k].claim_run(worker_id=f"w{k}", lease_seconds=30)
             if run is None:
@@ -109,7 +110,13 @@ def test_endpoint_budget_holds_under_concurrent_claims(db_url: str) -> None:
     assert total == 12 and peak == 1
 
 
-def test_heartbeat_cancel_release_and_reap(store: Store) -> None:
+def test_heartbeat_cancel_release_and_reap(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The queue's clock, stepped by the test: a loaded host that takes over a second between a
+    # claim and the reaper's look must not expire a 1 s lease early.
+    now = [_queue.utcnow()]
+    monkeypatch.setattr(_queue, "utcnow", lambda: now[0])
     run = store.create_run(_spec(1))
     claimed = store.claim_run(worker_id="w1", lease_seconds=30)
     assert claimed is not None
@@ -123,8 +130,9 @@ def test_heartbeat_cancel_release_and_reap(store: Store) -> None:
     # expired lease: reaped back to queued, then failed once attempts reach max_attempts
     for attempt in (1, 2):
         assert store.claim_run(worker_id=f"w{attempt}", lease_seconds=1.0) is not None
+        now[0] += timedelta(seconds=0.9)
         assert store.reap_expired(max_attempts=2) == []  # not expired yet
-        time.sleep(1.1)
+        now[0] += timedelta(seconds=0.2)
         assert store.reap_expired(max_attempts=2) == [run.id]
     failed = store.get_run(run.id)
     assert failed is not None and failed.status == RunStatus.error
@@ -177,19 +185,21 @@ def test_worker_stops_a_cancelled_run_at_the_next_heartbeat(store: Store) -> Non
     def wait_for_cancel(
         store: Store, run: RunInfo, cancel: threading.Event, worker_id: str
     ) -> None:
-        if cancel.wait(10):
+        if cancel.wait(60):
             saw_cancel.set()
 
     run = store.create_run(_spec(1))
-    worker = _worker(store, wait_for_cancel, lease=0.6)
+    # A heartbeat every 2 s (a third of the lease): the cancel is seen within seconds, and a
+    # loaded host's late beat does not let the worker's own reaper take the lease first.
+    worker = _worker(store, wait_for_cancel, lease=6)
     thread = threading.Thread(target=worker.run, kwargs={"max_runs": 1})
     thread.start()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while store.get_run(run.id).status != RunStatus.running:  # type: ignore[union-attr]
         assert time.monotonic() < deadline
         time.sleep(0.02)
     assert store.cancel_run(run.id)
-    thread.join(10)
+    thread.join(60)
     assert saw_cancel.is_set() and not thread.is_alive()
     assert store.get_run(run.id).status == RunStatus.cancelled  # type: ignore[union-attr]
 
@@ -201,15 +211,15 @@ def test_worker_stop_releases_the_run(store: Store) -> None:
         store: Store, run: RunInfo, cancel: threading.Event, worker_id: str
     ) -> None:
         started.set()
-        cancel.wait(10)
+        cancel.wait(60)
 
     run = store.create_run(_spec(1))
     worker = _worker(store, wait_for_cancel)
     thread = threading.Thread(target=worker.run)
     thread.start()
-    assert started.wait(5)
+    assert started.wait(60)
     worker.stop()
-    thread.join(10)
+    thread.join(60)
     released = store.get_run(run.id)
     assert released is not None and released.status == RunStatus.queued
     assert released.lease_owner is None and released.attempts == 0

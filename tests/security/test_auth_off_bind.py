@@ -29,11 +29,13 @@ def _namespaces_work(hosts: Path) -> bool:
 
 
 def _serve_in_namespace(hosts: Path, host: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    serve = (f"exec timeout -s TERM 20 {sys.executable} -m evalsvc.cli.main api serve "
+    # `timeout` only ends a server that wrongly started; a loaded host can take tens of seconds
+    # to get as far as the refusal.
+    serve = (f"exec timeout -s TERM 120 {sys.executable} -m evalsvc.cli.main api serve "
              f"--host {host} --port {free_port()} --database-url sqlite:///{tmp_path / 'x.db'}")
     return subprocess.run(
         ["unshare", "-m", "sh", "-c", f"mount --bind {hosts} /etc/hosts && {serve}"],
-        capture_output=True, text=True, timeout=90, cwd=REPO_ROOT, check=False,
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, check=False,
         env={**os.environ, "EVALSVC_API_AUTH": "off", "EVALSVC_HOME": str(tmp_path)},
     )
 
@@ -57,7 +59,7 @@ def test_a_localhost_name_resolving_to_any_address_is_refused(tmp_path: Path) ->
     judged = subprocess.run(
         ["unshare", "-m", "sh", "-c",
          f"mount --bind {hosts} /etc/hosts && exec {sys.executable} -c \"{check}\""],
-        capture_output=True, text=True, timeout=90, cwd=REPO_ROOT, check=False,
+        capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, check=False,
     )
     assert judged.stdout.strip() == "[True, False, True]", judged.stderr
 

@@ -79,7 +79,7 @@ if os.environ.get("OPENAI_API_KEY"):
 request = urllib.request.Request(
     model_args["base_url"], data=json.dumps({"prompt": "x"}).encode(), headers=headers)
 try:
-    body = urllib.request.urlopen(request, timeout=10).read().decode()
+    body = urllib.request.urlopen(request, timeout=60).read().decode()
 except urllib.error.HTTPError as exc:
     print("response body:", exc.read().decode())  # lm-eval logs what the endpoint answered
     print("Traceback (most recent call last):")

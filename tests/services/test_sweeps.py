@@ -85,10 +85,10 @@ def test_command_template_renders_and_refuses_bad_templates() -> None:
 
 def test_command_template_launcher_starts_and_stops_a_real_server(home: Path) -> None:
     argv = sweeps.render_command(TEMPLATE, {"service_ms": "5", "extra": ""}, "t")
-    info = local.start_command("sweep-test-t", argv, timeout=30, port_base=free_port())
+    info = local.start_command("sweep-test-t", argv, timeout=120, port_base=free_port())
     try:
         assert info.healthy and info.url.endswith("/v1")
-        assert httpx.get(info.url.removesuffix("/v1") + "/health").status_code == 200
+        assert httpx.get(info.url.removesuffix("/v1") + "/health", timeout=30).status_code == 200
         assert "queue server on" in Path(info.log).read_text()  # its log is captured
         assert "sweep-test-t" in local.recorded_names()
     finally:
@@ -124,19 +124,20 @@ def test_frontier_and_recommendation() -> None:
 def test_bad_flag_fails_to_start_and_the_sweep_goes_on_with_abba_capacity(
     home: Path, store: Store, baseline_queue: str
 ) -> None:
-    """Baseline 100 ms per request (saturates at 10 req/s); 'fast' 25 ms (40 req/s); 'bad' has
+    """Baseline 100 ms per request (saturates at 10 req/s); 'fast' 10 ms (100 req/s); 'bad' has
     an unknown flag. Rates 3, 6, 15 req/s: the baseline holds TTFT ≤ 1 s up to 6 and saturates
-    at 15; 'fast' holds it at 15 (rates kept well below what the loaded test host's client
-    can send)."""
+    at 15; 'fast' holds it at 15, where it is 15% busy (rates kept well below what the loaded
+    test host's client can send; at 40% busy a queue server missed the SLO under `make test`'s
+    load once, its process not scheduled in time)."""
     spec = SweepSpec(
         baseline=baseline_queue,
         command_template=TEMPLATE,
         configs=[
             ConfigSpec(name="bad", kind="command", params={"service_ms": "25",
                                                            "extra": "--no-such-flag"}),
-            ConfigSpec(name="fast", kind="command", params={"service_ms": "25", "extra": ""}),
+            ConfigSpec(name="fast", kind="command", params={"service_ms": "10", "extra": ""}),
         ],
-        health_timeout_s=30,
+        health_timeout_s=120,
         speed=SpeedSpec(rates=[3, 6, 15], requests=20, blocks=2, warmup=2, refine=0,
                         slo_ttft_ms=1000, slo_tpot_ms=None, max_tokens=4),
     )
@@ -208,7 +209,7 @@ def _start_sweep(home: Path, baseline: str, tmp: Path) -> subprocess.Popen[str]:
     )
 
 
-def _wait_launched(home: Path, proc: subprocess.Popen[str], timeout: float = 120) -> int:
+def _wait_launched(home: Path, proc: subprocess.Popen[str], timeout: float = 300) -> int:
     """Pid of the server the sweep launched, once it is recorded and healthy."""
     state = home / "local-state.json"
     deadline = time.monotonic() + timeout
