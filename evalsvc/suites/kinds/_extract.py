@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from functools import lru_cache
 
 # "answer is", "answer:", "Final answer -", "result is" ... (case-insensitive). The last match
 # wins: models that restate the question first ("the answer to how many... The answer is 7").
@@ -43,16 +44,23 @@ def extract_number(text: str) -> str | None:
     return raw
 
 
+@lru_cache(maxsize=1024)
+def _choice_pattern(words: tuple[str, ...]) -> re.Pattern[str]:
+    # A suite's vocabularies repeat (weekdays, a family's word lists): compiled once each, not
+    # once per answer (a zero-latency run scores thousands of answers a second).
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+
+
 def extract_choice(text: str, vocabulary: Iterable[str]) -> str | None:
     """The committed vocabulary entry (whole words, case-insensitive), by the same rule.
 
     The vocabulary is the closed set an answer may come from (weekday names, the words of a
     list), so a stray word of the model's prose is never taken for an answer.
     """
-    words = sorted({w.lower() for w in vocabulary}, key=len, reverse=True)
+    words = tuple(sorted({w.lower() for w in vocabulary}, key=len, reverse=True))
     if not words:
         return None
-    pattern = re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    pattern = _choice_pattern(words)
     span = answer_span(text)
     if span is not None and (found := pattern.findall(span)):
         return str(found[0]).lower()

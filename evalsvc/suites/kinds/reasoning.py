@@ -476,11 +476,14 @@ class ReasoningSuite(Suite):
             ]).to_dict(),
         ]}
 
-    def _messages(self, family: str, level: int, k: int) -> list[dict[str, str]]:
+    def _messages(
+        self, family: str, level: int, k: int, prob: Problem | None = None
+    ) -> list[dict[str, str]]:
         """The chat messages of item ``k`` of (family, level): its few-shot demonstrations and
-        question, deterministic from the seed."""
+        question, deterministic from the seed (``prob``: that item's problem, if generated)."""
         p = self.params
-        prob = generate(self.spec.seed, family, level, k)
+        if prob is None:
+            prob = generate(self.spec.seed, family, level, k)
         messages = []
         for j in range(p.shots):
             # Demonstrations come from a disjoint draw stream (negative indices).
@@ -517,7 +520,7 @@ class ReasoningSuite(Suite):
             prob = generate(self.spec.seed, task.family, task.level, k)
             return Item(
                 id=f"{task.family}-L{task.level}-{k}",
-                prompt=self._messages(task.family, task.level, k),
+                prompt=self._messages(task.family, task.level, k, prob),
                 expected=prob.answer,
                 metadata={
                     "family": task.family,
