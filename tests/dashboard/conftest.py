@@ -333,9 +333,29 @@ def watch(page: Any) -> Watched:
         w.dialogs.append(d.message)
         d.dismiss()
 
+    # A document's own requests still in flight when the page navigates away (the runs page's
+    # live poll while a run of another test is running) are aborted by the browser: that is the
+    # navigation, not a failure of the page. Each main-frame navigation starts a new epoch; an
+    # ERR_ABORTED request issued in an earlier epoch is not counted. One of the current page's
+    # own is (CI once failed on the former: "/ui/live?ids=… net::ERR_ABORTED").
+    epoch = [0]
+    issued: dict[int, int] = {}
+
+    def request(req: Any) -> None:
+        if req.is_navigation_request() and req.frame == page.main_frame:
+            epoch[0] += 1
+        issued[id(req)] = epoch[0]
+
+    def request_failed(req: Any) -> None:
+        left_behind = "ERR_ABORTED" in str(req.failure) and not req.is_navigation_request() \
+            and issued.get(id(req), epoch[0]) < epoch[0]
+        if not left_behind:
+            w.failed.append(f"failed: {req.url} {req.failure}")
+
     page.on("console", console)
     page.on("pageerror", lambda exc: w.console_errors.append(f"pageerror: {exc}"))
-    page.on("requestfailed", lambda req: w.failed.append(f"failed: {req.url} {req.failure}"))
+    page.on("request", request)
+    page.on("requestfailed", request_failed)
     page.on("response", response)
     page.on("dialog", dialog)
     return w
