@@ -154,11 +154,13 @@ def test_baseline_against_itself_never_fails(local_endpoints: Any) -> None:
 @pytest.mark.endpoints
 @pytest.mark.slow
 def test_every_kind_lands_in_the_json_report(local_endpoints: Any) -> None:
-    """The `smoke` set plus the lm-eval task: all six kinds through the CLI, with their details."""
+    """The `smoke` set plus the lm-eval task: all six kinds through the CLI, with their details.
+    Two items per suite: what is asserted is that each kind's details reach the report (the
+    longest test of `make test` at four: 470 s under a CI run's load, 112 s idle)."""
     cands = local_endpoints.candidates
     name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
     r = evalsvc("compare", local_endpoints.baseline, cands[name], "--suite", "smoke",
-                "--suite", "lmeval-mc", "--samples", "4", "--json", "-")
+                "--suite", "lmeval-mc", "--samples", "2", "--json", "-")
     assert r.returncode in (0, 1, 3), r.stderr
     report = json.loads(r.stdout)
     _check_report(report, 1)
