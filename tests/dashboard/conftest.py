@@ -335,26 +335,39 @@ def watch(page: Any) -> Watched:
 
     # A document's own requests still in flight when the page navigates away (the runs page's
     # live poll while a run of another test is running) are aborted by the browser: that is the
-    # navigation, not a failure of the page. Each main-frame navigation starts a new epoch; an
-    # ERR_ABORTED request issued in an earlier epoch is not counted. One of the current page's
-    # own is (CI once failed on the former: "/ui/live?ids=… net::ERR_ABORTED").
+    # navigation, not a failure of the page. Each committed main-frame navigation starts a new
+    # document epoch; a request belongs to the epoch it was issued in (a poll fired after the
+    # navigation started but before the new document committed belongs to the old one). An
+    # ERR_ABORTED request of an earlier epoch, or of the current one while a navigation is
+    # under way, is not counted; one the current page aborts itself is (CI failed on the former
+    # twice: "/ui/live?ids=… net::ERR_ABORTED").
     epoch = [0]
+    navigating = [False]
     issued: dict[int, int] = {}
 
     def request(req: Any) -> None:
         if req.is_navigation_request() and req.frame == page.main_frame:
-            epoch[0] += 1
+            navigating[0] = True
         issued[id(req)] = epoch[0]
 
+    def navigated(frame: Any) -> None:
+        if frame == page.main_frame:
+            epoch[0] += 1
+            navigating[0] = False
+
     def request_failed(req: Any) -> None:
+        if req.is_navigation_request() and req.frame == page.main_frame:
+            navigating[0] = False
+        mine = issued.get(id(req), epoch[0])
         left_behind = "ERR_ABORTED" in str(req.failure) and not req.is_navigation_request() \
-            and issued.get(id(req), epoch[0]) < epoch[0]
+            and (mine < epoch[0] or navigating[0])
         if not left_behind:
             w.failed.append(f"failed: {req.url} {req.failure}")
 
     page.on("console", console)
     page.on("pageerror", lambda exc: w.console_errors.append(f"pageerror: {exc}"))
     page.on("request", request)
+    page.on("framenavigated", navigated)
     page.on("requestfailed", request_failed)
     page.on("response", response)
     page.on("dialog", dialog)
