@@ -114,13 +114,16 @@ def measured_sweep(dash_store: Store) -> str:
             "baseline": baseline,
             "configs": [{"name": "fast", "kind": "existing", "url": fast}],
             "suites": ["determinism-smoke"], "samples": 2,
-            # The SLO is wide, so that a loaded test host cannot break it where the queue is
-            # short: at 2 req/s the baseline is half busy (TTFT about 0.25-0.5 s); at 8 req/s,
-            # twice what it can serve, its queue grows to about 2.5 s by the 19th request, while
-            # 'fast' is 8% busy. (At 40 req/s 'fast' itself missed the SLO once, in `make
-            # test` with four workers on 2 cores: its process was not scheduled in time.)
+            # The SLO and the saturation tolerance are wide, so that a loaded test host cannot
+            # break them where the queue is short: at 2 req/s the baseline is half busy (TTFT
+            # about 0.25-0.5 s); at 8 req/s, twice what it can serve, it achieves about 4 req/s
+            # (saturated by any tolerance below 0.5) and its queue grows to about 2.5 s by the
+            # 19th request, while 'fast' is 8% busy. (At 40 req/s 'fast' itself missed the SLO
+            # once, in `make test` with four workers on 2 cores; with a 1 s SLO and the default
+            # 0.1 tolerance one baseline repetition at 2 req/s failed once too, leaving no ratio.)
             "speed": {"rates": [2, 8], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
-                      "slo_ttft_ms": 1000, "slo_tpot_ms": None, "max_tokens": 4},
+                      "slo_ttft_ms": 2000, "slo_tpot_ms": None, "max_tokens": 4,
+                      "saturation_tolerance": 0.3},
         }, lease_seconds=300)
 
 
