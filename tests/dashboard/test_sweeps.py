@@ -120,7 +120,7 @@ def measured_sweep(dash_store: Store) -> str:
             # (saturated by any tolerance below 0.5) and its queue grows to about 2.5 s by the
             # 19th request, while 'fast' is 8% busy. (At 40 req/s 'fast' itself missed the SLO
             # once, in `make test` with four workers on 2 cores; with a 1 s SLO and the default
-            # 0.1 tolerance one baseline repetition at 2 req/s failed once too, leaving no ratio.)
+            # 0.1 tolerance a repetition failed at 2 req/s once too: a missing one leaves no ratio.)
             "speed": {"rates": [2, 8], "requests": 20, "blocks": 2, "warmup": 2, "refine": 0,
                       "slo_ttft_ms": 2000, "slo_tpot_ms": None, "max_tokens": 4,
                       "saturation_tolerance": 0.3},
