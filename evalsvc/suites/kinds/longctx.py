@@ -221,8 +221,9 @@ class LongContextParams(BaseModel):
     the one-hop question needs (SmolLM2-135M scores 0 on it, docs/suites.md)."""
     haystack_names: bool = True
     """The haystack's people have names (NoLiMa's setting: the needle's name is one of many).
-    ``false``: they are named by their role ("the baker"), so the needle's name (and the
-    distractors') are the only names: the level a small model can answer (docs/suites.md).
+    ``false``: the haystack has nobody in it (scenes: "Before dawn, a bell rang at the
+    market."), so the needle's name (and the distractors') are the only names: the level a
+    small model can answer (docs/suites.md).
     Every task takes it; it matters to ``nolima``."""
     distractors: int = Field(default=0, ge=0, le=8)
     """``nolima`` only: other needles (other names, landmarks of other cities) at random
