@@ -206,7 +206,8 @@ def gate_logs(
         Path,
         typer.Argument(
             help="Baseline log: an lm-eval --output_path directory (--log_samples), a "
-            "samples_<task>_*.jsonl file, or an Inspect log (.json or .eval)."
+            "samples_<task>_*.jsonl file, an Inspect log (.json or .eval), or a promptfoo "
+            "results file (promptfoo eval -o results.json)."
         ),
     ],
     candidate: Annotated[Path, typer.Argument(help="Candidate log, in the same format.")],
@@ -228,6 +229,19 @@ def gate_logs(
     filter_name: Annotated[
         str | None,
         typer.Option("--filter", help="lm-eval filter to gate (default: the log's first)."),
+    ] = None,
+    baseline_provider: Annotated[
+        str | None,
+        typer.Option(
+            help="promptfoo: the baseline's provider (label or id) in a results file of several."
+        ),
+    ] = None,
+    candidate_provider: Annotated[
+        str | None,
+        typer.Option(
+            help="promptfoo: the candidate's provider (label or id); the same file may be given "
+            "as both logs."
+        ),
     ] = None,
     margin: Annotated[
         float | None, typer.Option(min=0.0, help="Non-inferiority margin δ (default 0.03).")
@@ -291,6 +305,7 @@ def gate_logs(
             filter_name=filter_name,
             gate=gate,
             options=options,
+            providers=(baseline_provider, candidate_provider),
         )
     except (runs.UsageError, StoreError) as exc:
         raise exit_for(exc) from exc

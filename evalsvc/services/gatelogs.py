@@ -9,9 +9,10 @@ returns the JSON report.
 
 Refused up front (``UsageError``, exit 2 / HTTP 422) with the reason, before anything is stored:
 an unreadable log, logs of different tasks, logs whose shared document ids hold different
-documents (lm-eval ``doc_hash`` / Inspect input), no document in common, a metric, filter or
+documents (lm-eval ``doc_hash`` / Inspect input / promptfoo test variables), a promptfoo file of
+several providers with none named, no document in common, a metric, filter or
 slice column the records lack, a gate option out of bounds. Documents present on one side only
-(or errored, in Inspect) are *counted and reported* per task (``details.log_pairs``) and count
+(or errored, in Inspect and promptfoo) are *counted and reported* per task (``details.log_pairs``) and count
 against the error budget, as missing samples of a live run do; they are never dropped silently.
 """
 
@@ -66,9 +67,9 @@ def _suite_name(task: str) -> str:
     return name if name[0].isalnum() else f"t{name}"
 
 
-def _read(path: str | Path, role: str) -> EvalLogSide:
+def _read(path: str | Path, role: str, provider: str | None = None) -> EvalLogSide:
     try:
-        return read_eval_log(path)
+        return read_eval_log(path, provider=provider)
     except LogError as exc:
         raise UsageError(f"{role} log: {exc}") from None
     except OSError as exc:
@@ -150,6 +151,7 @@ def gate_logs(
     labels: dict[str, str] | None = None,
     names: tuple[str, str] | None = None,
     uploaded: bool = False,
+    providers: tuple[str | None, str | None] = (None, None),
 ) -> dict[str, Any]:
     """Pair, gate and store two existing logs; return the JSON report (module docstring).
 
@@ -159,11 +161,12 @@ def gate_logs(
     ``names`` labels the two sides in the report (default: the paths). ``uploaded`` (REST): the
     logs are in a temporary directory that is gone after the call, so the stored run names them
     ``upload:<name>`` and records file names relative to each side's upload, never the server's
-    temporary paths.
+    temporary paths. ``providers`` picks each side's provider in a promptfoo results file (one
+    file holding both sides can be given twice).
     """
     options = options or RunOptions()
-    base = _read(baseline, "baseline")
-    cand = _read(candidate, "candidate")
+    base = _read(baseline, "baseline", providers[0])
+    cand = _read(candidate, "candidate", providers[1])
     paired = pair_logs(base, cand, metric=metric, slices=slices, filter_name=filter_name)
     try:
         policy = GatePolicy(**(gate or {}))

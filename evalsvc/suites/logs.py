@@ -1,15 +1,18 @@
-"""Existing evaluation logs as paired suites: lm-eval ``--log_samples`` output and Inspect logs.
+"""Existing evaluation logs as paired suites: lm-eval ``--log_samples`` output, Inspect logs and
+promptfoo results.
 
 Contract:
 - :func:`read_eval_log` reads one side: an lm-eval ``--output_path`` directory (its
   ``samples_<task>_<timestamp>.jsonl`` files, written with ``--log_samples``), one such samples
-  file, or an Inspect eval log (the JSON log format, ``.json``; or the ``.eval`` zip of
-  ``header.json`` + ``samples/*.json``). Anything else raises :class:`LogError` with the reason.
+  file, an Inspect eval log (the JSON log format, ``.json``; or the ``.eval`` zip of
+  ``header.json`` + ``samples/*.json``), or a promptfoo results file (``promptfoo eval -o
+  results.json``; one provider of it). Anything else raises :class:`LogError` with the reason.
 - :func:`score_records` turns one task of one side into per-document records keyed by the
   document id — lm-eval's ``doc_id`` (``doc<N>``), Inspect's sample ``id`` and ``epoch``
-  (``<id>#<epoch>``) — with the chosen metric as the score, a fingerprint of the document
-  (lm-eval's ``doc_hash``, Inspect's input text) so that two logs of different documents under
-  the same ids are refused, and the requested slice columns. A metric or slice column that a
+  (``<id>#<epoch>``), promptfoo's ``testIdx`` (``test<N>``; a task is one of its prompts) —
+  with the chosen metric as the score, a fingerprint of the document (lm-eval's ``doc_hash``,
+  Inspect's input text, promptfoo's test variables) so that two logs of different documents
+  under the same ids are refused, and the requested slice columns. A metric or slice column that a
   record lacks raises :class:`LogError` naming it and the columns that exist.
 - :class:`LoggedTask` is the suite a gated log task becomes: a paired score with recovery,
   gated like an lm-eval task (3-point margin by default) or by a recovery floor; it sends no
@@ -64,7 +67,7 @@ class EvalLogSide:
     """One side's log: per task, the raw per-document records in file order."""
 
     source: str
-    format: Literal["lm-eval", "inspect"]
+    format: Literal["lm-eval", "inspect", "promptfoo"]
     model: str | None
     tasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -199,9 +202,77 @@ def _read_inspect_zip(path: Path) -> EvalLogSide:
     return _inspect_side(str(path), header, samples)
 
 
-def read_eval_log(path: str | Path) -> EvalLogSide:
-    """Read one side (see the module docstring). Raises :class:`LogError` with the reason."""
+# promptfoo's ResultFailureReason (src/types: NONE 0, ASSERT 1, ERROR 2): only ERROR means the
+# provider call itself failed; ASSERT is a scored failure (score 0 or partial), not an error.
+_PROMPTFOO_ERROR = 2
+
+
+def _promptfoo_provider(rec: dict[str, Any]) -> str:
+    prov = rec.get("provider")
+    if isinstance(prov, dict):
+        return str(prov.get("label") or prov.get("id") or "")
+    return str(prov or "")
+
+
+def _promptfoo_prompt(rec: dict[str, Any]) -> str:
+    prompt = _mapping(rec.get("prompt"))
+    label = prompt.get("label") or prompt.get("raw") or f"prompt{rec.get('promptIdx', 0)}"
+    return " ".join(str(label).split())[:80]
+
+
+def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> EvalLogSide:
+    """A promptfoo results file: ``promptfoo eval -o results.json`` (or ``promptfoo export``).
+
+    One file often holds several providers (the usual way to compare two endpoints in promptfoo):
+    ``provider`` picks this side's by label or id; a file of several providers without one is
+    refused with their names. Every prompt of the eval is a task (its label), every test case a
+    document (``test<testIdx>``).
+    """
+    body = data["results"]
+    recs = [r for r in body.get("results") or [] if isinstance(r, dict)]
+    if not recs:
+        raise LogError(f"{source}: the promptfoo results file has no results")
+    names: dict[str, set[str]] = {}
+    for r in recs:
+        prov = _mapping(r.get("provider"))
+        label = _promptfoo_provider(r)
+        names.setdefault(label, set()).update(
+            str(v) for v in (prov.get("id"), prov.get("label"), label) if v
+        )
+    if provider is None:
+        if len(names) > 1:
+            raise LogError(
+                f"{source}: the promptfoo results hold {len(names)} providers "
+                f"({', '.join(sorted(names))}); name this side's with --baseline-provider / "
+                "--candidate-provider"
+            )
+        chosen = next(iter(names))
+    else:
+        hits = [label for label, ids in names.items() if provider in ids]
+        if not hits:
+            raise LogError(
+                f"{source}: no provider {provider!r} in the promptfoo results (providers: "
+                f"{', '.join(sorted(names))})"
+            )
+        chosen = hits[0]
+    side = EvalLogSide(source=source, format="promptfoo", model=chosen or None)
+    for r in recs:
+        if _promptfoo_provider(r) != chosen:
+            continue
+        task = _promptfoo_prompt(r)
+        side.tasks.setdefault(task, []).append(r)
+        side.files[task] = source
+    return side
+
+
+def read_eval_log(path: str | Path, *, provider: str | None = None) -> EvalLogSide:
+    """Read one side (see the module docstring). Raises :class:`LogError` with the reason.
+
+    ``provider`` picks one provider of a promptfoo results file; other formats refuse it.
+    """
     p = Path(path)
+    if provider is not None and not (p.is_file() and p.suffix == ".json"):
+        raise LogError(f"{p}: a provider is named, but only a promptfoo results file has providers")
     if not p.exists():
         raise LogError(f"{p}: no such file or directory")
     if p.is_dir():
@@ -221,6 +292,13 @@ def read_eval_log(path: str | Path) -> EvalLogSide:
             raise LogError(f"{p}: not JSON ({exc.msg})") from None
         if not isinstance(data, dict):
             raise LogError(f"{p}: not an Inspect eval log (not a JSON object)")
+        body = data.get("results")
+        if isinstance(body, dict) and isinstance(body.get("results"), list):
+            return _read_promptfoo(str(p), data, provider)
+        if provider is not None:
+            raise LogError(
+                f"{p}: a provider is named, but this is not a promptfoo results file"
+            )
         if "samples" not in data and "results" in data and "configs" in data:
             raise LogError(
                 f"{p}: this is lm-eval's aggregate results file, which has no per-document "
@@ -230,7 +308,8 @@ def read_eval_log(path: str | Path) -> EvalLogSide:
         return _inspect_side(str(p), data, data.get("samples") or [])
     raise LogError(
         f"{p}: unknown log format; expected an lm-eval --output_path directory, a "
-        "samples_<task>_*.jsonl file, or an Inspect log (.json or .eval)"
+        "samples_<task>_*.jsonl file, an Inspect log (.json or .eval) or a promptfoo results "
+        "file (.json)"
     )
 
 
@@ -296,6 +375,8 @@ def default_metric(side: EvalLogSide, task: str) -> str:
         if isinstance(names, list) and names:
             return str(names[0])
         return "acc"
+    if side.format == "promptfoo":
+        return "pass"
     scores = first.get("scores") or {}
     if isinstance(scores, dict) and scores:
         return str(next(iter(scores)))
@@ -360,6 +441,8 @@ def score_records(
                 metrics={m: rec[m] for m in rec.get("metrics", []) if m in rec},
             )
         return out, notes
+    if side.format == "promptfoo":
+        return _promptfoo_records(records, where, metric, slice_fields), notes
     for rec in records:
         sid, epoch = rec.get("id"), rec.get("epoch", 1)
         if sid is None:
@@ -410,6 +493,67 @@ def score_records(
     return out, notes
 
 
+def _promptfoo_records(
+    records: list[dict[str, Any]], where: str, metric: str, slice_fields: Sequence[str]
+) -> dict[str, LogRecord]:
+    """promptfoo results as records: ``pass`` is the test's ``success`` (all assertions
+    passed), ``score`` its weighted assertion score, any other name a ``namedScores`` metric."""
+    out: dict[str, LogRecord] = {}
+    for rec in records:
+        idx = rec.get("testIdx")
+        if not isinstance(idx, int):
+            raise LogError(f"{where}: a result has no testIdx")
+        key = f"test{idx}"
+        if key in out:
+            raise LogError(f"{where}: test {idx} appears twice for this provider and prompt")
+        case = _mapping(rec.get("testCase"))
+        variables = _mapping(rec.get("vars")) or _mapping(case.get("vars"))
+        meta = {**_mapping(case.get("metadata")), **variables}
+        slices = {}
+        for col in slice_fields:
+            if col not in meta:
+                raise LogError(
+                    f"{where}: no variable or metadata field {col!r} in test {idx} to slice by "
+                    f"(fields: {', '.join(sorted(meta)[:20]) or 'none'})"
+                )
+            slices[col] = _label(meta[col])
+        response = _mapping(rec.get("response"))
+        named = _mapping(rec.get("namedScores"))
+        err_text: str | None = None
+        score: float | None = None
+        failure = rec.get("failureReason")
+        if failure == _PROMPTFOO_ERROR or (failure is None and response.get("error")):
+            err_text = str(rec.get("error") or response.get("error") or "provider error")[:1000]
+        elif metric == "pass":
+            score = score_value(bool(rec.get("success")), what=f"{where}, test {idx}, pass")
+        elif metric == "score":
+            score = score_value(rec.get("score"), what=f"{where}, test {idx}, score")
+        elif metric in named:
+            score = score_value(named[metric], what=f"{where}, test {idx}, {metric}")
+        else:
+            raise LogError(
+                f"{where}: no metric {metric!r} in test {idx} (metrics: pass, score"
+                + "".join(f", {k}" for k in sorted(named))
+                + ")"
+            )
+        output = response.get("output")
+        asserts = case.get("assert")
+        first = asserts[0] if isinstance(asserts, list) and asserts else {}
+        out[key] = LogRecord(
+            key=key,
+            score=score,
+            error=err_text,
+            output=(output if isinstance(output, str) else json.dumps(output, default=str))[:300]
+            if output is not None
+            else "",
+            target=_mapping(first).get("value"),
+            fingerprint=_hash(variables),
+            slices=slices,
+            metrics={"pass": bool(rec.get("success")), "score": rec.get("score"), **named},
+        )
+    return out
+
+
 class LoggedTaskParams(BaseModel):
     """What a logged task records about its logs (the suite snapshot keeps it)."""
 
@@ -433,7 +577,10 @@ class LoggedTask(Suite):
     requires = frozenset()
     reports_recovery = True
     sequential_ok = False
-    description = "Per-document scores from existing lm-eval or Inspect logs, paired by document id."
+    description = (
+        "Per-document scores from existing lm-eval, Inspect or promptfoo logs, paired by "
+        "document id."
+    )
 
     Params = LoggedTaskParams
     params: LoggedTaskParams

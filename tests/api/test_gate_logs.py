@@ -1,7 +1,8 @@
 """``POST /api/v1/gate-logs``: uploaded logs gated like ``evalsvc gate-logs``, on the real API
 server (uvicorn on loopback, SQLite and PostgreSQL): the same report as the service on the same
-files, stored as a run; lm-eval directories as several files; Inspect logs; scopes; the upload
-bound (larger than other bodies, still bounded); refusals with the reason."""
+files, stored as a run; lm-eval directories as several files; Inspect logs; a promptfoo file
+holding both providers; scopes; the upload bound (larger than other bodies, still bounded);
+refusals with the reason."""
 
 from __future__ import annotations
 
@@ -77,6 +78,27 @@ def test_an_lmeval_directory_is_several_files_and_inspect_logs_work(
         )
     assert r.status_code == 200, r.text
     check_schema(r.json())
+
+
+def test_a_promptfoo_file_with_both_providers(api: Api, tmp_path: Path) -> None:
+    pf = FIXTURES / "promptfoo_qa.json"
+    files = _files("baseline", pf) + _files("candidate", pf)
+    with api.client("submit") as client:
+        r = client.post("/gate-logs", files=files)
+        assert r.status_code == 422 and "name this side's" in r.text
+        r = client.post(
+            "/gate-logs", files=files,
+            data={"baseline_provider": "bf16", "candidate_provider": "fp8-kv"},
+        )
+    assert r.status_code == 200, r.text
+    report = r.json()
+    check_schema(report)
+    local = Store.from_url(f"sqlite:///{tmp_path / 'local.db'}")
+    local.ensure_ready(upgrade_fresh_sqlite=True)
+    direct = gate_logs(pf, pf, store=local, providers=("bf16", "fp8-kv"))
+    got, want = report["candidates"][0]["suites"][0], direct["candidates"][0]["suites"][0]
+    for key in ("verdict", "n", "baseline", "candidate", "delta", "ci", "recovery"):
+        assert got[key] == want[key], key
 
 
 def test_scopes_and_refusals(api: Api, tmp_path: Path) -> None:

@@ -295,3 +295,110 @@ def test_inspect_eval_zip_reads_like_the_json_log(tmp_path: Path, store: Store) 
     (tmp_path / "bad.eval").write_bytes(b"not a zip")
     with pytest.raises(UsageError, match="not a zip file"):
         gate_logs(tmp_path / "bad.eval", paths[1], store=store)
+
+
+# --- promptfoo ---------------------------------------------------------------------------------
+# promptfoo_qa.json was written by the real promptfoo CLI (0.121.20) from promptfoo_qa.yaml
+# against the local bf16 and fp8-kv vLLM endpoints; promptfoo_refused.json by the same config
+# with the fp8-kv provider pointed at a closed port (every call refused): see the README here.
+PROMPTFOO = FIXTURES / "promptfoo_qa.json"
+
+
+def _promptfoo_passes(path: Path, provider: str) -> dict[int, dict[str, Any]]:
+    """Per testIdx: the provider's record, read straight from the file."""
+    results = json.loads(path.read_text())["results"]["results"]
+    return {r["testIdx"]: r for r in results if r["provider"]["label"] == provider}
+
+
+def test_promptfoo_results_one_file_two_providers(store: Store) -> None:
+    report = gate_logs(
+        PROMPTFOO, PROMPTFOO, store=store, slices=["category"], providers=("bf16", "fp8-kv")
+    )
+    check_schema(report)
+    cand = report["candidates"][0]
+    suite = cand["suites"][0]
+    base, other = _promptfoo_passes(PROMPTFOO, "bf16"), _promptfoo_passes(PROMPTFOO, "fp8-kv")
+    assert len(base) == len(other) == 60
+    assert suite["suite"] == "qa" and suite["metric"] == "pass" and suite["n"] == 60
+    assert suite["baseline"] == pytest.approx(sum(r["success"] for r in base.values()) / 60)
+    assert suite["candidate"] == pytest.approx(sum(r["success"] for r in other.values()) / 60)
+    lost = sum(base[i]["success"] and not other[i]["success"] for i in base)
+    gained = sum(other[i]["success"] and not base[i]["success"] for i in base)
+    flips = suite["details"]["flips"]
+    assert (flips["correct_to_incorrect"], flips["incorrect_to_correct"]) == (lost, gained)
+    # Every category is a slice, with its own paired rates (none reaches the 20 items a slice
+    # needs to be tested: they are reported, not gated).
+    got = {s["slice"]: s for s in suite["details"]["slices"]["slices"]}
+    categories = {r["vars"]["category"] for r in base.values()}
+    assert set(got) == categories
+    for cat, row in got.items():
+        ids = [i for i, r in base.items() if r["vars"]["category"] == cat]
+        assert row["n"] == len(ids) and row["dimension"] == "category"
+        assert row["baseline"] == pytest.approx(sum(base[i]["success"] for i in ids) / len(ids))
+        assert row["candidate"] == pytest.approx(sum(other[i]["success"] for i in ids) / len(ids))
+    assert cand["model"] == "fp8-kv" and report["baseline"]["model"] == "bf16"
+    pairs = suite["details"]["log_pairs"]
+    assert pairs["paired"] == 60 and pairs["errored"] == 0
+    # The stored run has both sides' samples, with promptfoo's output text.
+    samples = store.get_samples(report["run_id"])
+    assert len(samples) == 120
+    by_key = {(s.endpoint, s.item_id): s for s in samples}
+    assert by_key[("baseline", "test0")].output == base[0]["response"]["output"]
+
+
+def test_promptfoo_score_and_refusals(store: Store, tmp_path: Path) -> None:
+    both = ("bf16", "fp8-kv")
+    scored = gate_logs(PROMPTFOO, PROMPTFOO, store=store, metric="score", providers=both)
+    assert scored["candidates"][0]["suites"][0]["metric"] == "score"
+    with pytest.raises(UsageError, match=r"2 providers \(bf16, fp8-kv\); name this side's"):
+        gate_logs(PROMPTFOO, PROMPTFOO, store=store)
+    with pytest.raises(UsageError, match=r"no provider 'fp8' .*providers: bf16, fp8-kv"):
+        gate_logs(PROMPTFOO, PROMPTFOO, store=store, providers=("bf16", "fp8"))
+    with pytest.raises(UsageError, match=r"no metric 'accuracy' in test 0 \(metrics: pass, score\)"):
+        gate_logs(PROMPTFOO, PROMPTFOO, store=store, metric="accuracy", providers=both)
+    with pytest.raises(UsageError, match="no variable or metadata field 'topic'"):
+        gate_logs(PROMPTFOO, PROMPTFOO, store=store, slices=["topic"], providers=both)
+    with pytest.raises(UsageError, match="only a promptfoo results file has providers"):
+        gate_logs(
+            FIXTURES / "inspect_baseline.json.missing", PROMPTFOO, store=store,
+            providers=("bf16", None),
+        )
+    with pytest.raises(UsageError, match="not a promptfoo results file"):
+        gate_logs(FIXTURES / "inspect_baseline.json", PROMPTFOO, store=store, providers=both)
+    # Other test variables under the same test indices: different documents, refused.
+    changed = json.loads(PROMPTFOO.read_text())
+    for rec in changed["results"]["results"]:
+        rec["vars"]["question"] += " (edited)"
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(changed))
+    with pytest.raises(UsageError, match="hold different documents"):
+        gate_logs(PROMPTFOO, edited, store=store, providers=both)
+
+
+def test_promptfoo_provider_errors_are_counted_against_the_budget(store: Store) -> None:
+    refused = FIXTURES / "promptfoo_refused.json"
+    report = gate_logs(refused, refused, store=store, providers=("bf16", "fp8-kv"))
+    suite = report["candidates"][0]["suites"][0]
+    pairs = suite["details"]["log_pairs"]
+    assert pairs["errored"] == 3 and pairs["paired"] == 0
+    assert report["verdict"] == "error" and "3 of 3" in report["error"]
+    errored = [s for s in store.get_samples(report["run_id"]) if s.endpoint == "candidate:0"]
+    assert all(s.error and "ECONNREFUSED" in s.error for s in errored)
+
+
+def test_promptfoo_through_the_cli(tmp_path: Path) -> None:
+    from tests.fixtures.cli import run_cli
+
+    env = {"EVALSVC_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
+    out = tmp_path / "report.json"
+    res = run_cli(
+        "gate-logs", str(PROMPTFOO), str(PROMPTFOO), "--baseline-provider", "bf16",
+        "--candidate-provider", "openai:chat:smollm2-135m-fp8-kv", "--json", str(out), env=env,
+    )
+    report = json.loads(out.read_text())
+    # 60 documents cannot resolve a 3-point margin: inconclusive, exit 3 (docs/cli.md).
+    assert res.returncode == {"pass": 0, "fail": 1, "inconclusive": 3}[report["verdict"]]
+    assert report["candidates"][0]["suites"][0]["n"] == 60
+    refused = run_cli("gate-logs", str(PROMPTFOO), str(PROMPTFOO), env=env)
+    assert refused.returncode == 2
+    assert "2 providers (bf16, fp8-kv)" in refused.stderr

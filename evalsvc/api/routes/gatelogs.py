@@ -1,9 +1,10 @@
 """``/gate-logs``: gate two uploaded evaluation logs, as ``evalsvc gate-logs`` does (``submit``).
 
 Contract: a ``multipart/form-data`` upload of the baseline's and the candidate's log files
-(``baseline`` and ``candidate``, each repeatable: one samples file or Inspect log, or the files
-of an lm-eval ``--output_path`` directory) with the CLI's options as form fields. The files are
-written to a private temporary directory under their base names only, handed to
+(``baseline`` and ``candidate``, each repeatable: one samples file, Inspect log or promptfoo
+results file, or the files of an lm-eval ``--output_path`` directory) with the CLI's options as
+form fields (``baseline_provider``/``candidate_provider`` pick a promptfoo file's providers). The
+files are written to a private temporary directory under their base names only, handed to
 ``evalsvc.services.gatelogs.gate_logs`` (which pairs, gates, stores the run and builds the
 report) and removed; the answer is the same JSON report as the CLI's ``--json``. The whole
 body is bounded by ``evalsvc.limits.MAX_UPLOAD_BYTES`` (413 past it, before it is read) and
@@ -95,8 +96,10 @@ def gate_uploaded_logs(
     recovery_min: Annotated[float, Form(gt=0, le=1)] = None,  # type: ignore[assignment]
     baseline_floor: Annotated[float, Form(ge=0, lt=1)] = None,  # type: ignore[assignment]
     max_error_rate: Annotated[float, Form(ge=0, le=1)] = 0.05,
+    baseline_provider: Annotated[str, Form(min_length=1, max_length=200, pattern=limits.NO_NUL_PATTERN)] = None,  # type: ignore[assignment]
+    candidate_provider: Annotated[str, Form(min_length=1, max_length=200, pattern=limits.NO_NUL_PATTERN)] = None,  # type: ignore[assignment]
 ) -> dict[str, Any]:
-    """Pair two uploaded lm-eval or Inspect logs by document id, gate them with the paired gate
+    """Pair two uploaded lm-eval, Inspect or promptfoo logs by document id, gate them with the paired gate
     (or a recovery floor), store the run and return its JSON report (docs/report.md), exactly as
     ``evalsvc gate-logs --json`` does."""
     gate = gatelogs.gate_overrides(margin, alpha, recovery_min, baseline_floor)
@@ -116,6 +119,7 @@ def gate_uploaded_logs(
                 labels={"submitted_by": caller.name[:200]},
                 names=(_label(baseline), _label(candidate)),
                 uploaded=True,
+                providers=(baseline_provider, candidate_provider),
             )
         except UsageError as exc:
             raise UsageError(f"{_REFUSED}{exc}") from None
