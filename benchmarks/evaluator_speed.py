@@ -6,7 +6,11 @@ in the same round:
 
 - ``minimal``: ``benchmarks/minimal_client.py``, the same chat requests through bare aiohttp;
 - ``evalsvc``: ``python -m evalsvc.cli.main compare BASE CAND --suite reasoning --samples N
-  --concurrency C`` into a fresh SQLite database, in-process as a user runs it.
+  --concurrency C`` into a fresh SQLite database, in-process as a user runs it;
+- with ``--lmeval``, ``lm-eval``: lm-evaluation-harness's ``local-chat-completions`` model on the
+  same items written as an lm-eval task (a YAML over a JSONL file), ``num_concurrent`` C, one
+  ``python -m lm_eval`` per endpoint as a user runs it; its figure is the two process walls
+  summed (issue 21's P3 also bounds evalsvc's process wall at 0.2 × lm-eval's).
 
 Each is a child process of its own, started through ``benchmarks/_hwm.py``, which records the
 child's own peak RSS (``VmHWM``; ``ru_maxrss`` survives ``exec`` and would report this
@@ -124,6 +128,82 @@ def run_evalsvc(urls: list[str], n: int, concurrency: int, workdir: Path, tag: s
             "peak_rss_mb": res["peak_rss_mb"], "verdict": data["verdict"], "pairs": n_samples}
 
 
+_LMEVAL_TASK = """task: evalsvc_reasoning_peer
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{question}}}}"
+doc_to_target: "{{{{answer}}}}"
+generation_kwargs:
+  until: []
+  max_gen_toks: {max_tokens}
+  do_sample: false
+  temperature: 0.0
+metric_list:
+  - metric: exact_match
+"""
+
+
+def _lmeval_task(n: int, workdir: Path) -> Path:
+    """The same items as an lm-eval task (its own format: a YAML over a JSONL file)."""
+    import asyncio
+
+    sys.path.insert(0, str(HERE))
+    from minimal_client import _items
+
+    items, max_tokens = asyncio.run(_items("reasoning", n))
+    task_dir = workdir / f"lmeval-task-{n}"
+    task_dir.mkdir(exist_ok=True)
+    data = task_dir / "items.jsonl"
+    with data.open("w", encoding="utf-8") as fh:
+        for it in items:
+            # The reasoning kind's chat prompt is one user message; lm-eval's chat template
+            # (--apply_chat_template) sends doc_to_text as that message.
+            assert isinstance(it.prompt, list) and len(it.prompt) == 1, it.prompt
+            fh.write(json.dumps({"question": it.prompt[0]["content"], "answer": str(it.expected)}))
+            fh.write("\n")
+    (task_dir / "task.yaml").write_text(_LMEVAL_TASK.format(data=data, max_tokens=max_tokens))
+    return task_dir
+
+
+def run_lmeval(
+    urls: list[str], n: int, concurrency: int, workdir: Path, tag: str, python: Path
+) -> dict[str, Any]:
+    """lm-eval's ``local-chat-completions`` on the same items, one run per endpoint (as a user
+    runs it): the process walls summed, the larger peak RSS."""
+    import urllib.request
+
+    task_dir = _lmeval_task(n, workdir)
+    walls, rss = [], []
+    for i, url in enumerate(urls):
+        with urllib.request.urlopen(f"{url}/models") as resp:
+            model = json.load(resp)["data"][0]["id"]
+        args = [
+            "-m", "lm_eval", "--model", "local-chat-completions",
+            "--model_args",
+            f"model={model},base_url={url}/chat/completions,num_concurrent={concurrency},"
+            "max_retries=1,tokenized_requests=False",
+            "--tasks", "evalsvc_reasoning_peer", "--include_path", str(task_dir),
+            "--apply_chat_template", "--batch_size", "1",
+            "--output_path", str(workdir / f"{tag}-{i}"),
+        ]
+        hwm = workdir / f"{tag}-{i}.hwm"
+        env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1",
+               "OPENAI_API_KEY": "none", "TOKENIZERS_PARALLELISM": "false"}
+        start = time.perf_counter()
+        proc = subprocess.run([str(python), str(HERE / "_hwm.py"), str(hwm), *args],
+                              capture_output=True, text=True, env=env, cwd=workdir)
+        walls.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            raise RuntimeError(f"lm_eval exited {proc.returncode}: {proc.stderr[-2000:]}")
+        rss.append(int(hwm.read_text()) / 1024)
+    return {"client": "lm-eval", "items": n, "wall_s": round(sum(walls), 3), "send_s": None,
+            "peak_rss_mb": round(max(rss), 1), "walls_s": [round(w, 3) for w in walls]}
+
+
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     values = [r[key] for r in rows if r.get(key) is not None]
     return round(statistics.median(values), 3) if values else None
@@ -135,7 +215,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for n in sorted({r["items"] for r in rows}):
-        mine = {c: [r for r in rows if r["items"] == n and r["client"] == c] for c in ("minimal", "evalsvc")}
+        mine = {c: [r for r in rows if r["items"] == n and r["client"] == c]
+                for c in ("minimal", "evalsvc", "lm-eval")}
         ratio = None
         if mine["minimal"] and mine["evalsvc"]:
             ratio = _median(mine["evalsvc"], "send_s") / _median(mine["minimal"], "send_s")  # type: ignore[operator]
@@ -143,9 +224,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             if not runs:
                 continue
             shown = f"×{ratio:.2f}" if ratio is not None and client == "evalsvc" else ""
+            if client == "lm-eval" and mine["evalsvc"]:
+                # The issue's second P3 bound compares whole processes: evalsvc's one compare of
+                # both endpoints against lm-eval's two runs.
+                peer = _median(mine["evalsvc"], "wall_s") / _median(runs, "wall_s")  # type: ignore[operator]
+                shown = f"evalsvc wall ÷ lm-eval wall: ×{peer:.2f}"
+            send = _median(runs, "send_s")
             lines.append(
                 f"| {n:,} | {client} | {len(runs)} | {_median(runs, 'wall_s')} s | "
-                f"{_median(runs, 'send_s')} s | {_median(runs, 'peak_rss_mb')} MB | {shown} |"
+                f"{f'{send} s' if send is not None else '—'} | {_median(runs, 'peak_rss_mb')} MB "
+                f"| {shown} |"
             )
     return "\n".join(lines)
 
@@ -158,7 +246,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-minimal", action="store_true", help="evalsvc only (memory runs)")
     parser.add_argument("--out", type=Path, help="also write the runs as JSON here")
     parser.add_argument("--evalsvc-repo", type=Path, default=REPO, help="checkout to measure")
+    parser.add_argument(
+        "--lmeval", action="store_true",
+        help="also run the lm-eval peer (local-chat-completions, one run per endpoint)",
+    )
+    parser.add_argument(
+        "--lmeval-python", type=Path,
+        help="the Python that has lm_eval (default: the lmeval kind's: the managed vLLM venv's, "
+        "lm-eval installed there on first use)",
+    )
     args = parser.parse_args(argv)
+    if args.lmeval and args.lmeval_python is None:
+        from evalsvc.suites.kinds._lmeval_python import lmeval_python
+
+        args.lmeval_python = Path(lmeval_python())
     EVALSVC_REPO[0] = args.evalsvc_repo.resolve()
     rows: list[dict[str, Any]] = []
     with stub() as urls, tempfile.TemporaryDirectory(prefix="evalsvc-bench-") as tmp:
@@ -171,6 +272,12 @@ def main(argv: list[str] | None = None) -> None:
                     if args.skip_minimal and fn is run_minimal:
                         continue
                     row = fn(urls, n, args.concurrency, workdir, f"{fn.__name__}-{n}-{r}")
+                    row["load_avg_1m"] = round(os.getloadavg()[0], 2)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+                if args.lmeval:
+                    row = run_lmeval(urls, n, args.concurrency, workdir, f"lmeval-{n}-{r}",
+                                     args.lmeval_python)
                     row["load_avg_1m"] = round(os.getloadavg()[0], 2)
                     rows.append(row)
                     print(json.dumps(row), flush=True)

@@ -282,6 +282,7 @@ _VLLM_SECOND_GROUP = (
     "tests/suites/test_longctx_oracle.py",
     "tests/scheduler/test_worker_real.py",
     "tests/benchmarks/test_speed_vs_vllm_bench_smoke.py",
+    "tests/benchmarks/test_lmeval_peer_smoke.py",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,12 +26,22 @@ from ._common import VERDICT_STYLE, err
 
 
 class RichProgressBars:
-    """One progress bar per (suite, endpoint), on stderr."""
+    """One progress bar per (suite, endpoint), on stderr.
+
+    Answers are counted here and handed to rich at most every :data:`FLUSH_S` and when a bar
+    reaches its total: a rich ``advance`` per answer (a lock and a speed sample each) was 1–2% of
+    the event loop's time against a zero-latency endpoint, for a bar redrawn twice a second.
+    """
+
+    FLUSH_S = 0.25
 
     def __init__(self, progress: RichProgress, labels: dict[str, str]) -> None:
         self.progress, self.labels = progress, labels
         self.tasks: dict[tuple[str, str], TaskID] = {}
         self.order: list[str] = []
+        self._left: dict[tuple[str, str], int] = {}
+        self._pending: dict[tuple[str, str], int] = {}
+        self._flushed = 0.0
 
     def suites(self, names: Sequence[str]) -> None:
         """Every suite of the run in execution order (bars then read "suite 2/5")."""
@@ -47,11 +58,25 @@ class RichProgressBars:
                 total=n_items,
                 completed=n_done.get(role, 0),
             )
+            self._left[(suite, role)] = n_items - n_done.get(role, 0)
 
     def advance(self, suite: str, role: str) -> None:
-        task = self.tasks.get((suite, role))
-        if task is not None:
-            self.progress.advance(task)
+        key = (suite, role)
+        if key not in self.tasks:
+            return
+        self._pending[key] = self._pending.get(key, 0) + 1
+        self._left[key] -= 1
+        now = time.monotonic()
+        if self._left[key] <= 0 or now - self._flushed >= self.FLUSH_S:
+            self.flush(now)
+
+    def flush(self, now: float | None = None) -> None:
+        """Hand every pending count to rich (also called when the bars stop)."""
+        for key, n in self._pending.items():
+            if n:
+                self.progress.advance(self.tasks[key], n)
+        self._pending.clear()
+        self._flushed = time.monotonic() if now is None else now
 
     def message(self, text: str) -> None:
         self.progress.console.log(term(text))

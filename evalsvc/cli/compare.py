@@ -179,7 +179,11 @@ def compare(
         # Two redraws a second: at the default ten the bar's thread took a tenth of the CPU of a
         # fast run (docs/benchmarks.md, "Evaluator speed").
         with RichProgress(*columns, console=err, transient=False, refresh_per_second=2) as bar:
-            report = runs.compare(spec, store=store, progress=RichProgressBars(bar, labels))
+            bars = RichProgressBars(bar, labels)
+            try:
+                report = runs.compare(spec, store=store, progress=bars)
+            finally:
+                bars.flush()  # the last counts, before the bars' final redraw
     # Usage (2): bad suites or options, a capability an endpoint lacks. Infrastructure (4): an
     # endpoint down, the error budget spent, the database lost or refusing writes mid-run, or
     # Ctrl-C/SIGTERM (the run is recorded as error by the service; without this click would

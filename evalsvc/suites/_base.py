@@ -146,22 +146,47 @@ class LazyItems(Sequence[Item]):
     items. Indexing, slicing (a lazy view: the runner's staged and sequential batches),
     iteration and ``len`` work as on a list; ``make`` must be deterministic (every read of item
     ``i`` gives an equal item), because each endpoint reads the plan again.
+
+    The last :data:`RECENT` items built are kept (items are frozen), shared by every view of the
+    plan: the endpoints of a run read it side by side, so each item is usually built once rather
+    than once per endpoint (building was 7% of the event loop's time against a zero-latency
+    endpoint, docs/benchmarks.md); memory stays bounded by ``RECENT``, not by the plan's length.
     """
 
-    def __init__(self, length: int, make: Callable[[int], Item], _indices: range | None = None) -> None:
+    #: Items kept for the other endpoints' reads: a few times the usual concurrency (64) per
+    #: endpoint, so endpoints that drift apart by that much still share them.
+    RECENT = 1024
+
+    def __init__(
+        self,
+        length: int,
+        make: Callable[[int], Item],
+        _indices: range | None = None,
+        _recent: dict[int, Item] | None = None,
+    ) -> None:
         self._make = make
         self._indices = range(length) if _indices is None else _indices
+        self._recent: dict[int, Item] = {} if _recent is None else _recent
+
+    def _item(self, i: int) -> Item:
+        recent = self._recent
+        item = recent.get(i)
+        if item is None:
+            item = recent[i] = self._make(i)
+            if len(recent) > self.RECENT:
+                del recent[next(iter(recent))]  # the oldest built
+        return item
 
     def __len__(self) -> int:
         return len(self._indices)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
-            return LazyItems(0, self._make, self._indices[index])
-        return self._make(self._indices[index])
+            return LazyItems(0, self._make, self._indices[index], self._recent)
+        return self._item(self._indices[index])
 
     def __iter__(self) -> Iterator[Item]:
-        return map(self._make, self._indices)
+        return map(self._item, self._indices)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence) and not isinstance(other, str | bytes):

@@ -139,3 +139,40 @@ def test_by_task_pairs_and_counts_flips() -> None:
             "incorrect_to_correct": 1,
         }
     ]
+
+
+def _choice_by_regex(text: str, vocabulary: list[str]) -> str | None:
+    """The alternation rule the word path replaces: ``\\b(longest|...|shortest)\\b``."""
+    import re
+
+    from evalsvc.suites.kinds._extract import answer_span
+
+    words = sorted({w.lower() for w in vocabulary}, key=len, reverse=True)
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b", re.IGNORECASE)
+    span = answer_span(text)
+    if span is not None and (found := pattern.findall(span)):
+        return found[0].lower()
+    found = pattern.findall(text)
+    return found[-1].lower() if found else None
+
+
+def test_extract_choice_of_plain_words_equals_the_alternation_rule() -> None:
+    """Plain-word vocabularies are matched by splitting into words; the result must equal the
+    regex alternation's on every text (prefixes of each other, case, punctuation, markers)."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    alphabet = st.sampled_from(["sun", "Sunday", "day", "mon", "Monday", "apple", "pie",
+                                "answer is", "Answer:", " ", ",", ".", "'s", "-", "_", "x2",
+                                "SUN", "ünter", "ü"])
+    vocab = st.lists(st.sampled_from(["sun", "sunday", "day", "monday", "apple", "pie", "x2",
+                                      "ünter", "mon"]), min_size=1, max_size=5)
+
+    @settings(max_examples=400, deadline=None, derandomize=True)
+    @given(st.lists(alphabet, max_size=14).map("".join), vocab)
+    def check(text: str, words: list[str]) -> None:
+        assert extract_choice(text, words) == _choice_by_regex(text, words)
+
+    check()
+    # Vocabularies that are not plain words keep the regex path.
+    assert extract_choice("I like ice cream.", ["ice cream", "tea"]) == "ice cream"

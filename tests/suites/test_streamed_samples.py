@@ -112,6 +112,25 @@ def test_columns_keep_no_output_once_every_pair_is_complete() -> None:
     assert len(cols) == 100 and cols.samples == 300
 
 
+def test_lazy_items_read_side_by_side_are_built_once_and_memory_stays_bounded() -> None:
+    made: list[int] = []
+
+    def make(i: int) -> Item:
+        made.append(i)
+        return Item(id=f"i{i}", prompt=str(i))
+
+    n = 5 * LazyItems.RECENT
+    plan = LazyItems(n, make)
+    # Two endpoints reading the plan side by side (as the runner's workers do), a slice view
+    # sharing the same items, and one reader far behind the other.
+    for a, b in zip(plan, plan[0:n], strict=True):
+        assert a is b
+    assert len(made) == n
+    assert len(plan._recent) <= LazyItems.RECENT
+    assert plan[0] == Item(id="i0", prompt="0") and len(made) == n + 1  # evicted: built again
+    assert [it.id for it in plan[n - 3 :]] == [f"i{n - 3}", f"i{n - 2}", f"i{n - 1}"]
+
+
 def test_lazy_plan_is_the_list_plan() -> None:
     suite = _suite(n=57, seed=11)
     lazy = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
