@@ -1,8 +1,8 @@
 """Evaluator speed and memory against a zero-latency endpoint (issue 21, P3 and P6).
 
 Contract: starts ``benchmarks/stub_server.py`` (its own process, two loopback ports: baseline
-and candidate), then for each ``--items`` size and each of ``--repeats`` rounds runs, alternated
-in the same round:
+and candidate; ``--urls`` names real endpoints instead, for P1), then for each ``--items`` size
+and each of ``--repeats`` rounds runs, alternated in the same round:
 
 - ``minimal``: ``benchmarks/minimal_client.py``, the same chat requests through bare aiohttp;
 - ``evalsvc``: ``python -m evalsvc.cli.main compare BASE CAND --suite reasoning --samples N
@@ -23,6 +23,7 @@ table; ``--out`` writes the same JSON to a file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -110,8 +111,11 @@ def run_evalsvc(urls: list[str], n: int, concurrency: int, workdir: Path, tag: s
     db = workdir / f"{tag}.db"
     report = workdir / f"{tag}.json"
     res = _child(
+        # --no-calibrate: the items the peers send (the suite as written; the catalog's
+        # `reasoning` would otherwise first pilot the baseline and pick its own levels).
         ["-m", "evalsvc.cli.main", "compare", *urls, "--suite", "reasoning", "--samples", str(n),
-         "--concurrency", str(concurrency), "--database-url", f"sqlite:///{db}", "--json", str(report)],
+         "--no-calibrate", "--concurrency", str(concurrency), "--database-url", f"sqlite:///{db}",
+         "--json", str(report)],
         workdir,
         tag,
         EVALSVC_REPO[0],
@@ -255,6 +259,10 @@ def main(argv: list[str] | None = None) -> None:
         help="the Python that has lm_eval (default: the lmeval kind's: the managed vLLM venv's, "
         "lm-eval installed there on first use)",
     )
+    parser.add_argument(
+        "--urls", nargs=2, metavar=("BASELINE", "CANDIDATE"),
+        help="real endpoints instead of the stub (P1: e.g. the local bf16 and fp8-kv servers)",
+    )
     args = parser.parse_args(argv)
     if args.lmeval and args.lmeval_python is None:
         from evalsvc.suites.kinds._lmeval_python import lmeval_python
@@ -262,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         args.lmeval_python = Path(lmeval_python())
     EVALSVC_REPO[0] = args.evalsvc_repo.resolve()
     rows: list[dict[str, Any]] = []
-    with stub() as urls, tempfile.TemporaryDirectory(prefix="evalsvc-bench-") as tmp:
+    endpoints = contextlib.nullcontext(args.urls) if args.urls else stub()
+    with endpoints as urls, tempfile.TemporaryDirectory(prefix="evalsvc-bench-") as tmp:
         workdir = Path(tmp)
         for n in args.items:
             for r in range(args.repeats):
