@@ -254,6 +254,13 @@ def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> 
                 f"{source}: no provider {provider!r} in the promptfoo results (providers: "
                 f"{', '.join(sorted(names))})"
             )
+        if len(hits) > 1:
+            # Two endpoints serving the same model name share a provider id: only the labels
+            # tell them apart, and guessing would gate one endpoint against itself.
+            raise LogError(
+                f"{source}: {provider!r} names {len(hits)} providers ({', '.join(sorted(hits))}); "
+                "name one by its label"
+            )
         chosen = hits[0]
     side = EvalLogSide(source=source, format="promptfoo", model=chosen or None)
     for r in recs:
@@ -271,10 +278,10 @@ def read_eval_log(path: str | Path, *, provider: str | None = None) -> EvalLogSi
     ``provider`` picks one provider of a promptfoo results file; other formats refuse it.
     """
     p = Path(path)
-    if provider is not None and not (p.is_file() and p.suffix == ".json"):
-        raise LogError(f"{p}: a provider is named, but only a promptfoo results file has providers")
     if not p.exists():
         raise LogError(f"{p}: no such file or directory")
+    if provider is not None and not (p.is_file() and p.suffix == ".json"):
+        raise LogError(f"{p}: a provider is named, but only a promptfoo results file has providers")
     if p.is_dir():
         return _read_lmeval_dir(p)
     if p.suffix == ".jsonl":

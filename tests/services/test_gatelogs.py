@@ -358,13 +358,21 @@ def test_promptfoo_score_and_refusals(store: Store, tmp_path: Path) -> None:
         gate_logs(PROMPTFOO, PROMPTFOO, store=store, metric="accuracy", providers=both)
     with pytest.raises(UsageError, match="no variable or metadata field 'topic'"):
         gate_logs(PROMPTFOO, PROMPTFOO, store=store, slices=["topic"], providers=both)
+    lmeval_dir = write_lmeval(tmp_path / "lm", [1.0, 0.0] * 10)
     with pytest.raises(UsageError, match="only a promptfoo results file has providers"):
-        gate_logs(
-            FIXTURES / "inspect_baseline.json.missing", PROMPTFOO, store=store,
-            providers=("bf16", None),
-        )
+        gate_logs(lmeval_dir.parent, PROMPTFOO, store=store, providers=("bf16", None))
     with pytest.raises(UsageError, match="not a promptfoo results file"):
         gate_logs(FIXTURES / "inspect_baseline.json", PROMPTFOO, store=store, providers=both)
+    # Two providers with one id (the same served model name on two endpoints): by label only.
+    same_id = json.loads(PROMPTFOO.read_text())
+    for rec in same_id["results"]["results"]:
+        rec["provider"]["id"] = "openai:chat:smollm2"
+    shared = tmp_path / "shared-id.json"
+    shared.write_text(json.dumps(same_id))
+    with pytest.raises(UsageError, match=r"'openai:chat:smollm2' names 2 providers \(bf16, fp8-kv\)"):
+        gate_logs(shared, shared, store=store, providers=("openai:chat:smollm2", "fp8-kv"))
+    assert gate_logs(shared, shared, store=store, providers=both)["candidates"][0]["suites"][0][
+        "n"] == 60
     # Other test variables under the same test indices: different documents, refused.
     changed = json.loads(PROMPTFOO.read_text())
     for rec in changed["results"]["results"]:
