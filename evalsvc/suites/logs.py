@@ -181,6 +181,10 @@ def _inspect_side(source: str, header: dict[str, Any], samples: list[Any]) -> Ev
 
 
 def _read_inspect_zip(path: Path) -> EvalLogSide:
+    # Registers Zstandard (zip method 93) with the standard zipfile: Inspect compresses the
+    # members of its .eval logs with it (Inspect reads them through the same package).
+    import zipfile_zstd  # noqa: F401
+
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
@@ -197,6 +201,8 @@ def _read_inspect_zip(path: Path) -> EvalLogSide:
             ]
     except zipfile.BadZipFile:
         raise LogError(f"{path}: not a zip file (an Inspect .eval log is one)") from None
+    except NotImplementedError as exc:  # a compression method zipfile cannot decode
+        raise LogError(f"{path}: cannot decompress a member of this log ({exc})") from None
     except json.JSONDecodeError as exc:
         raise LogError(f"{path}: a member is not JSON ({exc.msg})") from None
     return _inspect_side(str(path), header, samples)

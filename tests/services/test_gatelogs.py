@@ -410,3 +410,42 @@ def test_promptfoo_through_the_cli(tmp_path: Path) -> None:
     refused = run_cli("gate-logs", str(PROMPTFOO), str(PROMPTFOO), env=env)
     assert refused.returncode == 2
     assert "2 providers (bf16, fp8-kv)" in refused.stderr
+
+
+# --- Inspect logs written by Inspect itself ---------------------------------------------------
+INSPECT_REAL = FIXTURES / "inspect_real"
+
+
+def _inspect_scores(path: Path) -> dict[str, float]:
+    """Per sample id: Inspect's ``match`` value (C/I) read straight from the log."""
+    import zipfile
+
+    import zipfile_zstd  # noqa: F401 - Inspect's .eval members are Zstandard-compressed
+
+    if path.suffix == ".json":
+        samples = json.loads(path.read_text())["samples"]
+    else:
+        with zipfile.ZipFile(path) as z:
+            samples = [json.loads(z.read(n)) for n in z.namelist() if n.startswith("samples/")]
+    return {s["id"]: 1.0 if s["scores"]["match"]["value"] == "C" else 0.0 for s in samples}
+
+
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_inspect_logs_written_by_inspect(store: Store, suffix: str) -> None:
+    """Both of Inspect's log formats as Inspect writes them (the .eval zip's members are
+    Zstandard-compressed): paired by sample id, the scores and flips the logs hold."""
+    base_path, cand_path = INSPECT_REAL / f"bf16{suffix}", INSPECT_REAL / f"fp8-kv{suffix}"
+    report = gate_logs(base_path, cand_path, store=store, slices=["category"])
+    check_schema(report)
+    suite = report["candidates"][0]["suites"][0]
+    base, cand = _inspect_scores(base_path), _inspect_scores(cand_path)
+    assert set(base) == set(cand) and len(base) == 40
+    assert suite["suite"] == "qa_numbers" and suite["metric"] == "match" and suite["n"] == 40
+    assert suite["baseline"] == pytest.approx(sum(base.values()) / 40)
+    assert suite["candidate"] == pytest.approx(sum(cand.values()) / 40)
+    flips = suite["details"]["flips"]
+    assert flips["correct_to_incorrect"] == sum(base[k] > cand[k] for k in base)
+    assert flips["incorrect_to_correct"] == sum(base[k] < cand[k] for k in base)
+    assert suite["details"]["log_pairs"]["paired"] == 40
+    assert report["baseline"]["model"] == "openai-api/local/smollm2-135m-bf16"
+    assert {s["dimension"] for s in suite["details"]["slices"]["slices"]} == {"category"}
