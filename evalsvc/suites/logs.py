@@ -367,6 +367,22 @@ def _label(value: Any) -> str:
     return text[:80]
 
 
+def _slices(
+    fields: Sequence[str], values: dict[str, Any], record: str, where: str, nouns: tuple[str, str]
+) -> dict[str, str]:
+    """The slice labels of one record: ``values[field]`` for each requested field, or a
+    ``LogError`` naming the missing field and the ones the record has."""
+    out = {}
+    for col in fields:
+        if col not in values:
+            raise LogError(
+                f"{where}: no {nouns[0]} {col!r} in {record} to slice by "
+                f"({nouns[1]}: {', '.join(sorted(values)[:20]) or 'none'})"
+            )
+        out[col] = _label(values[col])
+    return out
+
+
 def _pick_filter(records: list[dict[str, Any]], wanted: str | None, where: str) -> str | None:
     filters = list(dict.fromkeys(str(r.get("filter")) for r in records if "filter" in r))
     if not filters:
@@ -435,14 +451,9 @@ def score_records(
                     f"(per-document metrics: {', '.join(map(str, have)) or 'none'})"
                 )
             doc = _mapping(rec.get("doc"))
-            slices = {}
-            for col in slice_fields:
-                if col not in doc:
-                    raise LogError(
-                        f"{where}: no column {col!r} in document {rec['doc_id']} to slice by "
-                        f"(columns: {', '.join(sorted(doc)[:20]) or 'none'})"
-                    )
-                slices[col] = _label(doc[col])
+            slices = _slices(
+                slice_fields, doc, f"document {rec['doc_id']}", where, ("column", "columns")
+            )
             out[key] = LogRecord(
                 key=key,
                 score=score_value(rec[metric], what=f"{where}, document {rec['doc_id']}, {metric}"),
@@ -464,14 +475,7 @@ def score_records(
         if key in out:
             raise LogError(f"{where}: sample {sid} epoch {epoch} appears twice")
         meta = _mapping(rec.get("metadata"))
-        slices = {}
-        for col in slice_fields:
-            if col not in meta:
-                raise LogError(
-                    f"{where}: no metadata field {col!r} in sample {sid} to slice by "
-                    f"(fields: {', '.join(sorted(meta)[:20]) or 'none'})"
-                )
-            slices[col] = _label(meta[col])
+        slices = _slices(slice_fields, meta, f"sample {sid}", where, ("metadata field", "fields"))
         error = rec.get("error")
         scores = _mapping(rec.get("scores"))
         score: float | None = None
@@ -522,14 +526,9 @@ def _promptfoo_records(
         case = _mapping(rec.get("testCase"))
         variables = _mapping(rec.get("vars")) or _mapping(case.get("vars"))
         meta = {**_mapping(case.get("metadata")), **variables}
-        slices = {}
-        for col in slice_fields:
-            if col not in meta:
-                raise LogError(
-                    f"{where}: no variable or metadata field {col!r} in test {idx} to slice by "
-                    f"(fields: {', '.join(sorted(meta)[:20]) or 'none'})"
-                )
-            slices[col] = _label(meta[col])
+        slices = _slices(
+            slice_fields, meta, f"test {idx}", where, ("variable or metadata field", "fields")
+        )
         response = _mapping(rec.get("response"))
         named = _mapping(rec.get("namedScores"))
         err_text: str | None = None
