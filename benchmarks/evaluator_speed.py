@@ -182,6 +182,7 @@ def run_lmeval(
 
     task_dir = _lmeval_task(n, workdir)
     walls, rss = [], []
+    documents: list[int] = []
     for i, url in enumerate(urls):
         with urllib.request.urlopen(f"{url}/models") as resp:
             model = json.load(resp)["data"][0]["id"]
@@ -204,8 +205,13 @@ def run_lmeval(
         if proc.returncode != 0:
             raise RuntimeError(f"lm_eval exited {proc.returncode}: {proc.stderr[-2000:]}")
         rss.append(int(hwm.read_text()) / 1024)
+        # lm-eval's own count of the documents it evaluated (its results file).
+        results = sorted((workdir / f"{tag}-{i}").rglob("results_*.json"))
+        counts = json.loads(results[-1].read_text())["n-samples"]["evalsvc_reasoning_peer"]
+        documents.append(int(counts["effective"]))
     return {"client": "lm-eval", "items": n, "wall_s": round(sum(walls), 3), "send_s": None,
-            "peak_rss_mb": round(max(rss), 1), "walls_s": [round(w, 3) for w in walls]}
+            "peak_rss_mb": round(max(rss), 1), "walls_s": [round(w, 3) for w in walls],
+            "documents": documents}
 
 
 def _median(rows: list[dict[str, Any]], key: str) -> float | None:

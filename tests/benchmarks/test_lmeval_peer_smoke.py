@@ -28,6 +28,7 @@ def test_the_lmeval_peer_answers_every_item(local_endpoints: Any, tmp_path: Path
     rows = {r["client"]: r for r in json.loads(out_file.read_text())}
     assert set(rows) == {"evalsvc", "lm-eval"}
     peer = rows["lm-eval"]
+    assert peer["documents"] == [12, 12]  # lm-eval's own count, per endpoint
     assert len(peer["walls_s"]) == 2 and peer["wall_s"] == pytest.approx(sum(peer["walls_s"]), abs=0.01)
     assert peer["peak_rss_mb"] > 20
     assert "evalsvc wall ÷ lm-eval wall" in stdout
