@@ -1,7 +1,7 @@
-"""The P2 benchmark keeps working (``benchmarks/speed_vs_vllm_bench.py``): one tiny round on the
-local vLLM BF16 endpoint, evalsvc's speed suite beside ``vllm bench serve`` from the managed vLLM
-venv. Nothing is timed: it asserts that both sides measured every request and that the script
-printed the ratio of two positive medians."""
+"""The P2 benchmark keeps working (``benchmarks/speed_vs_vllm_bench.py``): one tiny round on a
+local vLLM endpoint (the spare one, ``tests/fixtures/spare.py``), evalsvc's speed suite beside
+``vllm bench serve`` from the managed vLLM venv. Nothing is timed: it asserts that both sides
+measured every request and that the script printed the ratio of two positive medians."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.spare import spare_endpoint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -22,7 +24,7 @@ def test_one_round_measures_both_sides(local_endpoints: Any) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "speed_vs_vllm_bench.py"), "--url",
-         local_endpoints.baseline, "--concurrency", "2", "--requests", "6", "--max-tokens", "8",
+         spare_endpoint(local_endpoints), "--concurrency", "2", "--requests", "6", "--max-tokens", "8",
          "--prompt-chars", "200", "--rounds", "1"],
         capture_output=True, text=True, env=env, timeout=900,
     )

@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.spare import spare_endpoint
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -132,24 +134,25 @@ def write_tiny_suite(directory: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def real_run_db(tmp_path_factory: pytest.TempPathFactory, local_endpoints: Any) -> str:
-    """A SQLite store holding one real run: ``evalsvc compare`` of the local bf16 endpoint
-    against itself on the tiny suite (gates, samples, durations all real), plus one queued run."""
+    """A SQLite store holding one real run: ``evalsvc compare`` of a local endpoint (the spare
+    one, ``tests/fixtures/spare.py``) against itself on the tiny suite (gates, samples, durations
+    all real), plus one queued run."""
     from evalsvc.db import Store
     from evalsvc.domain import EndpointRef, RunSpec
 
     root = tmp_path_factory.mktemp("real-run")
     url = f"sqlite:///{root / 'evalsvc.db'}"
     suite = write_tiny_suite(root)
-    bf16 = local_endpoints.baseline
+    endpoint = spare_endpoint(local_endpoints)
     r = subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "compare", bf16, bf16, "--suite", str(suite)],
+        [sys.executable, "-m", "evalsvc.cli.main", "compare", endpoint, endpoint, "--suite", str(suite)],
         cwd=root, env={**os.environ, "EVALSVC_DATABASE_URL": url},
         capture_output=True, text=True, timeout=1200,
     )
     assert r.returncode in (0, 3), r.stderr[-3000:]
     with Store.from_url(url) as st:
         st.create_run(
-            RunSpec(baseline=EndpointRef(url=bf16), candidates=[EndpointRef(url=bf16)], suites=["needle-smoke"])
+            RunSpec(baseline=EndpointRef(url=endpoint), candidates=[EndpointRef(url=endpoint)], suites=["needle-smoke"])
         )
     return url
 

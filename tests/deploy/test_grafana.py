@@ -1,6 +1,6 @@
 """The Grafana dashboard reads only metrics that exist: every metric name in its PromQL
 (panels and template variables) is on the real ``/metrics`` of an app over a store with a real
-run (the local bf16 endpoint against itself), and has at least one series there."""
+run (a local endpoint against itself), and has at least one series there."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The compose topology as real processes on this host (Docker cannot run here): a private
 PostgreSQL database, ``evalsvc db upgrade``, ``evalsvc api serve`` on a free loopback port, two
 ``evalsvc worker --schedules`` processes, a schedule that comes due, and a run submitted with
-``curl`` against the real local bf16 endpoint (baseline against itself, a tiny suite from an
+``curl`` against a real local endpoint (the spare one, ``tests/fixtures/spare.py``, against itself, a tiny suite from an
 ``EVALSVC_SUITES_DIR`` catalog) that reaches a gate through ``GET /api/v1/runs/{id}/gate``.
 The scheduled run is created by a worker and finishes too. Every process is stopped at the end."""
 
@@ -23,6 +23,7 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.domain import RunStatus
+from tests.fixtures.spare import spare_endpoint
 
 from .conftest import write_tiny_suite
 
@@ -79,7 +80,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
     admin = os.environ.get("EVALSVC_TEST_DATABASE_URL")
     if not admin:
         pytest.skip("needs EVALSVC_TEST_DATABASE_URL (e.g. postgresql+psycopg://postgres@127.0.0.1:5432/test)")
-    bf16 = local_endpoints.baseline
+    endpoint = spare_endpoint(local_endpoints)
     catalog = tmp_path / "catalog"
     catalog.mkdir()
     write_tiny_suite(catalog)
@@ -106,7 +107,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
         # migrate (the compose `migrate` service), then the operator's one-off setup
         cli("db", "upgrade")
         token = cli("tokens", "create", "ci", "--scope", "submit").stdout.strip().splitlines()[-1].strip()
-        cli("endpoints", "add", "local-bf16", bf16)
+        cli("endpoints", "add", "local-bf16", endpoint)
 
         port = _free_port()
         logs = [tmp_path / "api.log", tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
@@ -145,7 +146,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
             return body if code == 200 else None
 
         verdict = _wait("the submitted run's gate", gate, 1200, logs, every=2)
-        # bf16 against itself: pass, or inconclusive on four items; never fail, never an error
+        # One endpoint against itself: pass, or inconclusive on four items; never fail, never an error
         assert verdict["verdict"] in ("pass", "inconclusive"), verdict
         assert verdict["exit_code"] == {"pass": 0, "inconclusive": 3}[verdict["verdict"]]
         code, report = _curl(*auth, f"{base}/api/v1/runs/{run_id}/report")

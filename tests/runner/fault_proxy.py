@@ -59,6 +59,8 @@ class _Handler(BaseHTTPRequestHandler):
                 for k, v in self.headers.items()
                 if k.lower() in ("content-type", "authorization", "accept")
             }
+            if mode == "blank" or (mode == "match" and matched):
+                body = _one_token(rest, body)
             try:
                 resp = srv.client.request(
                     self.command, f"{srv.upstream}/{rest}", content=body or None, headers=headers
@@ -90,6 +92,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if "text" in choice:
                     choice["text"] = ""
                 choice["logprobs"] = None
+                choice["finish_reason"] = "stop"  # an empty answer, not one cut short
             self.server.damaged += 1
         elif mode == "match" and alter and route.startswith("v1/chat/completions"):
             for choice in payload.get("choices") or []:
@@ -107,6 +110,20 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_GET = _handle
     do_POST = _handle
+
+
+def _one_token(route: str, body: bytes) -> bytes:
+    """A generation request whose answer the proxy throws away (blanked or replaced) asks the
+    upstream for one token: the request still takes the real path, without the model's cost of
+    an answer nobody reads (on a 2-core host the baseline's model time is what `make test`
+    waits on; docs/benchmarks.md, "The test loop")."""
+    if not body or not route.startswith(("v1/chat/completions", "v1/completions")):
+        return body
+    payload = json.loads(body)
+    for key in ("max_tokens", "max_completion_tokens"):
+        payload.pop(key, None)
+    payload["max_tokens"] = 1
+    return json.dumps(payload).encode()
 
 
 def _swap_confident_token(choice: dict[str, Any]) -> bool:
@@ -140,6 +157,7 @@ def _swap_random_token(choice: dict[str, Any], rng: random.Random) -> bool:
 
 
 def _replace_answer(choice: dict[str, Any], wrong: str) -> None:
+    choice["finish_reason"] = "stop"  # the whole (wrong) answer, not one cut short
     message = choice.get("message") or {}
     message["content"] = wrong
     logprobs = choice.get("logprobs") or {}

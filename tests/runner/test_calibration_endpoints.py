@@ -27,7 +27,7 @@ def _suite() -> Any:
     spec = SuiteSpec.model_validate({
         "name": "calib-real", "kind": "reasoning", "seed": SEED,
         "calibrate": {"pilot_n": 10},
-        "params": {"n": 48, "max_tokens": 128,
+        "params": {"n": 24, "max_tokens": 128,
                    "tasks": [{"family": f, "level": 1} for f in FAMILIES]},
     })
     return suite_kinds()["reasoning"](spec)

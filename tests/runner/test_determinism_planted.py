@@ -11,7 +11,9 @@ it decides. Two runs through loopback fault proxies in front of the real bf16 en
    31%) the stages grow up to the cap (simulated power of this suite's design: 1.00 at 0%, 0.997
    at 30%, 0.88 at 60% unstable; ``tests/gates/test_determinism_gate.py``).
 2. **A noisy baseline made here**, so that the noisy-host case runs on every host: the baseline
-   is a proxy that changes 45% of the concurrent answers, independently per request (random
+   is a proxy in front of the spare endpoint (``tests/fixtures/spare.py``: a real server that is
+   not the bf16 baseline, whose core the other endpoint tests wait on) that changes 45% of the
+   concurrent answers, independently per request (random
    token swaps); an equally noisy copy of it never fails against it, and a candidate changing
    68% of them (about +20 points of unstable answers) **fails**.
 
@@ -30,34 +32,38 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.spare import spare_endpoint
 from tests.runner.fault_proxy import fault_proxy
 
 # Sized to what the test asserts (docs/statistics.md §6a): 6 gated pairs per probe (mixed, c2,
-# c8, twice; 16 tokens), stages of 8, 16, 32 and 64 probes.
+# c8, twice; 8 tokens: the proxy swaps the first confident token, which short answers have too),
+# stages of 8, 16, 32 and 64 probes.
 HOST_SUITE = """name: determinism-planted
 kind: determinism
 seed: 31337
 params:
   n: 8
   max_n: 64
-  max_tokens: 16
+  max_tokens: 8
   repeats: 2
   conditions: [mixed, concurrency]
   concurrency_levels: [2, 8]
   background_requests: 2
-  background_max_tokens: [8, 16]
+  background_max_tokens: [4, 8]
   schedule_window_s: 1.0
 """
 
 # Every gated request in a group of 8 (7 of 8 arrive while another is in flight), 6 repeats per
-# probe; the proxies' noise is independent per request, so repeats count like probes.
+# probe; the proxies' noise is independent per request, so repeats count like probes. Six tokens:
+# the proxy swaps one token at a random position, so an answer's length does not change how
+# often it differs, and a short one leaves less room for the host's own batch dependence.
 NOISY_SUITE = """name: determinism-noisy
 kind: determinism
 seed: 7
 params:
   n: {n}
   max_n: {max_n}
-  max_tokens: 12
+  max_tokens: 6
   repeats: 6
   conditions: [concurrency]
   concurrency_levels: [8]
@@ -112,7 +118,7 @@ def test_planted_batch_dependence_fails_and_bf16_self_never_fails(
 def test_noisy_baseline_planted_candidate_fails_and_noisy_self_never_fails(
     local_endpoints: Any, tmp_path: Path
 ) -> None:
-    base = local_endpoints.baseline
+    base = spare_endpoint(local_endpoints)
     staged = tmp_path / "noisy-staged.yaml"
     staged.write_text(NOISY_SUITE.format(n=16, max_n=128))
     single = tmp_path / "noisy-single.yaml"

@@ -26,7 +26,7 @@ SUITE = """name: dates-slice
 kind: reasoning
 seed: 5
 params:
-  n: 120
+  n: 90
   tasks:
     - {family: dates, level: 1, weight: 2}
     - {family: lists, level: 1}
@@ -51,7 +51,7 @@ def test_planted_dates_collapse_fails_the_slice_and_bf16_self_never_fails(
         )
         damaged = proxy.damaged
     assert r.returncode == 1, r.stderr
-    assert damaged >= 40  # every dates item (weight 2 of 3: about 80 of 120) was answered wrongly
+    assert damaged >= 40  # every dates item (weight 2 of 3: about 60 of 90) was answered wrongly
     report = json.loads(out.read_text())
     self_, planted = (c["suites"][0] for c in report["candidates"])
     assert self_["verdict"] != "fail"

@@ -1,9 +1,11 @@
 """The ``dataset`` kind against the real local vLLM-CPU endpoints, through the runner.
 
-Host-independent assertions only (docs/suites.md, "Host differences"): bf16 against itself never
-fails; the replay against fp8-kv reaches a verdict on agreement with every pair counted, whatever
-the verdict is on this host's kernels. Sizes keep each test under about a minute on 2 shared
-cores; the figures printed (``pytest -rA``) are the ones in docs/suites.md.
+Host-independent assertions only (docs/suites.md, "Host differences"): an endpoint against
+itself never fails (the file-backed suites on the spare endpoint, ``tests/fixtures/spare.py``;
+the replay on the bf16 baseline); the replay against fp8-kv reaches a verdict on agreement with
+every pair counted, whatever the verdict is on this host's kernels. Sizes keep each test under
+about a minute on 2 shared cores; the figures printed (``pytest -rA``) are the ones in
+docs/suites.md.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 from evalsvc.services.replay import suite_from_requests
 from evalsvc.suites import load_suite
+from tests.fixtures.spare import spare_endpoint
 from tests.suites.test_dataset_unit import capitals_rows, mc_params, write_yaml
 from tests.suites.test_kinds_endpoints import candidate, run
 
@@ -35,8 +38,8 @@ def check_self(result: Any, samples: list[Any], n: int, dims: set[str]) -> Any:
     return res
 
 
-def test_shipped_jsonl_baseline_against_itself(local_endpoints: Any) -> None:
-    url = local_endpoints.baseline
+def test_shipped_jsonl_against_itself(local_endpoints: Any) -> None:
+    url = spare_endpoint(local_endpoints)
     suite = load_suite("dataset-qa").with_overrides(samples=24, seed=None)
     result, samples = run(url, [url], [suite])
     res = check_self(result, samples, 24, {"category", "prompt length"})
@@ -47,10 +50,8 @@ def test_shipped_jsonl_baseline_against_itself(local_endpoints: Any) -> None:
     assert 0.0 < sum(base) / len(base) < 1.0  # type: ignore[arg-type]
 
 
-def test_parquet_multiple_choice_baseline_against_itself(
-    local_endpoints: Any, tmp_path: Path
-) -> None:
-    url = local_endpoints.baseline
+def test_parquet_multiple_choice_against_itself(local_endpoints: Any, tmp_path: Path) -> None:
+    url = spare_endpoint(local_endpoints)
     pd.DataFrame(capitals_rows()).to_parquet(tmp_path / "caps.parquet")
     params = {**mc_params("caps.parquet"), "n": 16, "max_tokens": 24}
     suite = load_suite(str(write_yaml(tmp_path / "mc.yaml", params)), allow_paths=True)
