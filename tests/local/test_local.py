@@ -442,6 +442,38 @@ def test_launcher_aliases_distribution(tmp_path: Path) -> None:
     assert out[2:] == ["zz-alias", "cpu"]
 
 
+@pytest.mark.parametrize("nap_us", ["100", "0"])
+def test_launcher_naps_in_the_shm_queue_busy_loop(tmp_path: Path, nap_us: str) -> None:
+    """The launcher swaps the name vLLM's shared-memory queue spins on (``sched_yield``) for a
+    short sleep when that module is imported, in every process that imports the launcher;
+    ``EVALSVC_VLLM_SHM_NAP_US=0`` leaves vLLM's own loop. A stand-in package of the same module
+    path stands for vLLM (the real one is exercised by every server of the endpoint tier)."""
+    pkg = tmp_path / "vllm" / "distributed" / "device_communicators"
+    pkg.mkdir(parents=True)
+    for d in (pkg, pkg.parent, pkg.parent.parent):
+        (d / "__init__.py").write_text("")
+    (pkg / "shm_broadcast.py").write_text("import os\nsched_yield = os.sched_yield\n")
+    code = (
+        "import os, runpy, sys, time\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        f"g = runpy.run_path({str(_catalog.LAUNCHER)!r}, run_name='probe')\n"
+        "import vllm.distributed.device_communicators.shm_broadcast as shm\n"
+        "t = time.perf_counter(); [shm.sched_yield() for _ in range(20)]\n"
+        "print(shm.sched_yield is g['_nap'], shm.sched_yield is os.sched_yield,\n"
+        "      time.perf_counter() - t >= 20 * 100e-6)\n"
+    )
+    env = {**os.environ, "EVALSVC_VLLM_SHM_NAP_US": nap_us}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+        env=env,
+    ).stdout.split()
+    # Each of the 20 naps sleeps at least 100 us; vLLM's own sched_yield has no lower bound, so its
+    # timing is not asserted (on a loaded host a yield can take a time slice).
+    assert out[:2] == (["True", "False"] if nap_us == "100" else ["False", "True"])
+    if nap_us == "100":
+        assert out[2] == "True"
+
+
 # ------------------------------------------------------------------------------------ CLI / API
 
 
