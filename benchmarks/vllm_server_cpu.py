@@ -11,9 +11,9 @@ are loaded at the same time (each by its own threads), as the endpoint tests loa
 2-core host. CPU is utime + stime from /proc of every process in the server's process group
 (``evalsvc local`` starts each server in a session of its own), read before and after, so
 processes are told apart by their names (``VLLM::EngineCore``, ``VLLM::Worker``...). Prints the
-``EVALSVC_VLLM_SHM_NAP_US`` each server was started with (``unset``: the launcher's default) and
+``EVALSVC_LOCAL_SHM_NAP_US`` each server was started with (``unset``: the launcher's default) and
 the load average. Compare two settings by restarting the servers between runs (``evalsvc local
-down``, then ``EVALSVC_VLLM_SHM_NAP_US=0 evalsvc local up ...``); docs/local-endpoints.md has
+down``, then ``EVALSVC_LOCAL_SHM_NAP_US=0 evalsvc local up ...``); docs/local-endpoints.md has
 the figures.
 """
 
@@ -58,7 +58,7 @@ def nap_setting(pid: int) -> str:
     except OSError:
         return "?"
     for item in env:
-        if item.startswith(b"EVALSVC_VLLM_SHM_NAP_US="):
+        if item.startswith(b"EVALSVC_LOCAL_SHM_NAP_US="):
             return item.split(b"=", 1)[1].decode()
     return "unset"
 

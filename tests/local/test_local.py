@@ -190,6 +190,14 @@ def test_build_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert fp8.env["HF_HUB_OFFLINE"] == "1"
     assert fp8.env["VLLM_CACHE_ROOT"].startswith(str(tmp_path))
     assert fp8.env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))
+    # The launcher's nap comes from Settings (validated there), in the server's environment.
+    assert fp8.env["EVALSVC_LOCAL_SHM_NAP_US"] == "100"
+    monkeypatch.setenv("EVALSVC_LOCAL_SHM_NAP_US", "0")
+    assert _catalog.build_spec(layout, "fp8-kv").env["EVALSVC_LOCAL_SHM_NAP_US"] == "0"
+    monkeypatch.setenv("EVALSVC_LOCAL_SHM_NAP_US", "-5")
+    with pytest.raises(ValueError, match="local_shm_nap_us"):
+        _catalog.build_spec(layout, "fp8-kv")
+    monkeypatch.delenv("EVALSVC_LOCAL_SHM_NAP_US")
     # Baseline and candidates compute on different cores; EVALSVC_LOCAL_BIND=auto leaves vLLM's own.
     if len(os.sched_getaffinity(0)) >= 2:
         base = _catalog.build_spec(layout, "bf16", eager=True)
@@ -446,7 +454,7 @@ def test_launcher_aliases_distribution(tmp_path: Path) -> None:
 def test_launcher_naps_in_the_shm_queue_busy_loop(tmp_path: Path, nap_us: str) -> None:
     """The launcher swaps the name vLLM's shared-memory queue spins on (``sched_yield``) for a
     short sleep when that module is imported, in every process that imports the launcher;
-    ``EVALSVC_VLLM_SHM_NAP_US=0`` leaves vLLM's own loop. A stand-in package of the same module
+    ``EVALSVC_LOCAL_SHM_NAP_US=0`` leaves vLLM's own loop. A stand-in package of the same module
     path stands for vLLM (the real one is exercised by every server of the endpoint tier)."""
     pkg = tmp_path / "vllm" / "distributed" / "device_communicators"
     pkg.mkdir(parents=True)
@@ -462,7 +470,7 @@ def test_launcher_naps_in_the_shm_queue_busy_loop(tmp_path: Path, nap_us: str) -
         "print(shm.sched_yield is g['_nap'], shm.sched_yield is os.sched_yield,\n"
         "      time.perf_counter() - t >= 20 * 100e-6)\n"
     )
-    env = {**os.environ, "EVALSVC_VLLM_SHM_NAP_US": nap_us}
+    env = {**os.environ, "EVALSVC_LOCAL_SHM_NAP_US": nap_us}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
         env=env,
