@@ -65,6 +65,7 @@ SLOW: dict[str, str] = {
     "tests/services/test_sweeps.py": "launches and kills real server processes (ABBA sweeps)",
     "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
     "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",
+    "tests/benchmarks/test_lmeval_peer_smoke.py": "runs lm-eval (two processes) against the stub",
     "tests/benchmarks/test_store_scale_smoke.py": "runs the benchmark script as a process (a real "
     "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
@@ -268,11 +269,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 # The vLLM endpoint tests in two xdist groups, so two workers share the chain that set `make
 # test`'s length on an AMX host (one worker: at least 2,254 s of a 41-minute run,
-# docs/benchmarks.md). The second holds the long closed measurements, the first everything that
-# builds views from real runs, and the gate-logs test (168 s) since the first's every-kind test
-# was cut (session 7: 1,158 s against 1,247 s in the top durations); the servers are shared (see
-# the module docstring).
+# docs/benchmarks.md). The second holds the long closed measurements and the gate-logs test, the
+# first everything that builds views from real runs (session 9, an AMD host: 1,011 s against
+# 979 s of the last run's durations once the lm-eval peer smoke, which needs no server, left the
+# second group); the servers are shared (see the module docstring).
 _VLLM_SECOND_GROUP = (
+    "tests/services/test_gatelogs_lmeval.py",
     "tests/services/test_sweeps_local.py",
     "tests/runner/test_determinism_planted.py",
     "tests/runner/test_calibration_endpoints.py",
@@ -282,7 +284,6 @@ _VLLM_SECOND_GROUP = (
     "tests/suites/test_longctx_oracle.py",
     "tests/scheduler/test_worker_real.py",
     "tests/benchmarks/test_speed_vs_vllm_bench_smoke.py",
-    "tests/benchmarks/test_lmeval_peer_smoke.py",
 )
 
 
@@ -458,6 +459,29 @@ def local_endpoints(pytestconfig: pytest.Config) -> Iterator[object]:
             workeroutput["started_vllm"] = True
         else:
             local.down("vllm")
+
+
+@pytest.fixture(scope="session")
+def lmeval_python() -> str:
+    """A Python with lm-eval, for tests that run lm-eval against a stub and need no server: the
+    ``lmeval`` kind's own (``$EVALSVC_LMEVAL_PYTHON``, else the managed vLLM venv's, where the
+    kind installs lm-eval on first use). Such a test needs no endpoint group: a prepared venv is
+    used at once; an unprepared one is prepared under the state lock (after a background start's
+    own preparation); on a host whose vLLM tier is skipped the test skips with that reason."""
+    from evalsvc.local._paths import Layout
+    from evalsvc.local._prepare import Preparer
+    from evalsvc.local._state import state_lock
+    from evalsvc.settings import Settings
+    from evalsvc.suites.kinds._lmeval_python import lmeval_python
+
+    layout = Layout.current()
+    if not Settings().lmeval_python.strip() and not Preparer(layout).vllm_venv_ready():
+        reason = _slow_host_reason()
+        if reason:
+            pytest.skip(reason)
+        with state_lock(layout.lock_file):
+            Preparer(layout).vllm_venv()
+    return lmeval_python()
 
 
 LLAMACPP_TEST_CANDIDATES = ("q8_0-kv",)

@@ -76,6 +76,10 @@ def _marker_ok(directory: Path, key: str) -> bool:
     return data is not None and data.get("key") == key
 
 
+def _venv_key(requirements: Sequence[str], remove: Sequence[str]) -> str:
+    return json.dumps({"install": list(requirements), "remove": list(remove)})
+
+
 def _write_marker(directory: Path, key: str) -> None:
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
     tmp = directory / f"{MARKER}.tmp"
@@ -145,7 +149,7 @@ class Preparer:
         check: Sequence[str],
     ) -> Path:
         python = venv_python(venv)
-        key = json.dumps({"install": list(requirements), "remove": list(remove)})
+        key = _venv_key(requirements, remove)
         if _marker_ok(venv, key) and python.exists():
             return python
         started = time.monotonic()
@@ -182,6 +186,12 @@ class Preparer:
             VLLM_REMOVE,
             [str(LAUNCHER), "--version"],
         )
+
+    def vllm_venv_ready(self) -> bool:
+        """Whether ``vllm_venv()`` would return at once (no lock needed to ask)."""
+        venv = self.layout.vllm_venv
+        key = _venv_key(VLLM_REQUIREMENTS, VLLM_REMOVE)
+        return _marker_ok(venv, key) and venv_python(venv).exists()
 
     def quant_venv(self) -> Path:
         check = [

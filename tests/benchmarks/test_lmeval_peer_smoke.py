@@ -3,27 +3,27 @@
 ``benchmarks/evaluator_speed.py --lmeval`` runs lm-evaluation-harness itself (its
 ``local-chat-completions`` model, one run per endpoint) on the same items as evalsvc and the
 minimal client, against the zero-latency stub. lm-eval lives in the managed vLLM venv (the
-``lmeval`` kind installs it there on first use), so this case asks for the local endpoints'
-preparation; nothing here is timed.
+``lmeval`` kind installs it there on first use), so this case asks for that venv (the
+``lmeval_python`` fixture), not for the servers: it runs beside the endpoint tests instead of in
+their chain. Nothing here is timed.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.benchmarks.test_evaluator_speed_smoke import BENCH, _run
 
 
-@pytest.mark.endpoints
-def test_the_lmeval_peer_answers_every_item(local_endpoints: Any, tmp_path: Path) -> None:
+def test_the_lmeval_peer_answers_every_item(lmeval_python: str, tmp_path: Path) -> None:
     out_file = tmp_path / "runs.json"
     stdout = _run(
         str(BENCH / "evaluator_speed.py"), "--items", "12", "--repeats", "1", "--concurrency",
-        "4", "--skip-minimal", "--lmeval", "--out", str(out_file), timeout=1200,
+        "4", "--skip-minimal", "--lmeval", "--lmeval-python", lmeval_python,
+        "--out", str(out_file), timeout=1200,
     )
     rows = {r["client"]: r for r in json.loads(out_file.read_text())}
     assert set(rows) == {"evalsvc", "lm-eval"}

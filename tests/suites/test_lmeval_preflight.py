@@ -59,6 +59,20 @@ def test_missing_tokenizer_is_refused(lmeval: str, tmp_path: Path) -> None:
     assert any("not a local Hugging Face tokenizer directory" in p for p in problems)
 
 
+def test_a_local_task_whose_data_is_missing_is_refused(lmeval: str, tmp_path: Path) -> None:
+    """A task of the include directory is built from that directory alone first; when that
+    fails, the preflight builds it again beside lm-eval's own tasks and reports why it fails."""
+    bundled = Path(__file__).parents[2] / "evalsvc/suites/catalog/data/lmeval/evalsvc_mc.yaml"
+    (tmp_path / "mine.yaml").write_text(
+        bundled.read_text().replace("task: evalsvc_mc", "task: mine_mc")
+        .replace("evalsvc_mc.jsonl", "gone.jsonl")
+    )
+    problems = _problems(task="mine_mc", include_path=str(tmp_path), n=5,
+                         tokenizer=str(_tokenizer_dir()))
+    assert len(problems) == 1 and "task 'mine_mc'" in problems[0], problems
+    assert "not available offline" in problems[0]
+
+
 def test_hub_task_without_cached_data_is_refused(lmeval: str) -> None:
     problems = _problems(
         task="arc_challenge", include_path=None, n=10, tokenizer=str(_tokenizer_dir())

@@ -58,6 +58,10 @@ PREFLIGHT_TIMEOUT_S = 600.0
 
 # Run by lm-eval's own Python (argv: task, include dir or ""). Prints one JSON line: ok, or the
 # problem. Building the task loads its dataset (offline: local cache or data_files only).
+# A task of the include directory is first built from that directory alone: indexing lm-eval's
+# own few thousand task files took 10.3 of the 11.8 CPU-s of a preflight of the bundled
+# `evalsvc_mc` (lm-eval 0.4.13; 1.7 CPU-s without them). Only when that fails (not there, or it
+# needs one of lm-eval's tasks) is the full index built, as before, for the task or its close names.
 _PREFLIGHT = r"""
 import difflib, json, sys
 task, include = sys.argv[1], sys.argv[2] or None
@@ -68,6 +72,14 @@ try:
     from lm_eval.tasks import TaskManager, get_task_dict
 except Exception as exc:
     out(ok=False, problem=f"lm-eval cannot be imported: {type(exc).__name__}: {exc}")
+if include:
+    try:
+        alone = TaskManager(include_path=include, include_defaults=False)
+        if task in alone.all_tasks:
+            get_task_dict([task], alone)
+            out(ok=True)
+    except Exception:
+        pass
 tm = TaskManager(include_path=include) if include else TaskManager()
 if task not in tm.all_tasks:
     near = difflib.get_close_matches(task, tm.all_tasks, n=5, cutoff=0.6)
