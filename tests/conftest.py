@@ -270,9 +270,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 # The vLLM endpoint tests in two xdist groups, so two workers share the chain that set `make
 # test`'s length on an AMX host (one worker: at least 2,254 s of a 41-minute run,
 # docs/benchmarks.md). The second holds the long closed measurements and the gate-logs test, the
-# first everything that builds views from real runs (session 9, an AMD host: 1,011 s against
-# 979 s of the last run's durations once the lm-eval peer smoke, which needs no server, left the
-# second group); the servers are shared (see the module docstring).
+# first everything that builds views from real runs (session 9, an AMD host: 1,065 s against
+# 1,143 s of the durations once the lm-eval peer smoke, which needs no server, left the second
+# group); the servers are shared (see the module docstring).
 _VLLM_SECOND_GROUP = (
     "tests/services/test_gatelogs_lmeval.py",
     "tests/services/test_sweeps_local.py",
