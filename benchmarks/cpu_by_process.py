@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-_VLLM = ("VLLM::", "gloo", "ZMQ")
+_VLLM = ("VLLM::", "gloo", "pt_gloo", "ZMQ")  # a worker may end named by a torch thread
 _BROWSER = ("chromium", "ThreadPool", "HangWatcher", "Perfetto", "node", "Compositor",
             "SignalInspector", "Chrome_")
 
