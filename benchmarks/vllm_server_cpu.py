@@ -23,7 +23,7 @@ import argparse
 import os
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,9 @@ from evalsvc import local
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def group_cpu(pgid: int) -> Counter[str]:
+def group_cpu(pgid: int) -> dict[str, float]:
     """CPU-seconds (utime + stime) of each process in process group ``pgid``, by process name."""
-    out: Counter[str] = Counter()
+    out: dict[str, float] = defaultdict(float)
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -116,12 +116,13 @@ def main() -> None:
                 t.join()
             for n in group:
                 gen, wall = results[n]
-                cpu = group_cpu(infos[n].pid)
-                cpu.subtract(before[n])
-                parts = ", ".join(f"{k} {v:.1f}" for k, v in cpu.most_common() if v >= 0.05)
+                after = group_cpu(infos[n].pid)
+                cpu = {k: after.get(k, 0.0) - before[n].get(k, 0.0) for k in after}
+                parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+                                  if v >= 0.05)
                 print(
                     f"{n:7} c{conc}{' (together)' if len(group) > 1 else ''}: {gen} tokens in "
-                    f"{wall:.1f} s = {gen / wall:.1f} tok/s; server CPU {cpu.total():.1f} s "
+                    f"{wall:.1f} s = {gen / wall:.1f} tok/s; server CPU {sum(cpu.values()):.1f} s "
                     f"({parts}); nap {nap_setting(infos[n].pid)}; load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
