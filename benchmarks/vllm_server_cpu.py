@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from evalsvc import local
+from evalsvc.local._ui import group_processes
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -38,17 +39,9 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def group_cpu(pgid: int) -> dict[str, float]:
     """CPU-seconds (utime + stime) of each process in process group ``pgid``, by process name."""
     out: dict[str, float] = defaultdict(float)
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            stat = (proc / "stat").read_text()
-        except OSError:  # exited meanwhile
-            continue
-        name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid:
-            out[name] += (int(fields[11]) + int(fields[12])) / TICKS
+    for name, fields in group_processes(pgid):
+        # utime and stime are stat fields 14 and 15, i.e. 11 and 12 after the command name.
+        out[name] += (int(fields[11]) + int(fields[12])) / TICKS
     return out
 
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -105,22 +105,30 @@ def _group_exists(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    proc = Path("/proc")
-    if not proc.is_dir():
+    if not Path("/proc").is_dir():
         return True
     # Zombies count for killpg until their new parent reaps them, which a container's init may
     # do late; they hold no resources, so waiting for them would only stretch `down`.
+    return any(fields[0] not in ("Z", "X") for _, fields in group_processes(pgid))
+
+
+def group_processes(pgid: int) -> Iterator[tuple[str, list[str]]]:
+    """(command name, the /proc stat fields after it: state first) of each process in process
+    group ``pgid``; nothing where there is no procfs."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             raw = (entry / "stat").read_text()
-        except OSError:
+        except OSError:  # exited meanwhile
             continue
+        # The command name may contain spaces and ')'; the fields resume after the last ')'.
         fields = raw[raw.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            return True
-    return False
+        if int(fields[2]) == pgid:
+            yield raw[raw.index("(") + 1 : raw.rindex(")")], fields
 
 
 def run_logged(
