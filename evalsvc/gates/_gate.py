@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from evalsvc.gates._outcome import GateOutcome, Verdict
 from evalsvc.stats import (
@@ -615,9 +615,9 @@ def threshold_gate(
         if not (0.0 <= thr <= 1.0):
             raise ValueError("a threshold for a proportion must be in [0, 1]")
         k = int(v.sum())
-        p_greater = float(stats.binomtest(k, n, thr, alternative="greater").pvalue)
-        p_less = float(stats.binomtest(k, n, thr, alternative="less").pvalue)
-        cp = stats.binomtest(k, n).proportion_ci(confidence_level=1.0 - 2.0 * alpha, method="exact")
+        p_greater = float(scipy.stats.binomtest(k, n, thr, alternative="greater").pvalue)
+        p_less = float(scipy.stats.binomtest(k, n, thr, alternative="less").pvalue)
+        cp = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=1.0 - 2.0 * alpha, method="exact")
         ci_metric = (float(cp.low), float(cp.high))
         sd = math.sqrt(max(thr * (1.0 - thr), 1.0 / (n + 2.0)))
         mde: float | None = mde_mean(n, sd, alpha)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from scipy import stats
+import scipy
 
 MIN_BLOCKS = 2
 """Two blocks are the fewest that give the repetitions' spread (df = 1, a wide interval)."""
@@ -128,7 +128,7 @@ def compare_repetitions(
     arr = np.asarray(logs)
     mean = float(arr.mean())
     sem = float(arr.std(ddof=1)) / math.sqrt(blocks)
-    half = float(stats.t.ppf(0.5 + confidence / 2, df=blocks - 1)) * sem
+    half = float(scipy.stats.t.ppf(0.5 + confidence / 2, df=blocks - 1)) * sem
     est.ratio, est.ci_low, est.ci_high = math.exp(mean), math.exp(mean - half), math.exp(mean + half)
     if baseline_upper is not None and candidate_upper is not None:
         ub, uc = _median(baseline_upper), _median(candidate_upper)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+import scipy
 
 from evalsvc.stats._common import FloatArray, MarginTest, as_binary_vector
 
@@ -122,7 +122,7 @@ def mcnemar_exact(regressions: int, improvements: int) -> float:
         raise ValueError("counts must be non-negative")
     if m == 0:
         return 1.0
-    return float(stats.binomtest(int(regressions), m, 0.5, alternative="two-sided").pvalue)
+    return float(scipy.stats.binomtest(int(regressions), m, 0.5, alternative="two-sided").pvalue)
 
 
 # --------------------------------------------------------------------------------------------
@@ -234,8 +234,8 @@ def tango_test(
         estimate=(improvements - regressions) / n,
         null_value=float(delta0),
         statistic=z,
-        p_greater=float(stats.norm.sf(z)),
-        p_less=float(stats.norm.cdf(z)),
+        p_greater=float(scipy.stats.norm.sf(z)),
+        p_less=float(scipy.stats.norm.cdf(z)),
         method="Tango score (continuity + skewness corrected)" if corrected else "Tango score",
     )
 
@@ -254,11 +254,11 @@ def _invert_decreasing(
     if estimate <= lo_in or fn(lo_in) <= crit:
         lower = lo
     else:
-        lower = float(optimize.brentq(lambda x: fn(x) - crit, lo_in, estimate, xtol=1e-13))
+        lower = float(scipy.optimize.brentq(lambda x: fn(x) - crit, lo_in, estimate, xtol=1e-13))
     if estimate >= hi_in or fn(hi_in) >= -crit:
         upper = hi
     else:
-        upper = float(optimize.brentq(lambda x: fn(x) + crit, estimate, hi_in, xtol=1e-13))
+        upper = float(scipy.optimize.brentq(lambda x: fn(x) + crit, estimate, hi_in, xtol=1e-13))
     return lower, upper
 
 
@@ -280,7 +280,7 @@ def tango_ci(
     """
     if n <= 0:
         raise ValueError("n must be positive")
-    crit = float(stats.norm.isf(alpha / 2.0))
+    crit = float(scipy.stats.norm.isf(alpha / 2.0))
     est = (improvements - regressions) / n
 
     def fn(d0: float) -> float:
@@ -298,7 +298,7 @@ def wilson_interval(successes: float, n: float, alpha: float = 0.05) -> tuple[fl
     """Wilson score interval for one proportion (Wilson 1927, JASA 22:209–212), ``1 − alpha``."""
     if n <= 0:
         raise ValueError("n must be positive")
-    z = float(stats.norm.isf(alpha / 2.0))
+    z = float(scipy.stats.norm.isf(alpha / 2.0))
     p = successes / n
     denom = 1.0 + z * z / n
     centre = (p + z * z / (2.0 * n)) / denom
@@ -427,8 +427,8 @@ def miettinen_nurminen_test(
         estimate=x1 / n1 - x2 / n2,
         null_value=float(delta0),
         statistic=z,
-        p_greater=float(stats.norm.sf(z)),
-        p_less=float(stats.norm.cdf(z)),
+        p_greater=float(scipy.stats.norm.sf(z)),
+        p_less=float(scipy.stats.norm.cdf(z)),
         method="Miettinen-Nurminen score",
     )
 
@@ -443,7 +443,7 @@ def miettinen_nurminen_ci(
     """
     if n1 <= 0 or n2 <= 0:
         raise ValueError("both samples must be non-empty")
-    crit = float(stats.norm.isf(alpha / 2.0))
+    crit = float(scipy.stats.norm.isf(alpha / 2.0))
     est = x1 / n1 - x2 / n2
 
     def fn(d0: float) -> float:

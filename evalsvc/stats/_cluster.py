@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
+import scipy
 
 from evalsvc.stats._common import as_vector
 
@@ -101,7 +101,7 @@ def cluster_robust_mean(
             est, 0.0, se_iid, deff, g, df, (est, est), null_value, pg, pl, method
         )
     # Student-t via scipy.special: the values of scipy.stats.t without its per-call overhead.
-    crit = float(special.stdtrit(df, 1.0 - alpha / 2.0))
+    crit = float(scipy.special.stdtrit(df, 1.0 - alpha / 2.0))
     t = (est - null_value) / se
     return ClusterRobustResult(
         estimate=est,
@@ -112,7 +112,7 @@ def cluster_robust_mean(
         df=df,
         ci=(est - crit * se, est + crit * se),
         null_value=null_value,
-        p_greater=float(special.stdtr(df, -t)),
-        p_less=float(special.stdtr(df, t)),
+        p_greater=float(scipy.special.stdtr(df, -t)),
+        p_less=float(scipy.special.stdtr(df, t)),
         method=method,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import special, stats
+import scipy
 
 from evalsvc.stats._common import FloatArray, as_vector
 
@@ -92,7 +92,7 @@ def _tail_z(sample: FloatArray, value: float, tol: float) -> float:
     if min(below, big_b - below) < _MIN_TAIL_COUNT and spread > 0:
         return (value - float(finite.mean())) / spread
     g = float(np.clip(below / big_b, 1.0 / (big_b + 1), big_b / (big_b + 1.0)))
-    return float(special.ndtri(g))
+    return float(scipy.special.ndtri(g))
 
 
 def bootstrap_mean(
@@ -171,7 +171,7 @@ def bootstrap_mean(
         ci = (est - float(q_hi) * se, est - float(q_lo) * se)
         t_obs = (est - null_value) / se
         # p_greater = P*(t* ≥ t_obs) = 1 − Φ(z(t_obs)).
-        p_greater = float(special.ndtr(-_tail_z(tstar, t_obs, 1e-12 * max(1.0, abs(t_obs)))))
+        p_greater = float(scipy.special.ndtr(-_tail_z(tstar, t_obs, 1e-12 * max(1.0, abs(t_obs)))))
         return BootstrapResult(
             estimate=est,
             ci=ci,
@@ -189,18 +189,18 @@ def bootstrap_mean(
     big_b = boot.size
     if method == "BCa":
         below = np.sum(boot < est - tol) + 0.5 * np.sum(np.abs(boot - est) <= tol)
-        z0 = float(special.ndtri(np.clip(below / big_b, 0.5 / big_b, 1.0 - 0.5 / big_b)))
+        z0 = float(scipy.special.ndtri(np.clip(below / big_b, 0.5 / big_b, 1.0 - 0.5 / big_b)))
         accel = float(np.sum(dev**3) / (6.0 * ss**1.5))
     else:
         z0, accel = 0.0, 0.0
 
     def level(gamma: float) -> float:
-        zg = float(special.ndtri(gamma))
+        zg = float(scipy.special.ndtri(gamma))
         w = z0 + zg
         denom = 1.0 - accel * w
         if denom <= 0:  # extreme skew: BCa is undefined; use the nearest end
             return 0.0 if gamma < 0.5 else 1.0
-        return float(special.ndtr(z0 + w / denom))
+        return float(scipy.special.ndtr(z0 + w / denom))
 
     lo_q, hi_q = level(alpha / 2.0), level(1.0 - alpha / 2.0)
     ci = (float(np.quantile(boot, lo_q)), float(np.quantile(boot, hi_q)))
@@ -209,7 +209,7 @@ def bootstrap_mean(
     # If 1 + a·zg ≤ 0 the BCa limits never reach this far into the tail (they saturate at
     # Φ(z0 − 1/a)): the null lies beyond every achievable bound on that side.
     saturated = 0.0 if zg < 0 else 1.0
-    p_greater = float(special.ndtr(zg / denom - z0)) if denom > 0 else saturated
+    p_greater = float(scipy.special.ndtr(zg / denom - z0)) if denom > 0 else saturated
     return BootstrapResult(
         estimate=est,
         ci=ci,
@@ -238,7 +238,7 @@ def _t_result(
         return MeanTest(est, 0.0, df, (est, est), null_value, pg, pl, method)
     # Student-t via scipy.special: the values of scipy.stats.t without its per-call overhead
     # (the calibration simulations call this thousands of times).
-    crit = float(special.stdtrit(df, 1.0 - alpha / 2.0))
+    crit = float(scipy.special.stdtrit(df, 1.0 - alpha / 2.0))
     t = (est - null_value) / se
     return MeanTest(
         estimate=est,
@@ -246,8 +246,8 @@ def _t_result(
         df=df,
         ci=(est - crit * se, est + crit * se),
         null_value=null_value,
-        p_greater=float(special.stdtr(df, -t)),
-        p_less=float(special.stdtr(df, t)),
+        p_greater=float(scipy.special.stdtr(df, -t)),
+        p_less=float(scipy.special.stdtr(df, t)),
         method=method,
     )
 
@@ -304,8 +304,8 @@ def wilcoxon_signed_rank(diffs: Any, *, null_value: float = 0.0) -> MeanTest | N
     nz = x[x != 0.0]
     if nz.size == 0:
         return None
-    pg = float(stats.wilcoxon(x, alternative="greater", zero_method="wilcox").pvalue)
-    pl = float(stats.wilcoxon(x, alternative="less", zero_method="wilcox").pvalue)
+    pg = float(scipy.stats.wilcoxon(x, alternative="greater", zero_method="wilcox").pvalue)
+    pl = float(scipy.stats.wilcoxon(x, alternative="less", zero_method="wilcox").pvalue)
     if x.size <= 2000:
         i, j = np.triu_indices(x.size)
         loc = float(np.median((x[i] + x[j]) / 2.0)) + null_value

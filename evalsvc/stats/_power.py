@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from evalsvc.stats._binary import TANGO_CONTINUITY, _tango_restricted_q
 from evalsvc.stats._common import check_alpha
@@ -47,7 +47,7 @@ def mde_mean(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> floa
         return math.inf
     if sd < 0 or not math.isfinite(sd):
         raise ValueError("sd must be finite and non-negative")
-    return float((stats.norm.isf(alpha) + stats.norm.ppf(power)) * sd / math.sqrt(n))
+    return float((scipy.stats.norm.isf(alpha) + scipy.stats.norm.ppf(power)) * sd / math.sqrt(n))
 
 
 def mde_paired_binary(
@@ -67,7 +67,7 @@ def mde_paired_binary(
         return math.inf
     if not (0.0 <= discordance <= 1.0):
         raise ValueError("discordance must be in [0, 1]")
-    return float((stats.norm.isf(alpha) + stats.norm.ppf(power)) * math.sqrt(discordance / n))
+    return float((scipy.stats.norm.isf(alpha) + scipy.stats.norm.ppf(power)) * math.sqrt(discordance / n))
 
 
 def mde_two_proportions(
@@ -79,7 +79,7 @@ def mde_two_proportions(
     if n1 <= 0 or n2 <= 0:
         return math.inf
     sd = math.sqrt(p1 * (1.0 - p1) / n1 + p2 * (1.0 - p2) / n2)
-    return float((stats.norm.isf(alpha) + stats.norm.ppf(power)) * sd)
+    return float((scipy.stats.norm.isf(alpha) + scipy.stats.norm.ppf(power)) * sd)
 
 
 def _paired_sigmas(margin: float, discordance: float, true_delta: float) -> tuple[float, float]:
@@ -134,11 +134,11 @@ def power_paired_binary(
     drift = (
         math.sqrt(n) * dist
         - TANGO_CONTINUITY / math.sqrt(n)
-        - float(stats.norm.isf(alpha)) * sigma0
+        - float(scipy.stats.norm.isf(alpha)) * sigma0
     )
     if sigma1 == 0.0:
         return 1.0 if drift > 0 else 0.0
-    return float(stats.norm.cdf(drift / sigma1))
+    return float(scipy.stats.norm.cdf(drift / sigma1))
 
 
 def required_n(
@@ -173,8 +173,8 @@ def required_n(
     if dist == 0.0:
         raise ValueError("true_delta equals the boundary −margin: no n achieves the power")
     sigma0, sigma1 = _paired_sigmas(margin, discordance, true_delta)
-    za = float(stats.norm.isf(alpha))
-    zb = float(stats.norm.ppf(power))
+    za = float(scipy.stats.norm.isf(alpha))
+    zb = float(scipy.stats.norm.ppf(power))
     k = za * sigma0 + zb * sigma1
     root_n = (k + math.sqrt(k * k + 4.0 * dist * TANGO_CONTINUITY)) / (2.0 * dist)
     return max(1, math.ceil(root_n * root_n - 1e-9))
@@ -202,6 +202,6 @@ def required_n_mean(
         raise ValueError("true_delta equals the boundary −margin: no n achieves the power")
     if sd < 0 or not math.isfinite(sd):
         raise ValueError("sd must be finite and non-negative")
-    za = float(stats.norm.isf(alpha))
-    zb = float(stats.norm.ppf(power))
+    za = float(scipy.stats.norm.isf(alpha))
+    zb = float(scipy.stats.norm.ppf(power))
     return max(2, math.ceil(((za + zb) * sd / dist) ** 2 - 1e-9))

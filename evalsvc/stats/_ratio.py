@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from evalsvc.stats._common import FloatArray, as_vector, check_alpha
 
@@ -96,7 +96,7 @@ def fieller_ratio_ci(baseline: Any, candidate: Any, *, alpha: float = 0.05) -> R
         raise ValueError(f"Fieller's interval needs at least 2 pairs, got {n}")
     xb, yb, v11, v22, v12 = _moments(b, c)
     est = yb / xb if xb != 0 else math.nan
-    t = float(stats.t.ppf(1.0 - a2 / 2.0, n - 1))
+    t = float(scipy.stats.t.ppf(1.0 - a2 / 2.0, n - 1))
     t2 = t * t
     a = xb * xb - t2 * v11
     bq = xb * yb - t2 * v12
@@ -158,8 +158,8 @@ def ratio_test(baseline: Any, candidate: Any, null_value: float) -> RatioTest:
         est,
         r0,
         tstat,
-        float(stats.t.sf(tstat, n - 1)),
-        float(stats.t.cdf(tstat, n - 1)),
+        float(scipy.stats.t.sf(tstat, n - 1)),
+        float(scipy.stats.t.cdf(tstat, n - 1)),
         method,
     )
 
@@ -194,7 +194,7 @@ def bootstrap_ratio_ci(
     for method in ("BCa", "percentile"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = stats.bootstrap(
+            res = scipy.stats.bootstrap(
                 (b, c),
                 ratio,
                 paired=True,

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
+import scipy
 
 from evalsvc.stats._cluster import cluster_ids
 from evalsvc.stats._common import as_binary_vector, check_alpha
@@ -174,11 +174,11 @@ def retention_test(
     mb, mc = float(b.mean()), float(c.mean())
     ratio = mc / mb if mb > 0 else nan
     df = float(g - 1)
-    crit = float(special.stdtrit(df, 1.0 - level))
+    crit = float(scipy.special.stdtrit(df, 1.0 - level))
     t0, se0 = retention_t(sb, sc, sizes, r0, skew_correction=skew_correction)
 
     def p_upper(t: float) -> float:  # P(T ≥ t)
-        return float(special.stdtr(df, -t)) if math.isfinite(t) else (0.0 if t > 0 else 1.0)
+        return float(scipy.special.stdtr(df, -t)) if math.isfinite(t) else (0.0 if t > 0 else 1.0)
 
     p_pass = min(1.0, looks * p_upper(t0))
     p_fail = min(1.0, looks * p_upper(-t0))
@@ -284,5 +284,5 @@ def _plan_moments(
         raise ValueError("discordance must be in [0, 0.5] for two endpoints of equal noise")
     q = (1.0 - math.sqrt(1.0 - 2.0 * discordance)) / 2.0
     sd = math.sqrt(q * (1.0 - q) * (1.0 + (1.0 - margin) ** 2))
-    z = float(special.ndtri(1.0 - alpha / looks) + special.ndtri(power))
+    z = float(scipy.special.ndtri(1.0 - alpha / looks) + scipy.special.ndtri(power))
     return q, sd, z

@@ -32,7 +32,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
+import scipy
 
 from evalsvc.stats._binary import tango_statistic
 from evalsvc.stats._common import FloatArray, as_vector, check_alpha
@@ -103,7 +103,7 @@ def _hoeffding_radius(v: FloatArray, alpha: float, rho: Any) -> FloatArray:
     hi = np.sqrt(2.0 * log_target + np.log((v + rho_a) / rho_a)) + 1e-9
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        f = const + 0.5 * mid * mid + stats.norm.logcdf(mid) - log_target
+        f = const + 0.5 * mid * mid + scipy.stats.norm.logcdf(mid) - log_target
         hi = np.where(f >= 0, mid, hi)
         lo = np.where(f >= 0, lo, mid)
     return np.asarray(hi * np.sqrt(v + rho_a), dtype=np.float64)
@@ -270,7 +270,7 @@ def simulate_sample_use(
             np.sum(head == 1.0, axis=1), np.sum(head == -1.0, axis=1), n_fixed, -margin
         )
         fix_verdict[start:stop] = np.where(
-            stats.norm.sf(z) < alpha, 1, np.where(stats.norm.cdf(z) < alpha, -1, 0)
+            scipy.stats.norm.sf(z) < alpha, 1, np.where(scipy.stats.norm.cdf(z) < alpha, -1, 0)
         )
         # Sequential: first time the CS clears −margin.
         lower, upper = confidence_sequence(d[:, :n_max], alpha=alpha, method=method)
