@@ -1,6 +1,7 @@
 """The CLI around the API: ``evalsvc compare --server`` (the existing REST client, run in this
-process) against a real server and a real worker; ``evalsvc tokens`` and ``evalsvc api serve`` in
-real subprocesses."""
+process) against a real server and a real worker; ``evalsvc tokens`` in this process too (what
+it prints and refuses is under test, not an interpreter's start, which costs 2-5 CPU-seconds on
+a 2-core host) and ``evalsvc api serve`` as a real subprocess."""
 
 from __future__ import annotations
 
@@ -44,19 +45,6 @@ def background_worker(db_url: str, executor: Executor) -> Iterator[Worker]:
             thread.join(15)
 
 
-def evalsvc(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", *args],
-        env={**os.environ, **(env or {})},
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1)])
 def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
     with background_worker(api.db_url, make_executor(verdict)):
@@ -88,15 +76,14 @@ def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
 
 def test_compare_server_refusals(api: Api) -> None:
     token = {"EVALSVC_TOKEN": api.tokens["submit"]}
-    evalsvc = run_cli  # the command in this process: only what it refuses is under test
-    unknown = evalsvc(
+    unknown = run_cli(
         "compare", BASE, CAND, "--suite", "no-such-suite", "--server", api.base_url, env=token
     )
     assert unknown.returncode == 2
     assert "HTTP 422" in unknown.stderr and "no-such-suite" in unknown.stderr
-    ghost = evalsvc("compare", "ghost", CAND, "--server", api.base_url, env=token)
+    ghost = run_cli("compare", "ghost", CAND, "--server", api.base_url, env=token)
     assert ghost.returncode == 2 and "ghost" in ghost.stderr
-    no_token = evalsvc(
+    no_token = run_cli(
         "compare",
         BASE,
         CAND,
@@ -121,13 +108,13 @@ def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None
     db = tmp_path / "evalsvc.db"
     db.write_bytes(sqlite_template.read_bytes())
     url = f"sqlite:///{db}"
-    created = evalsvc("tokens", "create", "ci", "--scope", "read", "--database-url", url)
+    created = run_cli("tokens", "create", "ci", "--scope", "read", "--database-url", url)
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
     assert token.startswith("evs_") and "shown only now" in created.stderr
-    bad = evalsvc("tokens", "create", "x", "--scope", "root", "--database-url", url)
+    bad = run_cli("tokens", "create", "x", "--scope", "root", "--database-url", url)
     assert bad.returncode == 2 and "unknown scope" in bad.stderr
-    dup = evalsvc("tokens", "create", "ci", "--scope", "admin", "--database-url", url)
+    dup = run_cli("tokens", "create", "ci", "--scope", "admin", "--database-url", url)
     assert dup.returncode == 2 and "already exists" in dup.stderr
 
     port = _free_port()
@@ -166,16 +153,16 @@ def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None
         headers = {"Authorization": f"Bearer {token}"}
         assert httpx.get(f"{base}/runs", headers=headers, timeout=60).status_code == 200
         assert httpx.post(f"{base}/endpoints", headers=headers, json={}, timeout=60).status_code == 403
-        revoked = evalsvc("tokens", "revoke", "ci", "--database-url", url)
+        revoked = run_cli("tokens", "revoke", "ci", "--database-url", url)
         assert revoked.returncode == 0, revoked.stderr
         assert httpx.get(f"{base}/runs", headers=headers, timeout=60).status_code == 401
     finally:
         server.terminate()
         output = server.communicate(timeout=60)[0]
     assert "evalsvc API on" in output
-    listed = evalsvc("tokens", "list", "--json", "--database-url", url)
+    listed = run_cli("tokens", "list", "--json", "--database-url", url)
     (info,) = json.loads(listed.stdout)
     assert info["name"] == "ci" and info["scopes"] == ["read"] and info["revoked_at"]
     assert token not in listed.stdout
-    again = evalsvc("tokens", "revoke", "ci", "--database-url", url)
+    again = run_cli("tokens", "revoke", "ci", "--database-url", url)
     assert again.returncode == 2 and "no active token" in again.stderr  # unknown name: 2

@@ -243,7 +243,7 @@ def test_needle_without_tokenize_uses_the_checkpoint_tokenizer(tmp_path: Path) -
     suite = _needle_yaml(tmp_path / "n.yaml", str(tmp_path))
     with fault_server() as srv:
         url = base_url(srv, "ok")
-        r = evalsvc("compare", url, url, "--suite", str(suite), "--json", "-", timeout=120)
+        r = run_cli("compare", url, url, "--suite", str(suite), "--json", "-")
         tokenize_calls = sum(n for p, n in srv.hits.items() if p.endswith("/tokenize"))
         chats = sum(n for p, n in srv.hits.items() if p.endswith("/chat/completions"))
     assert r.returncode in (0, 1, 3), r.stderr
@@ -253,7 +253,7 @@ def test_needle_without_tokenize_uses_the_checkpoint_tokenizer(tmp_path: Path) -
     s = report["candidates"][0]["suites"][0]
     assert s["n"] == 2 and s["n_errors"] == 0
     bad = _needle_yaml(tmp_path / "bad.yaml", str(tmp_path / "nowhere"))
-    r = evalsvc("compare", url, url, "--suite", str(bad), timeout=60)
+    r = run_cli("compare", url, url, "--suite", str(bad))
     assert r.returncode == 2 and "no tokenizer.json" in r.stderr and f"{bad}:4" in r.stderr
 
 

@@ -1,6 +1,9 @@
 """Real worker processes (``python -m evalsvc.cli.worker``) sharing one database:
 no double claims under contention, crash recovery by lease expiry, graceful SIGTERM,
-and clear refusals (unreachable database, schema not at head)."""
+and clear refusals (unreachable database, schema not at head). The refusals run ``evalsvc
+worker`` in the test's process (``tests.fixtures.cli``): they end before any run is claimed, and
+an interpreter start costs 2-5 CPU-seconds on a 2-core host
+(tests/security/test_cli_refusals.py starts a real worker process that refuses)."""
 
 from __future__ import annotations
 
@@ -14,7 +17,8 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.domain import RunStatus
-from tests.fixtures.db import evalsvc_module, make_spec, run_cli, subprocess_env
+from tests.fixtures.cli import run_cli
+from tests.fixtures.db import evalsvc_module, make_spec, subprocess_env
 
 WORKER = "evalsvc.cli.worker"
 EXECUTORS = "tests.scheduler.executors"
@@ -157,7 +161,7 @@ def test_sigterm_releases_the_run_and_exits_zero(db_url: str, tmp_path: Path) ->
 
 def test_worker_refuses_an_unreachable_database() -> None:
     url = "postgresql+psycopg://postgres@127.0.0.1:1/nothing"
-    result = run_cli(WORKER, "--once", env=subprocess_env(url))
+    result = run_cli("worker", "--once", env={"EVALSVC_DATABASE_URL": url})
     assert result.returncode == 4
     assert result.stderr.strip().splitlines() == [
         line for line in result.stderr.strip().splitlines() if line.startswith("error: ")
@@ -166,6 +170,6 @@ def test_worker_refuses_an_unreachable_database() -> None:
 
 
 def test_worker_refuses_a_database_not_at_head(empty_db_url: str) -> None:
-    result = run_cli(WORKER, "--once", env=subprocess_env(empty_db_url))
+    result = run_cli("worker", "--once", env={"EVALSVC_DATABASE_URL": empty_db_url})
     assert result.returncode == 2
     assert "run `evalsvc db upgrade`" in result.stderr and "Traceback" not in result.stderr
