@@ -1,11 +1,17 @@
 """Exit codes of infrastructure and configuration faults (issue 9, "Exit codes and errors";
 issue 13's table: 2 usage/configuration, 4 infrastructure, never 1, which means a gate failed).
 
-Every case runs the real CLI in a subprocess and checks the exit code, that the error is one
-line on stderr and that there is no traceback. Bad run options are refused before any request:
-a loopback listener stands for the endpoints and must see no connection. The read-only and
-full-disk cases use a real size-limited tmpfs (they skip where ``mount`` is not permitted) and,
-for read-only on PostgreSQL, a private database with ``default_transaction_read_only``.
+Every case runs the real CLI (the same Typer app) and checks the exit code, that the error is
+one line on stderr and that there is no traceback. Most run it in the test's own process
+(``tests.fixtures.cli.run_cli``; an uncaught exception fails the test): a separate interpreter
+costs 2-5 CPU-seconds of start-up each on a 2-core host. The real ``python -m
+evalsvc.cli.main`` still runs for ``api serve`` on a busy port (in-process it would raise the
+test process's RLIMIT_NOFILE, and a regression would start uvicorn in it) and for one exit-2
+refusal (``test_the_real_entry_point_exits_2_in_one_line``). Bad run options are refused
+before any request: a loopback listener stands for the endpoints and must see no connection.
+The read-only and full-disk cases use a real size-limited tmpfs (they skip where ``mount`` is
+not permitted) and, for read-only on PostgreSQL, a private database with
+``default_transaction_read_only``.
 """
 
 from __future__ import annotations
@@ -25,10 +31,19 @@ import sqlalchemy as sa
 from evalsvc.db import DatabaseWriteRefused, SampleWriter, Store
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.domain import Sample
+from tests.fixtures.cli import CliResult, run_cli
 from tests.fixtures.db import REPO_ROOT, make_spec, pg_admin_url_or_skip
 
 
-def evalsvc(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def evalsvc(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """The CLI in this process (see the module docstring); ``env`` is set during the call."""
+    return run_cli(*args, env=env)
+
+
+def evalsvc_process(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = str(REPO_ROOT)
     full_env.update(env or {})
@@ -42,7 +57,9 @@ def evalsvc(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+def assert_one_line_error(
+    result: CliResult | subprocess.CompletedProcess[str], code: int, *words: str
+) -> None:
     err = result.stderr
     assert result.returncode == code, f"exit {result.returncode}, wanted {code}:\n{err[-3000:]}"
     assert "Traceback" not in err, err[-3000:]
@@ -71,6 +88,11 @@ def assert_no_connection(sock: socket.socket) -> None:
         sock.accept()
 
 
+# In-process, a refusal that regressed could wait on the silent listener, run a worker or expand a
+# YAML bomb in the test process: each test is bounded as the child process was (120 s).
+pytestmark = pytest.mark.timeout(120)
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'evalsvc.db'}"
@@ -97,6 +119,17 @@ def test_bad_run_options_exit_2_before_any_request(
             "compare", url, url, "--suite", "needle-smoke", "--database-url", sqlite_url, *flags
         )
         assert_one_line_error(result, 2, *words)
+        assert_no_connection(sock)
+
+
+def test_the_real_entry_point_exits_2_in_one_line(sqlite_url: str) -> None:
+    """``python -m evalsvc.cli.main`` itself: a refused option is exit 2, one line, no request."""
+    with listener() as (url, sock):
+        result = evalsvc_process(
+            "compare", url, url, "--suite", "needle-smoke", "--database-url", sqlite_url,
+            "--margin", "5",
+        )  # fmt: skip
+        assert_one_line_error(result, 2, "margin", "only tighten")
         assert_no_connection(sock)
 
 
@@ -160,10 +193,13 @@ def test_bad_tokenizer_path_exits_2(tokenizer: str, tmp_path: Path, sqlite_url: 
         assert_no_connection(sock)
 
 
-def test_a_bare_name_is_never_read_from_the_working_directory(sqlite_url: str) -> None:
+def test_a_bare_name_is_never_read_from_the_working_directory(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``pyproject.toml`` is in the working directory: as a suite argument it is a catalog
     name (unknown), not a file; a path to it would be read (it has a ``/``)."""
-    assert (REPO_ROOT / "pyproject.toml").is_file()
+    monkeypatch.chdir(REPO_ROOT)
+    assert Path("pyproject.toml").is_file()
     result = evalsvc(
         "compare",
         "http://127.0.0.1:9/v1",
@@ -309,7 +345,8 @@ def test_api_serve_on_a_busy_port_exits_4_in_one_line(sqlite_url: str) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        result = evalsvc(
+        # A real process: in this one, `api serve` would raise RLIMIT_NOFILE (other tests read it).
+        result = evalsvc_process(
             "api",
             "serve",
             "--port",

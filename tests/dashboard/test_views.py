@@ -2,6 +2,12 @@
 behaviour, so these run on any host): one label per endpoint everywhere, suite names instead of
 paths, the reasons of ``runs gate`` (CLI and REST), the all-samples browser, the layout at
 800 px and the dark theme, the trend's time axis and margin.
+
+``runs gate --json`` runs in the test's own process (``tests.fixtures.cli.run_cli``, the same
+Typer app; an uncaught exception fails the test): a separate interpreter costs 2-5 CPU-seconds
+of start-up on a 2-core host. ``runs gate`` without ``--json`` still runs ``python -m
+evalsvc.cli.main``, so the real entry point's verdict exit code and stderr stay covered, and
+``compare`` needs a process of its own while Chromium runs (see its test).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus
 from evalsvc.reports import md_text, to_junit, to_markdown
 from evalsvc.services import dashboard as svc
+from tests.fixtures.cli import run_cli
 
 from .conftest import LOOP_SUITES, LoopRuns, Server, SyntheticRun, Watched, watch
 from .test_pages import _clean, _open
@@ -93,15 +100,15 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     assert report is not None and report["reasons"], report
     want = report["reasons"]
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "evalsvc.cli.main", "runs", "gate", run[:10],
-           "--database-url", dash_db_url]
-    as_json = subprocess.run([*cmd, "--json"], capture_output=True, text=True, timeout=300,
-                             env=env)
+    args = ["runs", "gate", run[:10], "--database-url", dash_db_url]
+    as_json = run_cli(*args, "--json")
     code = {"pass": 0, "fail": 1, "inconclusive": 3, "error": 4}[report["verdict"]]
     assert as_json.returncode == code, as_json.stderr
     out = json.loads(as_json.stdout)
     assert out["verdict"] == report["verdict"] and out["reasons"] == want
-    text = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    # The real entry point (see the module docstring).
+    text = subprocess.run([sys.executable, "-m", "evalsvc.cli.main", *args],
+                          capture_output=True, text=True, timeout=300, env=env)
     assert text.returncode == code
     for r in want:  # every reason, with its suite and code, as compare prints them
         assert f"{r['suite']} · {r['code']}: {r['message']}" in text.stderr, text.stderr
@@ -361,6 +368,8 @@ def test_cli_bars_and_the_stored_record_say_which_suite_of_how_many(
     db = f"sqlite:///{tmp_path / 'cli.db'}"
     with fault_server() as srv:
         url = base_url(srv, "ok")
+        # A process of its own: `compare` calls asyncio.run, which fails in this one while the
+        # package's Chromium (Playwright's sync API) keeps an event loop running in the thread.
         r = subprocess.run(
             [sys.executable, "-m", "evalsvc.cli.main", "compare", url, url,
              "--suite", str(tmp_path / "tiny-a.yaml"), "--suite", str(tmp_path / "tiny-b.yaml"),

@@ -3,6 +3,11 @@
 ``--margin 0`` and a YAML margin of 0 reach the gate and the report shows 0 (the old
 ``flag or yaml or default`` dropped them); a submitter's margin or α that loosens the suite's
 policy, or is out of range, exits 2 before any item is sent.
+
+``compare`` runs in the test's own process (``tests.fixtures.cli.run_cli``, the same Typer app;
+an uncaught exception fails the test): a separate interpreter costs 2-5 CPU-seconds of start-up
+each on a 2-core host. One refusal (``--margin 0.9``) still runs ``python -m evalsvc.cli.main``,
+so the real entry point's exit code and stderr stay covered.
 """
 
 from __future__ import annotations
@@ -17,12 +22,18 @@ import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.services import runs
+from tests.fixtures.cli import CliResult, run_cli
 from tests.fixtures.faults import base_url, fault_server
 
 SUITE = "name: tiny-reasoning\nkind: reasoning\nseed: 3\nparams:\n  n: 12\n  max_tokens: 8\n"
 
 
-def _compare(*args: str) -> subprocess.CompletedProcess[str]:
+def _compare(*args: str) -> CliResult:
+    return run_cli("compare", *args)
+
+
+def _compare_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
     return subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "compare", *args],
         capture_output=True, text=True, timeout=300,
@@ -68,21 +79,21 @@ def test_margin_zero_from_the_flag_and_from_yaml_reach_the_gate(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("flags", "message"),
+    ("flags", "message", "process"),
     [
-        (("--margin", "0.9"), "would loosen"),
-        (("--margin", "1e308"), "would loosen"),
-        (("--alpha", "0.2"), "would loosen"),
+        (("--margin", "0.9"), "would loosen", True),  # the real `python -m evalsvc.cli.main`
+        (("--margin", "1e308"), "would loosen", False),
+        (("--alpha", "0.2"), "would loosen", False),
     ],
 )
 def test_loosening_options_exit_2_before_any_item(
-    tmp_path: Path, flags: tuple[str, str], message: str
+    tmp_path: Path, flags: tuple[str, str], message: str, process: bool
 ) -> None:
     suite = tmp_path / "s.yaml"
     suite.write_text(SUITE)
     with fault_server() as srv:
         url = base_url(srv, "ok")
-        r = _compare(url, url, "--suite", str(suite), *flags)
+        r = (_compare_process if process else _compare)(url, url, "--suite", str(suite), *flags)
         sent = _items_sent(srv.hits)
     assert r.returncode == 2, r.stderr
     assert message in " ".join(r.stderr.split())

@@ -8,9 +8,13 @@ literally and inertly, and a server that is not the API is an infrastructure err
 - Break 9: ``compare --server`` exited 1 with a traceback when the server answered non-JSON.
 - Break 12: ``export -f csv`` wrote formula cells as is.
 
-Every probe runs the real CLI in a subprocess against real loopback servers
+Every probe runs the real CLI (the same Typer app) against real loopback servers
 (``tests/security/hostile_peers.py``) and, for ``--server``, the real API server with a real
-worker executing the run.
+worker executing the run. The CLI runs in the test's own process (``tests.fixtures.cli.run_cli``;
+an uncaught exception fails the test, and its stderr is captured as a pipe's would be: no
+terminal, so no colours): a separate interpreter costs 2-5 CPU-seconds of start-up each on a
+2-core host. One case (``sso-page`` of break 9) still runs ``python -m evalsvc.cli.main``, so the
+real entry point's exit code and stderr stay covered.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunSpec, RunStatus, Sample
 from evalsvc.scheduler import Worker
-from tests.fixtures.db import REPO_ROOT, subprocess_env
+from tests.fixtures.cli import CliResult, run_cli
+from tests.fixtures.db import REPO_ROOT
 
 from .conftest import Api
 from .hostile_peers import model_server, page_server
@@ -42,8 +47,14 @@ EVIL_NAME = "[/]cand\x1b]0;owned\x07"
 RAW_CONTROLS = ("\x1b", "\x07", "\u202e")
 
 
-def _cli(*args: str, env: dict[str, str] | None = None,
-         timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
+    """The CLI in this process; ``env`` is set during the call."""
+    return run_cli(*args, env=env)
+
+
+def _cli_process(*args: str, env: dict[str, str] | None = None,
+                 timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
     return subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", *args], cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
@@ -109,7 +120,7 @@ def test_compare_server_and_runs_cli_show_hostile_text_literally(
     _assert_inert(r.stderr + r.stdout)
     _assert_inert(md_out.read_text())
 
-    env = subprocess_env(api.db_url)
+    env = {"EVALSVC_DATABASE_URL": api.db_url}
     listed = _cli("runs", "list", env=env)
     shown = _cli("runs", "show", named, env=env)
     for done in (listed, shown):
@@ -121,24 +132,30 @@ def test_compare_server_and_runs_cli_show_hostile_text_literally(
 # ---- break 9: a --server that is not the API ------------------------------------------------------
 
 
+# In-process, a compare that no longer gave up on the page would wait in the test process.
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    ("status", "headers", "body"),
+    ("status", "headers", "body", "process"),
     [
-        (200, {"Content-Type": "text/html"}, b"<html>Sign in to Corp SSO sso-secret-9</html>"),
-        (302, {"Location": "https://sso.example/login?state=sso-secret-9"}, b""),
-        (401, {"Content-Type": "text/html"}, b"<html>sso-secret-9</html>"),
-        (200, {"Content-Type": "application/json"}, b'["sso-secret-9"]'),
+        # the real `python -m evalsvc.cli.main` (see the module docstring)
+        (200, {"Content-Type": "text/html"}, b"<html>Sign in to Corp SSO sso-secret-9</html>",
+         True),
+        (302, {"Location": "https://sso.example/login?state=sso-secret-9"}, b"", False),
+        (401, {"Content-Type": "text/html"}, b"<html>sso-secret-9</html>", False),
+        (200, {"Content-Type": "application/json"}, b'["sso-secret-9"]', False),
     ],
     ids=["sso-page", "redirect", "html-401", "json-not-object"],
 )
 def test_compare_server_answered_by_something_else_exits_4_with_a_report(
-    status: int, headers: dict[str, str], body: bytes, tmp_path: Path
+    status: int, headers: dict[str, str], body: bytes, process: bool, tmp_path: Path
 ) -> None:
     json_out, junit = tmp_path / "r.json", tmp_path / "r.xml"
     with page_server(status, headers, body) as sso:
-        r = _cli("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v2", "--suite",
-                 "needle-smoke", "--server", sso.url, "--json", str(json_out),
-                 "--junit", str(junit), env={"EVALSVC_TOKEN": "evs_x"}, timeout=120)
+        args = ("compare", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v2", "--suite",
+                "needle-smoke", "--server", sso.url, "--json", str(json_out),
+                "--junit", str(junit))
+        env = {"EVALSVC_TOKEN": "evs_x"}
+        r = _cli_process(*args, env=env, timeout=120) if process else _cli(*args, env=env)
         assert sso.requests and sso.requests[0] == "POST /api/v1/runs"
     assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr and "sso-secret-9" not in r.stderr

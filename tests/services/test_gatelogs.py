@@ -4,7 +4,11 @@ The lm-eval samples files here are written by the tests in lm-eval's ``--log_sam
 format (``doc_id``, ``doc``, ``filter``, ``metrics``, ``doc_hash`` and the metric values); the
 Inspect logs are the hand-written fixtures in ``tests/fixtures/logs`` (see its README). Logs
 written by the real ``lm_eval`` CLI against the local endpoints are in
-``test_gatelogs_lmeval.py``. The CLI runs in a subprocess, as in tests/cli.
+``test_gatelogs_lmeval.py``. The CLI runs in the test's own process
+(``tests.fixtures.cli.run_cli``, the same Typer app; an uncaught exception fails the test): a
+separate interpreter costs 2-5 CPU-seconds of start-up each on a 2-core host. One refusal (exit
+2) still runs ``python -m evalsvc.cli.main``, so the real entry point's exit code and stderr stay
+covered.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from evalsvc.db import Store
 from evalsvc.gates import evaluate_gate
 from evalsvc.services.gatelogs import gate_logs
 from evalsvc.services.runs import UsageError
+from tests.fixtures.cli import CliResult, run_cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 STAMP = "2026-12-01T10-00-00.000000"
@@ -216,22 +221,23 @@ def test_inspect_logs_hand_written(store: Store) -> None:
     check_schema(report)
 
 
-def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, env: dict[str, str]) -> CliResult:
+    return run_cli("gate-logs", *args, env=env)
+
+
+def _cli_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
     return subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "gate-logs", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **env},
         timeout=300,
     )
 
 
 def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "EVALSVC_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
+    env = {"EVALSVC_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     base, cand = _scores(600, lost=4, gained=2)
     write_lmeval(tmp_path / "b", base)
     write_lmeval(tmp_path / "c", cand)
@@ -257,17 +263,11 @@ def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
     write_lmeval(tmp_path / "w", worse)
     assert _cli(str(tmp_path / "b"), str(tmp_path / "w"), env=env).returncode == 1
     write_lmeval(tmp_path / "o", cand, task="other")
-    refused = _cli(str(tmp_path / "b"), str(tmp_path / "o"), env=env)
+    refused = _cli_process(str(tmp_path / "b"), str(tmp_path / "o"), env=env)
     assert refused.returncode == 2 and "different tasks" in refused.stderr
     missing = _cli(str(tmp_path / "b"), str(tmp_path / "nowhere"), env=env)
     assert missing.returncode == 2 and "no such file or directory" in missing.stderr
-    listed = subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "runs", "list"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    listed = run_cli("runs", "list", env=env)
     assert report["run_id"][:8] in listed.stdout
 
 
@@ -395,8 +395,6 @@ def test_promptfoo_provider_errors_are_counted_against_the_budget(store: Store) 
 
 
 def test_promptfoo_through_the_cli(tmp_path: Path) -> None:
-    from tests.fixtures.cli import run_cli
-
     env = {"EVALSVC_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     out = tmp_path / "report.json"
     res = run_cli(
