@@ -19,9 +19,10 @@ def test_import_contracts_are_kept() -> None:
 
 
 def test_starting_evalsvc_loads_no_scipy_submodule() -> None:
-    """The CLI, the services, the runner, the web app and the worker import without ``scipy.stats``/``special``/
-    ``optimize`` (evalsvc.stats reaches them through scipy's lazy loading): a refused command or
-    a server's start need none, and they cost 2 CPU-seconds a process on a 2-core host."""
+    """The CLI, the services, the runner, the web app and the worker import without
+    ``scipy.stats``/``special``/``optimize`` (evalsvc.stats reaches them through scipy's lazy
+    loading): a refused command or a server's start need none, and they cost 2 CPU-seconds a
+    process on a 2-core host."""
     code = (
         "import sys; import evalsvc.cli.main, evalsvc.services, evalsvc.runner, evalsvc.gates, "
         "evalsvc.webapp, evalsvc.scheduler, evalsvc.reports; "

@@ -617,7 +617,9 @@ def threshold_gate(
         k = int(v.sum())
         p_greater = float(scipy.stats.binomtest(k, n, thr, alternative="greater").pvalue)
         p_less = float(scipy.stats.binomtest(k, n, thr, alternative="less").pvalue)
-        cp = scipy.stats.binomtest(k, n).proportion_ci(confidence_level=1.0 - 2.0 * alpha, method="exact")
+        cp = scipy.stats.binomtest(k, n).proportion_ci(
+            confidence_level=1.0 - 2.0 * alpha, method="exact"
+        )
         ci_metric = (float(cp.low), float(cp.high))
         sd = math.sqrt(max(thr * (1.0 - thr), 1.0 / (n + 2.0)))
         mde: float | None = mde_mean(n, sd, alpha)

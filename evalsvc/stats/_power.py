@@ -67,7 +67,8 @@ def mde_paired_binary(
         return math.inf
     if not (0.0 <= discordance <= 1.0):
         raise ValueError("discordance must be in [0, 1]")
-    return float((scipy.stats.norm.isf(alpha) + scipy.stats.norm.ppf(power)) * math.sqrt(discordance / n))
+    z = scipy.stats.norm.isf(alpha) + scipy.stats.norm.ppf(power)
+    return float(z * math.sqrt(discordance / n))
 
 
 def mde_two_proportions(
