@@ -21,7 +21,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,30 +30,13 @@ import sqlalchemy as sa
 from evalsvc.db import DatabaseWriteRefused, SampleWriter, Store
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.domain import Sample
-from tests.fixtures.cli import CliResult, run_cli
+from tests.fixtures.cli import CliResult, run_cli, run_cli_process
 from tests.fixtures.db import REPO_ROOT, make_spec, pg_admin_url_or_skip
 
 
 def evalsvc(*args: str, env: dict[str, str] | None = None) -> CliResult:
     """The CLI in this process (see the module docstring); ``env`` is set during the call."""
     return run_cli(*args, env=env)
-
-
-def evalsvc_process(
-    *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
-    full_env = dict(os.environ)
-    full_env["PYTHONPATH"] = str(REPO_ROOT)
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-        cwd=REPO_ROOT,
-    )
 
 
 def assert_one_line_error(
@@ -125,9 +107,9 @@ def test_bad_run_options_exit_2_before_any_request(
 def test_the_real_entry_point_exits_2_in_one_line(sqlite_url: str) -> None:
     """``python -m evalsvc.cli.main`` itself: a refused option is exit 2, one line, no request."""
     with listener() as (url, sock):
-        result = evalsvc_process(
+        result = run_cli_process(
             "compare", url, url, "--suite", "needle-smoke", "--database-url", sqlite_url,
-            "--margin", "5",
+            "--margin", "5", timeout=120,
         )  # fmt: skip
         assert_one_line_error(result, 2, "margin", "only tighten")
         assert_no_connection(sock)
@@ -346,14 +328,14 @@ def test_api_serve_on_a_busy_port_exits_4_in_one_line(sqlite_url: str) -> None:
         busy.listen(1)
         port = busy.getsockname()[1]
         # A real process: in this one, `api serve` would raise RLIMIT_NOFILE (other tests read it).
-        result = evalsvc_process(
+        result = run_cli_process(
             "api",
             "serve",
             "--port",
             str(port),
             "--database-url",
             sqlite_url,
-            env={"EVALSVC_API_AUTH": "on"},
+            env={"EVALSVC_API_AUTH": "on"}, timeout=120,
         )
     assert_one_line_error(result, 4, f"cannot listen on 127.0.0.1:{port}", "in use")
 

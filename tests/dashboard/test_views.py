@@ -13,7 +13,6 @@ evalsvc.cli.main``, so the real entry point's verdict exit code and stderr stay 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -26,7 +25,7 @@ from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunSpec, RunStatus
 from evalsvc.reports import md_text, to_junit, to_markdown
 from evalsvc.services import dashboard as svc
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli, run_cli_process
 
 from .conftest import LOOP_SUITES, LoopRuns, Server, SyntheticRun, Watched, watch
 from .test_pages import _clean, _open
@@ -99,7 +98,6 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     report = dash_store.get_report(run)
     assert report is not None and report["reasons"], report
     want = report["reasons"]
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     args = ["runs", "gate", run[:10], "--database-url", dash_db_url]
     as_json = run_cli(*args, "--json")
     code = {"pass": 0, "fail": 1, "inconclusive": 3, "error": 4}[report["verdict"]]
@@ -107,8 +105,7 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     out = json.loads(as_json.stdout)
     assert out["verdict"] == report["verdict"] and out["reasons"] == want
     # The real entry point (see the module docstring).
-    text = subprocess.run([sys.executable, "-m", "evalsvc.cli.main", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
+    text = run_cli_process(*args)
     assert text.returncode == code
     for r in want:  # every reason, with its suite and code, as compare prints them
         assert f"{r['suite']} · {r['code']}: {r['message']}" in text.stderr, text.stderr

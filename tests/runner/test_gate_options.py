@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.services import runs
-from tests.fixtures.cli import CliResult, run_cli
+from tests.fixtures.cli import CliResult, run_cli, run_cli_process
 from tests.fixtures.faults import base_url, fault_server
 
 SUITE = "name: tiny-reasoning\nkind: reasoning\nseed: 3\nparams:\n  n: 12\n  max_tokens: 8\n"
@@ -33,11 +32,7 @@ def _compare(*args: str) -> CliResult:
 
 
 def _compare_process(*args: str) -> subprocess.CompletedProcess[str]:
-    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "compare", *args],
-        capture_output=True, text=True, timeout=300,
-    )
+    return run_cli_process("compare", *args)
 
 
 def _items_sent(hits: dict[str, int]) -> int:

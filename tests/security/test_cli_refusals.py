@@ -11,24 +11,17 @@ runs ``python -m evalsvc.cli.main``, so the real entry point's exit code and its
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli, run_cli_process
 from tests.fixtures.faults import listener
 
 
 def test_the_real_command_refuses_auth_off_beyond_loopback(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "api", "serve", "--host", "0.0.0.0",
-         "--port", "0"],
-        capture_output=True, text=True, timeout=60,
-        env={**os.environ, "EVALSVC_API_AUTH": "off", "EVALSVC_HOME": str(tmp_path)},
-    )  # fmt: skip
+    r = run_cli_process("api", "serve", "--host", "0.0.0.0", "--port", "0", timeout=60,
+                        env={"EVALSVC_API_AUTH": "off", "EVALSVC_HOME": str(tmp_path)})
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "EVALSVC_API_AUTH=off is only allowed on loopback" in lines[0]

@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,8 +31,7 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.domain import EXIT_CODES, EndpointRef, Provenance, RunSpec, RunStatus, Sample
 from evalsvc.scheduler import Worker
-from tests.fixtures.cli import CliResult, run_cli
-from tests.fixtures.db import REPO_ROOT
+from tests.fixtures.cli import CliResult, run_cli, run_cli_process
 
 from .conftest import Api
 from .hostile_peers import model_server, page_server
@@ -50,16 +46,6 @@ RAW_CONTROLS = ("\x1b", "\x07", "\u202e")
 def _cli(*args: str, env: dict[str, str] | None = None) -> CliResult:
     """The CLI in this process; ``env`` is set during the call."""
     return run_cli(*args, env=env)
-
-
-def _cli_process(*args: str, env: dict[str, str] | None = None,
-                 timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", *args], cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
-        capture_output=True, text=True, timeout=timeout,
-    )
 
 
 def _assert_inert(text: str) -> None:
@@ -155,7 +141,7 @@ def test_compare_server_answered_by_something_else_exits_4_with_a_report(
                 "needle-smoke", "--server", sso.url, "--json", str(json_out),
                 "--junit", str(junit))
         env = {"EVALSVC_TOKEN": "evs_x"}
-        r = _cli_process(*args, env=env, timeout=120) if process else _cli(*args, env=env)
+        r = run_cli_process(*args, env=env, timeout=120) if process else _cli(*args, env=env)
         assert sso.requests and sso.requests[0] == "POST /api/v1/runs"
     assert r.returncode == 4, r.stderr
     assert "Traceback" not in r.stderr and "sso-secret-9" not in r.stderr

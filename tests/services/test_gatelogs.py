@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from evalsvc.db import Store
 from evalsvc.gates import evaluate_gate
 from evalsvc.services.gatelogs import gate_logs
 from evalsvc.services.runs import UsageError
-from tests.fixtures.cli import CliResult, run_cli
+from tests.fixtures.cli import CliResult, run_cli, run_cli_process
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
 STAMP = "2026-12-01T10-00-00.000000"
@@ -225,17 +222,6 @@ def _cli(*args: str, env: dict[str, str]) -> CliResult:
     return run_cli("gate-logs", *args, env=env)
 
 
-def _cli_process(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """The real entry point, ``python -m evalsvc.cli.main``, as a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "evalsvc.cli.main", "gate-logs", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **env},
-        timeout=300,
-    )
-
-
 def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
     env = {"EVALSVC_DATABASE_URL": f"sqlite:///{tmp_path / 'cli.db'}"}
     base, cand = _scores(600, lost=4, gained=2)
@@ -263,7 +249,7 @@ def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
     write_lmeval(tmp_path / "w", worse)
     assert _cli(str(tmp_path / "b"), str(tmp_path / "w"), env=env).returncode == 1
     write_lmeval(tmp_path / "o", cand, task="other")
-    refused = _cli_process(str(tmp_path / "b"), str(tmp_path / "o"), env=env)
+    refused = run_cli_process("gate-logs", str(tmp_path / "b"), str(tmp_path / "o"), env=env)
     assert refused.returncode == 2 and "different tasks" in refused.stderr
     missing = _cli(str(tmp_path / "b"), str(tmp_path / "nowhere"), env=env)
     assert missing.returncode == 2 and "no such file or directory" in missing.stderr
