@@ -41,12 +41,11 @@ test: install browser
 
 # pytest rewrites the asserts of some 400 modules in each worker; with PYTHONDONTWRITEBYTECODE set
 # (some shells and CI images set it) every run compiles them again, about 10 CPU-seconds per worker
-# on a 2-core host. The test targets then keep the bytecode under out/pycache instead, away from
-# the sources.
-ifneq ($(PYTHONDONTWRITEBYTECODE),)
+# on a 2-core host. The test targets write bytecode where Python keeps it (__pycache__ beside each
+# module, ignored by git). Not a PYTHONPYCACHEPREFIX: Python then ignores the bytecode pip compiled
+# into .venv, and the first run on a fresh clone compiled all of it again in every worker (about
+# 50 CPU-seconds; docs/benchmarks.md, "Session 11").
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
-test test-fast: export PYTHONPYCACHEPREFIX ?= $(CURDIR)/out/pycache
-endif
 
 # The inner loop, a unit tier: no endpoint (no vLLM or llama.cpp server is started), no browser,
 # nothing marked slow (tests/conftest.py's SLOW list, with the reasons, and every PostgreSQL case).
