@@ -26,6 +26,9 @@ __all__ = [
 
 # Cap on the number of resampled indices held in memory at once (≈16 MB of int64).
 _CHUNK_ELEMENTS = 2_000_000
+# Resample by counts of the distinct values when there are at most n / _FEW_DISTINCT of them
+# (_resample_moments_by_counts); above that, drawing indices is as cheap.
+_FEW_DISTINCT = 8
 # Fewer resamples than this beyond the null value: tail probability from a normal approximation.
 _MIN_TAIL_COUNT = 10
 
@@ -66,6 +69,9 @@ def _resample_moments(
     """Means (and SDs) of ``n_resamples`` with-replacement resamples of ``x`` (Efron 1979)."""
     rng = np.random.default_rng(seed)
     n = x.size
+    values, counts = np.unique(x, return_counts=True)
+    if values.size * _FEW_DISTINCT <= n:
+        return _resample_moments_by_counts(values, counts, n_resamples, rng, with_sd=with_sd)
     means = np.empty(n_resamples, dtype=np.float64)
     sds = np.empty(n_resamples, dtype=np.float64) if with_sd else None
     rows = max(1, _CHUNK_ELEMENTS // n)
@@ -75,6 +81,46 @@ def _resample_moments(
         means[start:stop] = sample.mean(axis=1)
         if sds is not None:
             sds[start:stop] = sample.std(axis=1, ddof=1) if n > 1 else 0.0
+    return means, sds
+
+
+def _resample_moments_by_counts(
+    values: FloatArray,
+    counts: Any,
+    n_resamples: int,
+    rng: np.random.Generator,
+    *,
+    with_sd: bool,
+) -> tuple[FloatArray, FloatArray | None]:
+    """The same resamples drawn as how often each distinct value occurs in them.
+
+    A with-replacement resample of n items holds the k distinct values Multinomial(n, counts/n)
+    times, so its mean and SD follow from k counts: O(B·k) work instead of the O(B·n) of drawing
+    indices, with the same distribution. Paired differences of binary or graded scores have
+    k ≤ 3-5 whatever n is; measured at B = 9,999 and k = 3: 24 → 3 ms at n = 300, 427 → 2 ms at
+    n = 5,000 (docs/statistics.md, "The paired bootstrap at scale").
+    """
+    n = int(counts.sum())
+    k = values.size
+    centre = float(values @ counts) / n
+    # Moments about the sample mean: the sum of squares below then subtracts two numbers of the
+    # size of the spread, not of the values' magnitude.
+    dev = values - centre
+    means = np.empty(n_resamples, dtype=np.float64)
+    sds = np.empty(n_resamples, dtype=np.float64) if with_sd else None
+    rows = max(1, _CHUNK_ELEMENTS // k)
+    for start in range(0, n_resamples, rows):
+        stop = min(n_resamples, start + rows)
+        draws = rng.multinomial(n, counts / n, size=stop - start)
+        shift = (draws @ dev) / n
+        means[start:stop] = centre + shift
+        if sds is not None:
+            if n < 2:
+                sds[start:stop] = 0.0
+                continue
+            var = np.clip((draws @ (dev * dev) - n * shift * shift) / (n - 1), 0.0, None)
+            # One distinct value drawn n times has no spread; rounding must not invent one.
+            sds[start:stop] = np.where(np.count_nonzero(draws, axis=1) == 1, 0.0, np.sqrt(var))
     return means, sds
 
 

@@ -69,6 +69,70 @@ def test_bca_matches_scipy_within_monte_carlo_error(skewed: np.ndarray) -> None:
     assert ours.ci[1] == pytest.approx(ref.high, abs=0.08 * se)
 
 
+@pytest.fixture
+def graded() -> np.ndarray:
+    """Paired differences of binary scores: three distinct values, resampled by counts."""
+    rng = np.random.default_rng(11)
+    return rng.choice([-1.0, 0.0, 1.0], size=400, p=[0.12, 0.8, 0.08])
+
+
+def test_bca_on_few_distinct_values_matches_scipy_within_monte_carlo_error(
+    graded: np.ndarray,
+) -> None:
+    ours = bootstrap_mean(graded, alpha=0.1, n_resamples=9999, seed=1)
+    ref = stats.bootstrap(
+        (graded,), np.mean, confidence_level=0.9, n_resamples=9999, method="BCa", rng=2
+    ).confidence_interval
+    se = graded.std(ddof=1) / np.sqrt(graded.size)
+    # The resample mean moves in steps of 1/n (0.14·SE here), so both quantiles are one of a few
+    # lattice points: the MC tolerance of the continuous case plus one step.
+    step = 1.0 / graded.size
+    assert ours.ci[0] == pytest.approx(ref.low, abs=0.08 * se + step)
+    assert ours.ci[1] == pytest.approx(ref.high, abs=0.08 * se + step)
+
+
+@pytest.mark.parametrize("n", [32, 60, 400])  # four distinct values: counts from n = 32
+def test_resampling_by_counts_has_the_distribution_of_resampling_indices(
+    n: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The counts path (few distinct values) against the index path, forced on the same data:
+    two-sample KS on 9,999 resample means and SDs each, and the studentized interval."""
+    from evalsvc.stats import _continuous
+
+    x = np.random.default_rng(n).choice([-1.0, 0.0, 0.5, 1.0], size=n, p=[0.2, 0.5, 0.1, 0.2])
+    by_counts = _continuous._resample_moments(x, 9999, 7, with_sd=True)
+    with monkeypatch.context() as m:
+        m.setattr(_continuous, "_FEW_DISTINCT", n + 1)  # no data has that few distinct values
+        by_index = _continuous._resample_moments(x, 9999, 8, with_sd=True)
+        t_index = bootstrap_mean(x, method="studentized", alpha=0.1, seed=3)
+    t_counts = bootstrap_mean(x, method="studentized", alpha=0.1, seed=4)
+    for a, b in zip(by_counts, by_index, strict=True):
+        assert a is not None and b is not None
+        # Discrete statistics: KS is conservative on ties, so 0.001 is a loose floor that a
+        # wrong distribution (e.g. counts from the wrong probabilities) misses by far.
+        assert stats.ks_2samp(a, b).pvalue > 0.001
+        assert float(np.mean(a)) == pytest.approx(float(np.mean(b)), abs=0.04 * float(np.std(b)))
+    # The moments themselves: resample means centre on the sample mean, and a resample's
+    # ddof=1 variance is unbiased for the plug-in (ddof=0) variance of x.
+    assert float(np.mean(by_counts[0])) == pytest.approx(float(x.mean()), abs=0.01)
+    assert float(np.mean(by_counts[1] ** 2)) == pytest.approx(float(x.var()), rel=0.03)
+    se = x.std(ddof=1) / np.sqrt(n)
+    assert t_counts.ci[0] == pytest.approx(t_index.ci[0], abs=0.1 * se + 1.0 / n)
+    assert t_counts.ci[1] == pytest.approx(t_index.ci[1], abs=0.1 * se + 1.0 / n)
+
+
+def test_resamples_of_one_repeated_value_have_no_spread_by_counts() -> None:
+    from evalsvc.stats import _continuous
+
+    x = np.r_[np.full(199, 0.1), 0.7]  # most resamples draw only 0.1, whose SD must be exactly 0
+    means, sds = _continuous._resample_moments(x, 2000, 5, with_sd=True)
+    assert sds is not None
+    only_low = np.abs(means - 0.1) < 1e-12
+    assert only_low.any() and not only_low.all()
+    assert np.all(sds[only_low] == 0.0)
+    assert np.all(sds[~only_low] > 0.0)
+
+
 def test_bootstrap_close_to_t_interval_for_normal_data() -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(0.1, 1.0, 400)
