@@ -117,3 +117,44 @@ def test_fieller_alone_is_anti_conservative_on_one_way_flips() -> None:
     sims = 1500
     passes = sum(ratio_test(*_paired_binary(rng, 500, cells), 0.95).p_greater < 0.05 for _ in range(sims))
     assert passes / sims > 0.05 + 2 * math.sqrt(0.05 * 0.95 / sims), passes / sims
+
+
+def test_the_bootstrap_interval_is_scipys_unbatched_one_in_bounded_memory() -> None:
+    """Batching the resamples (memory O(batch · n)) changes neither the random stream nor the
+    interval: the same bits as scipy's all-at-once call (checked at n = 2,000, where that call
+    still fits in a test worker), and at n = 5,000 a traced peak far below the unbatched call's
+    1.2 GB (its resamples plus the BCa jackknife's n × n array)."""
+    import tracemalloc
+    import warnings
+
+    rng = np.random.default_rng(12)
+
+    def data(n: int) -> tuple[np.ndarray, np.ndarray]:
+        b = (rng.random(n) < 0.7).astype(float)
+        return b, np.where(rng.random(n) < 0.9, b, 1.0 - b)
+
+    b, c = data(2000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = stats.bootstrap(
+            (b, c),
+            lambda bs, cs, axis=-1: np.mean(cs, axis=axis) / np.mean(bs, axis=axis),
+            paired=True,
+            vectorized=True,
+            n_resamples=9999,
+            confidence_level=0.9,
+            method="BCa",
+            rng=np.random.default_rng(3),
+        ).confidence_interval
+    ours = bootstrap_ratio_ci(b, c, alpha=0.1, seed=3)
+    assert ours.method == "paired bootstrap (BCa)"
+    assert ours.ci == (float(ref.low), float(ref.high))
+
+    b, c = data(5000)
+    tracemalloc.start()
+    try:
+        bootstrap_ratio_ci(b, c, alpha=0.1, seed=3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200e6, f"{peak / 1e6:.0f} MB traced"
