@@ -43,8 +43,8 @@ test: install browser
 # (some shells and CI images set it) every run compiles them again, about 10 CPU-seconds per worker
 # on a 2-core host. The test targets write bytecode where Python keeps it (__pycache__ beside each
 # module, ignored by git). Not a PYTHONPYCACHEPREFIX: Python then ignores the bytecode pip compiled
-# into .venv, and the first run on a fresh clone compiled all of it again in every worker (about
-# 50 CPU-seconds; docs/benchmarks.md, "Session 11").
+# into .venv, and the first run on a fresh clone compiled all of it again in every worker (the
+# fast tier's first run: 188 CPU-s against 163; docs/benchmarks.md, "Session 11").
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 # The inner loop, a unit tier: no endpoint (no vLLM or llama.cpp server is started), no browser,
