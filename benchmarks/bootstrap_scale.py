@@ -13,8 +13,8 @@ candidate ÷ baseline on paired 0/1 scores) with scipy's resamples batched (curr
 once (the first implementation, forced by raising the batch size): CPU and traced peak memory.
 CPU only, no endpoint::
 
-    python benchmarks/bootstrap_scale.py --sizes 100 1000 5000 20000 --ratio-sizes 1000 5000 \
-        --repeats 5
+    python benchmarks/bootstrap_scale.py --sizes 100 1000 5000 20000 --repeats 5
+    python benchmarks/bootstrap_scale.py --sizes 100 --ratio-sizes 1000 5000 14000 --repeats 3
 """
 
 from __future__ import annotations
