@@ -114,10 +114,7 @@ def _resample_moments_by_counts(
         draws = rng.multinomial(n, counts / n, size=stop - start)
         shift = (draws @ dev) / n
         means[start:stop] = centre + shift
-        if sds is not None:
-            if n < 2:
-                sds[start:stop] = 0.0
-                continue
+        if sds is not None:  # n ≥ _FEW_DISTINCT here, so ddof=1 is defined
             var = np.clip((draws @ (dev * dev) - n * shift * shift) / (n - 1), 0.0, None)
             # One distinct value drawn n times has no spread; rounding must not invent one.
             sds[start:stop] = np.where(np.count_nonzero(draws, axis=1) == 1, 0.0, np.sqrt(var))

@@ -4,6 +4,8 @@ coverage by seeded simulation."""
 from __future__ import annotations
 
 import math
+import tracemalloc
+import warnings
 
 import numpy as np
 import pytest
@@ -124,9 +126,6 @@ def test_the_bootstrap_interval_is_scipys_unbatched_one_in_bounded_memory() -> N
     interval: the same bits as scipy's all-at-once call (checked at n = 2,000, where that call
     still fits in a test worker), and at n = 5,000 a traced peak far below the unbatched call's
     1.2 GB (its resamples plus the BCa jackknife's n × n array)."""
-    import tracemalloc
-    import warnings
-
     rng = np.random.default_rng(12)
 
     def data(n: int) -> tuple[np.ndarray, np.ndarray]:
