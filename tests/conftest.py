@@ -306,6 +306,38 @@ _LONG_MEASUREMENTS = {
 }
 
 
+# The longest tests that need no endpoint, handed out first. Under ``--dist loadgroup`` xdist
+# gives each worker a group or a single test at a time, the groups first (largest first), then
+# single tests in collection order; a long test collected late (the sweep and speed modules sit
+# near the end of the alphabet) then runs nearly alone while the other workers are done. Most of
+# these wait on rate-paced traffic or processes of their own, so they also fill the minutes when
+# the servers start. Wall seconds under a `.ci/run` on a 2-core AMX host (2026-12-03), where the
+# last 60 s of a 981 s run were such a tail; a key matches as in ``SLOW``.
+_START_FIRST: dict[str, float] = {
+    "tests/dashboard/test_sweeps.py::test_the_scatter_places_each_measured_configuration_with_both_intervals": 150,
+    "tests/api/test_schemathesis.py": 124,
+    "tests/benchmarks/test_lmeval_peer_smoke.py": 111,
+    "tests/services/test_sweeps.py::test_bad_flag_fails_to_start_and_the_sweep_goes_on_with_abba_capacity": 108,
+    "tests/gates/test_recovery.py::test_recovery_floor_gate_error_rate_at_the_floor": 75,
+    "tests/benchmarks/test_store_scale_smoke.py": 57,
+    "tests/gates/test_slices.py::test_aa_never_fails_beyond_family_wise_alpha": 57,
+    "tests/cli/test_fault_proxy_drill.py": 54,
+    "tests/speed/test_speed_kind_open_loop.py": 36,
+    "tests/speed/test_engine.py::test_rate_sweep_finds_the_known_saturation_rate": 33,
+    "tests/api/test_load_drill.py": 31,
+    "tests/security/test_slowloris.py": 30,
+    "tests/benchmarks/test_evaluator_speed_smoke.py": 27,
+}
+
+
+def _first_rank(item: pytest.Item) -> float:
+    """Minus the measured seconds of a test in ``_START_FIRST``, else 0 (keeps its place)."""
+    for key, seconds in _START_FIRST.items():
+        if item.nodeid == key or item.nodeid.startswith((f"{key}::", f"{key}[")):
+            return -seconds
+    return 0.0
+
+
 def _long_reason(nodeid: str) -> str | None:
     return _LONG_MEASUREMENTS.get(nodeid) or _LONG_MEASUREMENTS.get(nodeid.split("::")[0])
 
@@ -364,6 +396,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_groups_hold(config, items)
+    items.sort(key=_first_rank)  # stable: the rest keep their order (every worker sorts alike)
     needing = [it for it in items if _needs_endpoints(it)]
     if not needing:
         return
