@@ -1,9 +1,9 @@
 """Fixtures of the dashboard's browser tests.
 
 - ``dash_store``: one SQLite store for the session, holding
-  * ``real_runs``: real runs of the local endpoints (needle, reasoning, determinism, drift and
-    speed smoke suites at --samples 2, through ``evalsvc.services.runs.compare``), and a second
-    reasoning run of the same pair for the trend and the comparison;
+  * ``real_runs``: real runs of the local endpoints: the session's ``smoke_run`` (every kind at
+    --samples 2, through the real CLI; ``tests/conftest.py``) and a second reasoning run of the
+    same pair (``evalsvc.services.runs.compare``) for the trend and the comparison;
   * ``synthetic_run``: a run written through the store whose needle grid has one cell where the
     candidate lost every item (the one significant cell) and whose outputs are hostile HTML;
   * ``many_runs``: 120 stored runs with labels, for filters and pagination;
@@ -72,12 +72,11 @@ def _require_browser() -> None:
 
 
 @pytest.fixture(scope="session")
-def dash_db_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+def dash_db_url(real_runs_db_url: str) -> str:
+    """The session's store of real runs (``tests/conftest.py``), which the CLI's every-kind run
+    (``smoke_run``) writes into too."""
     _require_browser()
-    url = f"sqlite:///{tmp_path_factory.mktemp('dashboard') / 'dash.db'}"
-    with Store.from_url(url) as fresh:
-        fresh.upgrade()
-    return url
+    return real_runs_db_url
 
 
 @pytest.fixture(scope="session")
@@ -92,44 +91,30 @@ class RealRuns:
     baseline: str
     candidate: str
     main: str
-    """One run of needle, reasoning, determinism, drift and speed."""
+    """The session's ``smoke_run``: needle, reasoning, determinism, drift, speed and lm-eval."""
     again: str
     """A later reasoning run of the same pair (trend, compare)."""
     durations: dict[str, float] = field(default_factory=dict)
 
 
-SMOKE = ["needle-smoke", "reasoning-smoke", "determinism-smoke", "drift-smoke", "speed-smoke"]
-
-
 @pytest.fixture(scope="session")
-def real_runs(local_endpoints: Any, dash_store: Store) -> RealRuns:
-    """Real runs against the local endpoints, kept tiny (about a minute on an idle host)."""
+def real_runs(local_endpoints: Any, smoke_run: Any, dash_store: Store) -> RealRuns:
+    """Real runs against the local endpoints, kept tiny: the session's ``smoke_run`` (every kind
+    through the CLI, into this store) and a later reasoning run of the same pair."""
     from evalsvc.services import runs
 
     os.environ.setdefault("EVALSVC_TEST_KEEP_ENDPOINTS", "1")
-    cands = dict(local_endpoints.candidates)
-    name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
-    base, cand = local_endpoints.baseline, cands[name]
-
-    def one(suites: list[str], samples: int, label: str) -> str:
-        spec = RunSpec(
-            baseline=EndpointRef(url=base, name="bf16"),
-            candidates=[EndpointRef(url=cand, name=name)],
-            suites=suites,
-            options=RunOptions(samples=samples, concurrency=4),
-            labels={"source": "dashboard-test", "set": label},
-        )
-        report = in_thread(runs.compare, spec, store=dash_store)
-        return str(report["run_id"])
-
-    # One run holds the five kinds; --samples applies to each suite's own size parameter
-    # (needle items, reasoning items, determinism probes, drift passages, speed requests).
+    base, cand, name = smoke_run.baseline, smoke_run.candidate, smoke_run.candidate_name
     t0 = time.monotonic()
-    main = one(SMOKE, 2, "kinds")
-    t1 = time.monotonic()
-    again = one(["reasoning-smoke"], 6, "again")
-    t2 = time.monotonic()
-    return RealRuns(base, cand, main, again, {"main": t1 - t0, "again": t2 - t1})
+    spec = RunSpec(
+        baseline=EndpointRef(url=base, name="bf16"),
+        candidates=[EndpointRef(url=cand, name=name)],
+        suites=["reasoning-smoke"],
+        options=RunOptions(samples=6, concurrency=4),
+        labels={"source": "dashboard-test", "set": "again"},
+    )
+    again = str(in_thread(runs.compare, spec, store=dash_store)["run_id"])
+    return RealRuns(base, cand, smoke_run.run_id, again, {"again": time.monotonic() - t0})
 
 
 @dataclass

@@ -77,7 +77,7 @@ def test_every_page_of_real_runs_renders_cleanly(
     base = dash_server.url
     run = real_runs.main
     suites = {s["name"]: s["kind"] for s in dash_store.get_suite_snapshots(run)}
-    assert set(suites.values()) == {"needle", "reasoning", "determinism", "drift", "speed"}
+    assert set(suites.values()) == {"needle", "reasoning", "determinism", "drift", "speed", "lmeval"}
     pages = {
         "runs": f"{base}/",
         "run": f"{base}/runs/{run}",
@@ -94,7 +94,7 @@ def test_every_page_of_real_runs_renders_cleanly(
     # The run page shows one gate row per suite, each with its CI bar and margin line.
     _open(page, pages["run"])
     rows = page.page.locator("#gates tbody tr")
-    assert rows.count() == 5
+    assert rows.count() == 6
     bars = page.page.locator("#gates svg.cibar")
     assert bars.count() >= 4  # a gate without a CI (e.g. no comparable data) shows "—"
     assert page.page.locator("#gates svg.cibar line.margin").count() == bars.count()
