@@ -289,8 +289,8 @@ def test_run_page_links_the_previous_run_of_the_pair(
     page.page.click("#compare-previous")
     page.page.wait_for_load_state("networkidle")
     assert f"a={real_runs.main}" in page.page.url and f"b={real_runs.again}" in page.page.url
-    # The reasoning gate is in both runs; the other four only in the earlier one.
-    assert page.page.locator("#compare-gates tbody tr").count() == 5
+    # The reasoning gate is in both runs; the other five (the smoke run's) only in the earlier one.
+    assert page.page.locator("#compare-gates tbody tr").count() == 6
     _clean(page, "compare previous")
 
 
