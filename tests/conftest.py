@@ -536,8 +536,9 @@ class SmokeRun:
 def smoke_run(local_endpoints: Any, real_runs_db_url: str) -> SmokeRun:
     """Every shipped kind through the real CLI once per session, two items per suite: what its
     readers assert is that each kind's details reach the JSON report and the dashboard's pages,
-    not a verdict. One run instead of two (the CLI test's and the dashboard's own, about 150
-    CPU-s of the baseline's core and the CLI's under a CI run's load on a 2-core AMX host)."""
+    not a verdict. One run instead of two (the CLI test's and the dashboard's own): on a 2-core
+    AMX host the dashboard's every-page test went from 86 s to 28 s under a `.ci/run`, the first
+    vLLM group from 755 s to 628 s of test time (docs/benchmarks.md, "Session 12")."""
     cands = local_endpoints.candidates
     name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
     suites = [a for s in SMOKE_RUN_SUITES for a in ("--suite", s)]
