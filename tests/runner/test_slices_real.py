@@ -22,11 +22,18 @@ import pytest
 
 from tests.runner.fault_proxy import fault_proxy
 
+# Four worked demonstrations (``shots``): zero-shot, bf16 solved 11 of the 60 dates items on a
+# 2-core Intel AMX host (18%), and a slice gate at its share of alpha (weighted Holm: 0.1 of the
+# family's 0.05 for each of two slices) needs at least 12 solved items lost of 60 to fail, so the
+# planted collapse failed the slice only when batched traffic changed an answer or two (one
+# `.ci/run` in five missed it). With four shots the same host's bf16 solved 21 of 60 (35%) and
+# lists L1 70% (30 items), idle, one run each; two shots gave 16 of 60.
 SUITE = """name: dates-slice
 kind: reasoning
 seed: 5
 params:
   n: 90
+  shots: 4
   tasks:
     - {family: dates, level: 1, weight: 2}
     - {family: lists, level: 1}
