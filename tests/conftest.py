@@ -205,9 +205,15 @@ def _needs_llamacpp(item: pytest.Item) -> bool:
     )
 
 
+def _key_matches(nodeid: str, key: str) -> bool:
+    """Whether a key of ``SLOW`` or ``_START_FIRST`` (a directory, a module, or one test without
+    its parameters) names this test."""
+    return nodeid == key or nodeid.startswith((f"{key}/", f"{key}::", f"{key}["))
+
+
 def _slow_reason(nodeid: str) -> str | None:
     for key, why in SLOW.items():
-        if nodeid == key or nodeid.startswith((f"{key}/", f"{key}::", f"{key}[")):
+        if _key_matches(nodeid, key):
             return why
     return None
 
@@ -340,7 +346,7 @@ _START_FIRST: dict[str, float] = {
 def _first_rank(item: pytest.Item) -> float:
     """Minus the measured seconds of a test in ``_START_FIRST``, else 0 (keeps its place)."""
     for key, seconds in _START_FIRST.items():
-        if item.nodeid == key or item.nodeid.startswith((f"{key}::", f"{key}[")):
+        if _key_matches(item.nodeid, key):
             return -seconds
     return 0.0
 

@@ -98,7 +98,7 @@ class RealRuns:
 
 
 @pytest.fixture(scope="session")
-def real_runs(local_endpoints: Any, smoke_run: Any, dash_store: Store) -> RealRuns:
+def real_runs(smoke_run: Any, dash_store: Store) -> RealRuns:
     """Real runs against the local endpoints, kept tiny: the session's ``smoke_run`` (every kind
     through the CLI, into this store) and a later reasoning run of the same pair."""
     from evalsvc.services import runs
