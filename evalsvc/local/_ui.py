@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -139,15 +140,18 @@ def run_logged(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 1800.0,
+    expected_s: float | None = None,
 ) -> float:
-    """Run one preparation command, output appended to ``log``; returns elapsed seconds."""
+    """Run one preparation command, output appended to ``log``; returns elapsed seconds.
+
+    ``expected_s`` (how long the step usually takes) adds the time left to the spinner."""
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("a", encoding="utf-8") as fh:
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         fh.write(f"\n=== {stamp} {label}\n$ {' '.join(map(str, argv))}\n")
         fh.flush()
-        with console.status(f"{label} (log: {log})"):
+        with console.status(f"{label} (log: {log})") as status:
             # A new session lets a timeout or Ctrl-C take down pip's/torch's children too.
             proc = subprocess.Popen(
                 list(argv),
@@ -159,7 +163,7 @@ def run_logged(
                 start_new_session=True,
             )
             try:
-                rc = proc.wait(timeout=timeout)
+                rc = _wait_showing_eta(proc, status, label, log, started, timeout, expected_s)
             except subprocess.TimeoutExpired:
                 kill_group(proc.pid)
                 print_log_tail(log)
@@ -172,3 +176,39 @@ def run_logged(
         print_log_tail(log)
         raise LocalError(f"{label}: failed with exit status {rc} (log: {log})")
     return elapsed
+
+
+def eta_text(elapsed: float, expected_s: float | None) -> str:
+    """``0:42, about 1:18 left`` from how long a step usually takes; past that, say so."""
+
+    def clock(seconds: float) -> str:
+        m, sec = divmod(int(seconds), 60)
+        return f"{m}:{sec:02d}"
+
+    if expected_s is None or expected_s <= 0:
+        return clock(elapsed)
+    left = expected_s - elapsed
+    if left >= 1:
+        return f"{clock(elapsed)}, about {clock(left)} left"
+    return f"{clock(elapsed)}, longer than the usual {clock(expected_s)}"
+
+
+def _wait_showing_eta(
+    proc: subprocess.Popen[bytes],
+    status: Any,
+    label: str,
+    log: Path,
+    started: float,
+    timeout: float,
+    expected_s: float | None,
+) -> int:
+    """``proc.wait(timeout)``, redrawing the spinner's elapsed time and time left each second."""
+    deadline = started + timeout
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        elapsed = time.monotonic() - started
+        status.update(f"{label} ({eta_text(elapsed, expected_s)}; log: {log})")

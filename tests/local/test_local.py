@@ -334,6 +334,36 @@ def test_prepare_steps_skip_when_marked(tmp_path: Path, monkeypatch: pytest.Monk
     assert preparer.timings == {}
 
 
+def test_eta_text_counts_down_then_says_it_is_late() -> None:
+    from evalsvc.local._ui import eta_text
+
+    assert eta_text(42.0, None) == "0:42"
+    assert eta_text(42.0, 120.0) == "0:42, about 1:18 left"
+    assert eta_text(130.0, 120.0) == "2:10, longer than the usual 2:00"
+
+
+def test_a_step_is_estimated_from_its_last_time_in_this_home(tmp_path: Path) -> None:
+    """The spinner's estimate: the typical figure first, then what this host measured; a real
+    command through ``run_logged`` runs to its end through the redrawing wait."""
+    from evalsvc.local._ui import run_logged
+
+    layout = Layout(tmp_path)
+    preparer = _prepare.Preparer(layout)
+    assert preparer.expected("venv-llamacpp") == _prepare.TYPICAL_STEP_S["venv-llamacpp"]
+    assert preparer.expected("no-such-step") is None
+    preparer._done("venv-llamacpp", time.monotonic() - 12.34)
+    assert preparer.expected("venv-llamacpp") == pytest.approx(12.3, abs=0.1)
+    assert _prepare.Preparer(layout).expected("venv-llamacpp") == pytest.approx(12.3, abs=0.1)
+    (layout.logs / "step-times.json").write_text("[not, json")  # a damaged file costs the figure
+    assert preparer.expected("venv-llamacpp") == _prepare.TYPICAL_STEP_S["venv-llamacpp"]
+    elapsed = run_logged(
+        "sleeping", [sys.executable, "-c", "import time; time.sleep(1.6)"],
+        layout.log("eta"), expected_s=60.0,
+    )
+    assert elapsed >= 1.5
+    assert "sleeping" in layout.log("eta").read_text()
+
+
 # ------------------------------------------------------------------------------------ serving
 
 
