@@ -11,17 +11,17 @@ import logging
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 
-from evalsvc.db import (
-    Store,
-    StoreError,
-)
+from evalsvc.db import StoreError
 
 from ._exit import exit_code
 from ._safe import plain
+
+if TYPE_CHECKING:  # the store loads SQLAlchemy: only the commands that open one pay for it
+    from evalsvc.db import Store
 
 EXIT_CONFIG = 2
 
@@ -48,6 +48,8 @@ def fail_store(err: StoreError) -> NoReturn:
 
 def open_store(database_url: str | None, *, check_head: bool = True) -> Store:
     """Open the store and (by default) refuse a database that is not at the migration head."""
+    from evalsvc.db import Store
+
     try:
         store = Store.from_url(database_url)
     except StoreError as err:  # a malformed URL or a missing driver

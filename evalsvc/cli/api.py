@@ -16,8 +16,7 @@ from typing import Annotated
 
 import typer
 
-from evalsvc.db import Store, StoreError
-from evalsvc.settings import Settings
+from evalsvc.db import StoreError
 
 from ._dbcommon import DatabaseUrlOption, fail, fail_store
 from ._exit import EXIT_INFRA
@@ -80,6 +79,8 @@ def serve(
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    from evalsvc.db import Store
+
     try:
         store = Store.from_url(database_url)
     except StoreError as err:  # a malformed URL or a missing driver
@@ -97,6 +98,8 @@ def serve(
         f"database {shown}",
         err=True,
     )
+    from evalsvc.settings import Settings
+
     settings = Settings()
     nofile = raise_nofile_limit()
     max_connections = settings.api_max_connections or default_max_connections(nofile)

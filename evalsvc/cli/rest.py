@@ -77,9 +77,10 @@ def compare_remote(
         return code
 
     headers = {}
-    token = Settings().token
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token.get_secret_value()}"
+    secret = Settings().token
+    token = secret.get_secret_value() if secret is not None else None
+    if token:  # EVALSVC_TOKEN= (empty) is no token
+        headers["Authorization"] = f"Bearer {token}"
     body = {
         "baseline": ref(endpoints[0]),
         "candidates": [ref(e) for e in endpoints[1:]],
@@ -118,7 +119,9 @@ def compare_remote(
             # (2), or could not do it (4). A missing or weak token (401, 403) is configuration.
             code = EXIT_USAGE if resp.status_code in (400, 401, 403, 404, 409, 413, 422) else 4
             return no_verdict(
-                f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}", code
+                f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}"
+                f"{_token_fix(resp.status_code, bool(token))}",
+                code,
             )
         try:
             answer = api_json(resp, server)
@@ -187,6 +190,18 @@ def api_json(resp: Any, server: str, *, ok: bool = False) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise NotTheApi(not_the_api(resp, server, "not a JSON object"))
     return value
+
+
+def _token_fix(status: int, has_token: bool) -> str:
+    """What to do about a 401/403 from ``POST /runs`` (docs/api.md, "Tokens")."""
+    create = "`evalsvc tokens create NAME --scope submit` on the server"
+    if status == 401 and not has_token:
+        return f"; set EVALSVC_TOKEN to a token with the submit scope ({create})"
+    if status == 401:
+        return f"; the token in EVALSVC_TOKEN is unknown or revoked: set a valid one ({create})"
+    if status == 403:
+        return f"; the token in EVALSVC_TOKEN lacks the submit scope ({create})"
+    return ""
 
 
 def follow_remote(

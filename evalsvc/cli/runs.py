@@ -13,13 +13,13 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from evalsvc.db import Store, StoreError
+from evalsvc.db import StoreError
 from evalsvc.domain import RunInfo, RunStatus
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
@@ -27,6 +27,9 @@ from evalsvc.services import history
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
 from ._exit import exit_code
 from ._safe import plain, term
+
+if TYPE_CHECKING:
+    from evalsvc.db import Store
 
 app = typer.Typer(no_args_is_help=True)
 _out = Console(highlight=False, soft_wrap=True)

@@ -14,13 +14,13 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from evalsvc.db import Store, StoreError
+from evalsvc.db import StoreError
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
 from evalsvc.endpoints import redact_urls_in
 
@@ -36,6 +36,9 @@ from ._dbcommon import (
 )
 from ._exit import exit_code
 from ._safe import term
+
+if TYPE_CHECKING:
+    from evalsvc.db import Store
 
 app = typer.Typer(name="schedules", help="Cron schedules that queue runs.", no_args_is_help=True)
 

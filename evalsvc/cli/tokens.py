@@ -15,8 +15,6 @@ from rich.console import Console
 from rich.table import Table
 
 from evalsvc.db import StoreError
-from evalsvc.services import tokens as token_service
-from evalsvc.services.tokens import API_SCOPES
 
 from ._dbcommon import (
     EXIT_CONFIG,
@@ -38,11 +36,15 @@ def create(
     name: Annotated[str, typer.Argument(help="Unique token name (who or what uses it).")],
     scope: Annotated[
         list[str],
-        typer.Option(help=f"Scope ({', '.join(sorted(API_SCOPES))}); repeatable."),
+        # The names are the store's API_SCOPES, spelled out so that --help loads no database.
+        typer.Option(help="Scope (admin, read, submit); repeatable."),
     ],
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Create a token and print it once (stdout); store only its hash."""
+    from evalsvc.services import tokens as token_service
+    from evalsvc.services.tokens import API_SCOPES
+
     unknown = token_service.unknown_scopes(scope)
     if unknown:
         fail(f"unknown scope(s) {unknown}; choose from {sorted(API_SCOPES)}", EXIT_CONFIG)
@@ -65,6 +67,8 @@ def list_(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """List tokens (names, scopes, last use; never the tokens themselves)."""
+    from evalsvc.services import tokens as token_service
+
     store = open_store(database_url)
     try:
         tokens = token_service.list_tokens(store)
@@ -93,6 +97,8 @@ def revoke(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Revoke a token: requests with it get 401 from now on."""
+    from evalsvc.services import tokens as token_service
+
     revoked = with_store(database_url, lambda store: token_service.revoke(store, name))
     if not revoked:
         fail(f"no active token named {name!r}", EXIT_CONFIG)  # an unknown name: exit 2

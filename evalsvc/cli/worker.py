@@ -18,7 +18,6 @@ from typing import Annotated
 import typer
 
 from evalsvc.db import StoreError
-from evalsvc.settings import Settings
 
 from ._dbcommon import DatabaseUrlOption, configure_logging, fail, fail_store, open_store
 from ._exit import exit_code
@@ -68,6 +67,8 @@ def worker(
     from evalsvc.scheduler import Scheduler, Worker, load_executor
 
     configure_logging(verbose)
+    from evalsvc.settings import Settings
+
     settings = Settings()
     try:  # egress: a bad allowlist stops the worker at start, not at every run
         from evalsvc.endpoints import EgressPolicy

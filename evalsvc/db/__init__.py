@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._dashboard_queries import DashboardQueries, RunFilters
+# The errors are light and every layer catches them; the rest (SQLAlchemy, alembic) loads on
+# first use, so ``from evalsvc.db import StoreError`` keeps ``evalsvc --help`` fast.
 from ._errors import (
     Conflict,
     DatabaseConfigError,
@@ -21,15 +22,16 @@ from ._errors import (
     InvalidData,
     StoreError,
 )
-from ._lease import Leases
-from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
-from ._queue import IN_PROCESS_PREFIX
-from ._session import redact_url
-from ._store import API_SCOPES, Store
-from ._writer import BATCH_SIZE, SampleWriter, retry_transient
 
 if TYPE_CHECKING:
+    from ._dashboard_queries import DashboardQueries, RunFilters
     from ._export import EXPORT_FORMATS, ExportFormat, export_samples, samples_frame
+    from ._lease import Leases
+    from ._metrics import GateFigure, Histogram, MetricsSnapshot, metrics_snapshot
+    from ._queue import IN_PROCESS_PREFIX
+    from ._session import redact_url
+    from ._store import API_SCOPES, Store
+    from ._writer import BATCH_SIZE, SampleWriter, retry_transient
 
 __all__ = [
     "API_SCOPES",
@@ -59,13 +61,35 @@ __all__ = [
     "samples_frame",
 ]
 
-_LAZY = {"EXPORT_FORMATS", "ExportFormat", "export_samples", "samples_frame"}
+#: Where each lazily loaded name lives: SQLAlchemy and alembic load with the first of them,
+#: pandas/pyarrow only for exports.
+_LAZY = {
+    "DashboardQueries": "_dashboard_queries",
+    "RunFilters": "_dashboard_queries",
+    "EXPORT_FORMATS": "_export",
+    "ExportFormat": "_export",
+    "export_samples": "_export",
+    "samples_frame": "_export",
+    "Leases": "_lease",
+    "GateFigure": "_metrics",
+    "Histogram": "_metrics",
+    "MetricsSnapshot": "_metrics",
+    "metrics_snapshot": "_metrics",
+    "IN_PROCESS_PREFIX": "_queue",
+    "redact_url": "_session",
+    "API_SCOPES": "_store",
+    "Store": "_store",
+    "BATCH_SIZE": "_writer",
+    "SampleWriter": "_writer",
+    "retry_transient": "_writer",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # pandas/pyarrow are only needed for exports; keep them out of worker and CLI start-up.
     if name in _LAZY:
-        from . import _export
+        import importlib
 
-        return getattr(_export, name)
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

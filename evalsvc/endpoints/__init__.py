@@ -6,17 +6,10 @@ go and which credentials they carry is ``EgressPolicy``'s (docs/security.md); UR
 (userinfo refused and redacted) is ``_urls``'.
 """
 
-from evalsvc.endpoints._client import (
-    Completion,
-    EndpointClient,
-    EndpointError,
-    TokenLogprob,
-    root_url,
-    status_line,
-)
-from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
-from evalsvc.endpoints._probe import CAPABILITIES, probe
-from evalsvc.endpoints._tokenizer import LocalTokenizer, under_root
+from typing import TYPE_CHECKING, Any
+
+# URL hygiene is light and the CLI needs it at start-up; the client, the probe and the egress
+# policy (aiohttp) load on first use, so importing this package keeps ``evalsvc --help`` fast.
 from evalsvc.endpoints._urls import (
     UrlError,
     check_endpoint_url,
@@ -25,7 +18,21 @@ from evalsvc.endpoints._urls import (
     redact_urls_in,
 )
 
+if TYPE_CHECKING:
+    from evalsvc.endpoints._client import (
+        Completion,
+        EndpointClient,
+        EndpointError,
+        TokenLogprob,
+        root_url,
+        status_line,
+    )
+    from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
+    from evalsvc.endpoints._probe import CAPABILITIES, BaseUrlError, probe
+    from evalsvc.endpoints._tokenizer import LocalTokenizer, under_root
+
 __all__ = [
+    "BaseUrlError",
     "CAPABILITIES",
     "Completion",
     "EgressPolicy",
@@ -45,3 +52,31 @@ __all__ = [
     "status_line",
     "under_root",
 ]
+
+#: Where each lazily loaded name lives.
+_LAZY = {
+    "Completion": "_client",
+    "EndpointClient": "_client",
+    "EndpointError": "_client",
+    "TokenLogprob": "_client",
+    "root_url": "_client",
+    "status_line": "_client",
+    "EgressPolicy": "_egress",
+    "EgressRefused": "_egress",
+    "literal_address": "_egress",
+    "BaseUrlError": "_probe",
+    "CAPABILITIES": "_probe",
+    "probe": "_probe",
+    "LocalTokenizer": "_tokenizer",
+    "under_root": "_tokenizer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -58,7 +58,12 @@ from evalsvc.settings import Settings
 
 
 class EndpointError(Exception):
-    """A request failed after retries; ``str()`` is a one-line reason fit for a sample's ``error``."""
+    """A request failed after retries; ``str()`` is a one-line reason fit for a sample's ``error``.
+    ``status`` is the HTTP status when the server answered (None: no HTTP answer)."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def status_line(code: int) -> str:
@@ -278,7 +283,9 @@ class EndpointClient:
     def _check_status(self, resp: aiohttp.ClientResponse, url: str) -> None:
         code = resp.status
         if 300 <= code < 400:
-            raise EndpointError(f"{status_line(code)} from {url}: redirects are not followed")
+            raise EndpointError(
+                f"{status_line(code)} from {url}: redirects are not followed", status=code
+            )
         if code == 429 or code >= 500:
             raise _RetryableStatus(code)
 
@@ -335,7 +342,9 @@ class EndpointClient:
         try:
             return status, json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise EndpointError(f"malformed JSON body ({status_line(status)})") from exc
+            raise EndpointError(
+                f"malformed JSON body ({status_line(status)})", status=status
+            ) from exc
 
     async def get_text(self, url: str) -> tuple[int, str]:
         """GET a text resource (e.g. ``/metrics``) with retries. Raises ``EndpointError``."""
@@ -365,7 +374,9 @@ class EndpointClient:
     async def models(self) -> list[dict[str, Any]]:
         status, data = await self.request_json("GET", f"{self.base_url}/models")
         if status != 200 or not isinstance(data, dict) or not isinstance(data.get("data"), list):
-            raise EndpointError(f"/models answered {status_line(status)} without a model list")
+            raise EndpointError(
+                f"/models answered {status_line(status)} without a model list", status=status
+            )
         return list(data["data"])
 
     async def tokenize(self, text: str) -> list[int]:

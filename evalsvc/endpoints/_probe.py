@@ -6,6 +6,10 @@ registered tokenizer, needed because it has no tokenize route, cannot be loaded)
 fails is recorded as ``capabilities[name] = False``, never guessed. Suites declare the
 capabilities they need and the runner refuses them up front (lm-eval's known failure mode is
 scoring chance-level results from endpoints whose ``echo`` silently does nothing).
+
+A server that answers but not at this base URL (no ``/v1``: ``http://host:8000``) is a
+``BaseUrlError`` (a ``UrlError``: a usage error, exit 2) naming the base URL whose ``/models``
+does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable endpoint.
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.domain import Provenance
-from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError
+from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError, status_line
 from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
 from evalsvc.endpoints._tokenizer import LocalTokenizer
+from evalsvc.endpoints._urls import UrlError, redact_url
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
 
@@ -28,9 +33,23 @@ CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "t
 _FINGERPRINT_TEXT = "The quick brown fox jumps over 13 lazy dogs; naïve café ☕."
 
 
+class BaseUrlError(EndpointError, UrlError):
+    """The server answered, but ``/v1`` is missing from the base URL; ``str()`` names the fix."""
+
+
 async def probe(client: EndpointClient) -> Provenance:
     """Probe ``client``'s endpoint and fill ``client.model`` if it was not given."""
-    models = await client.models()  # raises EndpointError when unreachable
+    try:
+        models = await client.models()  # raises EndpointError when unreachable
+    except EndpointError as exc:
+        fixed = await _answering_base_url(client, exc)
+        if fixed is None:
+            raise
+        raise BaseUrlError(
+            f"{redact_url(client.base_url)} is not an OpenAI base URL (GET /models answered "
+            f"{status_line(exc.status or 0)}); did you mean {redact_url(fixed)}?",
+            status=exc.status,
+        ) from exc
     if not models:
         raise EndpointError(f"{client.base_url} serves no model")
     chosen = _choose_model(models, client.model)
@@ -115,6 +134,21 @@ async def probe(client: EndpointClient) -> Provenance:
         prov.engine = "vllm"
     prov.capabilities = caps
     return prov
+
+
+async def _answering_base_url(client: EndpointClient, failure: EndpointError) -> str | None:
+    """``{base}/v1`` when ``{base}/models`` got an HTTP answer without a model list and
+    ``{base}/v1/models`` lists models (the URL missed its ``/v1``); None otherwise. Only a
+    server that answered is asked again: an unreachable one stays an infrastructure error."""
+    if failure.status is None or client.base_url.rstrip("/").endswith("/v1"):
+        return None
+    candidate = f"{client.base_url.rstrip('/')}/v1"
+    try:
+        status, data = await client.request_json("GET", f"{candidate}/models")
+    except EndpointError:
+        return None
+    listed = status == 200 and isinstance(data, dict) and isinstance(data.get("data"), list)
+    return candidate if listed else None
 
 
 def _raise_if_timed_out(client: EndpointClient, route: str, result: Completion) -> None:

@@ -4,7 +4,10 @@ Contract (stdlib only, no I/O, importable from any layer):
 - ``check_endpoint_url(url)`` returns the normalised base URL (no trailing ``/``) or raises
   ``UrlError`` with a one-line reason: only ``http``/``https`` with a host, and never userinfo
   (``http://user:pw@host/v1``), because HTTP clients (aiohttp, httpx) turn it into a Basic-auth header sent to
-  whatever the URL points at, and because URLs are shown to every read-scoped token.
+  whatever the URL points at, and because URLs are shown to every read-scoped token. A URL
+  that ends in an OpenAI route (``.../v1/chat/completions``, copied from a curl line) is
+  refused with the base URL it names: ``did you mean http://host:8000/v1?``
+  (``route_base_url``).
 - ``redact_url(url)`` and ``redact_text(text)`` are the one redaction for every URL shown
   anywhere (endpoint and database URLs, every view, message and log line): userinfo becomes
   ``***`` and so does the value of every credential-like query or fragment parameter
@@ -42,6 +45,24 @@ class UrlError(ValueError):
     """An endpoint URL is refused; ``str()`` says why in one line."""
 
 
+#: OpenAI routes that follow the base URL: a base URL ending in one of them is a request URL
+#: copied from a log or a curl line, and every request would go to ``{route}/{route}``.
+OPENAI_ROUTES = ("/chat/completions", "/completions", "/models", "/embeddings", "/responses")
+
+
+def route_base_url(url: str) -> str | None:
+    """The base URL a route URL names (``http://h:8000/v1/chat/completions`` →
+    ``http://h:8000/v1``; a route at the root gains ``/v1``, where vLLM, SGLang and llama.cpp
+    serve it), or None when ``url`` does not end in an OpenAI route."""
+    parts = urlsplit(url.strip().rstrip("/"))
+    path = parts.path
+    for route in OPENAI_ROUTES:
+        if path.lower().endswith(route):
+            base = path[: -len(route)].rstrip("/") or "/v1"
+            return urlunsplit(parts._replace(path=base, query="", fragment=""))
+    return None
+
+
 def check_endpoint_url(url: str) -> str:
     """The normalised base URL, or ``UrlError`` (bad scheme, no host, credentials in it)."""
     value = url.strip().rstrip("/")
@@ -61,6 +82,12 @@ def check_endpoint_url(url: str) -> str:
     if not parts.hostname:
         raise UrlError(f"endpoint URL {value!r} has no host")
     del port
+    base = route_base_url(value)
+    if base is not None:
+        raise UrlError(
+            f"endpoint URL {redact_url(value)!r} is a route, not a base URL: did you mean "
+            f"{redact_url(base)}?"
+        )
     return value
 
 

@@ -16,6 +16,11 @@ class CapabilityError(ValueError):
     """A suite needs an API feature that an endpoint does not have (exit 2)."""
 
 
+class EndpointUrlError(CapabilityError):
+    """An endpoint URL reaches a server but not its OpenAI API (``/v1`` missing); ``str()``
+    names the corrected URL. Refused like a missing capability (exit 2), not as unreachable."""
+
+
 class CancelledRun(RuntimeError):
     """The run was cancelled (or its lease lost) while executing."""
 

@@ -4,7 +4,9 @@ Contract:
 - ``execute(...)`` knows nothing of the database. It takes a ``SampleSink`` (the service layer
   gives it one that writes to the store as samples complete) and the set of sample keys already
   stored (so a resumed run skips finished items).
-- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable and
+- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable,
+  ``EndpointUrlError`` (a ``CapabilityError``, exit 2) naming the corrected URL when a server
+  answers but not at the given base URL (``/v1`` missing), and
   ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
   item is sent. Everything after that is recorded, never raised: errored requests are samples
   with ``error`` set, counted per suite; too many make the run's verdict ``error``.
@@ -32,7 +34,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
-from evalsvc.endpoints import EgressPolicy, EndpointClient, EndpointError, probe, redact_url
+from evalsvc.endpoints import (
+    BaseUrlError,
+    EgressPolicy,
+    EndpointClient,
+    EndpointError,
+    probe,
+    redact_url,
+)
 from evalsvc.gates import (
     GateOutcome,
     Reason,
@@ -51,6 +60,7 @@ from evalsvc.gates import (
 from evalsvc.runner._common import (
     CancelledRun,
     CapabilityError,
+    EndpointUrlError,
     InfrastructureError,
     suite_concurrency,
 )
@@ -158,15 +168,22 @@ async def probe_all(
     ]
     results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
     failures = []
+    wrong_urls = []
     provs: list[Provenance] = []
     for ref, client, res in zip(refs, clients, results, strict=True):
-        if isinstance(res, BaseException):
+        if isinstance(res, BaseUrlError):  # the server answered: the URL is the mistake
+            wrong_urls.append(f"endpoint {ref.name}: {res}" if ref.name else str(res))
+        elif isinstance(res, BaseException):
             failures.append(f"endpoint {ref.name or redact_url(ref.url)} unreachable: {res}")
         else:
             provs.append(res)
             ref.model = client.model
-    if failures:
+    if wrong_urls or failures:
         await asyncio.gather(*(c.aclose() for c in clients))
+    if wrong_urls:
+        # Once per URL: a baseline and a candidate given the same wrong URL say it once.
+        raise EndpointUrlError("; ".join(dict.fromkeys(wrong_urls + failures)))
+    if failures:
         raise InfrastructureError("; ".join(failures))
     return clients, provs
 

@@ -9,10 +9,12 @@ HTTP 409) and :class:`RunNotFinished` / :class:`RunAlreadyFinished` (exit 2 / HT
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalsvc.db import Store
 from evalsvc.domain import EXIT_CODES, RunInfo, RunStatus, RunVerdict
+
+if TYPE_CHECKING:  # the store loads SQLAlchemy; callers bring one
+    from evalsvc.db import Store
 
 #: The shortest prefix accepted: 8 hex digits, as ``runs list`` prints (4.3e9 values: a
 #: collision among a store's runs is unlikely, and one is reported as ambiguous, never guessed).

@@ -16,16 +16,18 @@ Contract:
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import threading
+import typing
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from evalsvc import limits
 from evalsvc.settings import Settings
@@ -183,7 +185,10 @@ def _load_name(name_or_path: str, *, allow_paths: bool) -> Suite | SuiteSet:
     files = _catalog_files()
     if name_or_path not in files:
         known = ", ".join(sorted(files)) or "(catalog empty)"
-        raise SuiteError(f"unknown suite {name_or_path!r}; known suites: {known}")
+        raise SuiteError(
+            f"unknown suite {name_or_path!r}{did_you_mean(name_or_path, files)}; known suites: "
+            f"{known}"
+        )
     return _load_file(files[name_or_path])
 
 
@@ -255,7 +260,7 @@ def _load_file(path: Path) -> Suite | SuiteSet:
     try:
         spec = SuiteSpec.model_validate(data).located_at(path.resolve().parent)
     except ValidationError as exc:
-        raise SuiteError(_format_error(path, node, exc)) from exc
+        raise SuiteError(_format_error(path, node, exc, model=SuiteSpec)) from exc
     for field_name, bound in (("name", 200), ("description", limits.MAX_DESCRIPTION)):
         if len(getattr(spec, field_name)) > bound:
             raise SuiteError(
@@ -265,13 +270,16 @@ def _load_file(path: Path) -> Suite | SuiteSet:
     kind_cls = suite_kinds().get(spec.kind)
     if kind_cls is None:
         raise SuiteError(
-            f"{path}:{_line(node, ('kind',))}: field 'kind': unknown suite kind {spec.kind!r}; "
-            f"known kinds: {', '.join(sorted(suite_kinds()))}"
+            f"{path}:{_line(node, ('kind',))}: field 'kind': unknown suite kind {spec.kind!r}"
+            f"{did_you_mean(spec.kind, suite_kinds())}; known kinds: "
+            f"{', '.join(sorted(suite_kinds()))}"
         )
     try:
         return kind_cls(spec)
     except ValidationError as exc:
-        raise SuiteError(_format_error(path, node, exc, prefix=("params",))) from exc
+        raise SuiteError(
+            _format_error(path, node, exc, prefix=("params",), model=kind_cls.Params)
+        ) from exc
     except ValueError as exc:  # a kind's own check of its parameters (a missing file, ...)
         raise SuiteError(f"{path}:{_line(node, ('params',))}: {exc}") from exc
 
@@ -298,12 +306,60 @@ def _suite_set(path: Path, node: Any, data: dict[str, Any]) -> SuiteSet:
     return SuiteSet(str(data.get("name", path.stem)), str(data.get("description", "")), names)
 
 
-def _format_error(path: Path, node: Any, exc: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a mistyped ``word`` (difflib's
+    ratio of at least 0.6, its default cut-off), else ``""``."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _format_error(
+    path: Path,
+    node: Any,
+    exc: ValidationError,
+    prefix: tuple[str, ...] = (),
+    model: type[BaseModel] | None = None,
+) -> str:
     lines = []
     for err in exc.errors():
         loc = prefix + tuple(str(p) for p in err["loc"])
-        lines.append(f"{path}:{_line(node, loc)}: field '{'.'.join(loc)}': {err['msg']}")
+        msg = err["msg"]
+        keys = _model_keys(model, tuple(err["loc"])[:-1]) if model is not None else None
+        if err["type"] == "extra_forbidden" and keys:
+            # A misspelt key: name the nearest valid one, else every valid one.
+            hint = did_you_mean(loc[-1], keys) or f" (valid keys: {', '.join(sorted(keys))})"
+            msg = f"unknown key{hint}"
+        lines.append(f"{path}:{_line(node, loc)}: field '{'.'.join(loc)}': {msg}")
     return "\n".join(lines)
+
+
+def _model_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    """The field names (aliases where set) of the model nested at ``loc`` inside ``model``
+    (through optional, list and dict fields), or None when ``loc`` leads to no model."""
+    current: Any = model
+    for key in loc:
+        if isinstance(key, int):  # a list index: _nested_model already unwrapped the list
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        field = current.model_fields.get(str(key))
+        if field is None:
+            return None
+        current = _nested_model(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or name for name, f in current.model_fields.items()]
+    return None
+
+
+def _nested_model(annotation: Any) -> Any:
+    """The first pydantic model inside ``annotation`` (``X | None``, ``list[X]``, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
 
 
 def _line(node: Any, loc: tuple[str, ...]) -> int:

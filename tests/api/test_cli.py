@@ -94,6 +94,18 @@ def test_compare_server_refusals(api: Api) -> None:
         env={"EVALSVC_TOKEN": ""},
     )
     assert no_token.returncode == 2 and "HTTP 401" in no_token.stderr  # configuration
+    assert "set EVALSVC_TOKEN to a token with the submit scope" in no_token.stderr
+    read_only = run_cli(
+        "compare", BASE, CAND, "--suite", "needle-smoke", "--server", api.base_url,
+        env={"EVALSVC_TOKEN": api.tokens["read"]},
+    )
+    assert read_only.returncode == 2 and "HTTP 403" in read_only.stderr
+    assert "lacks the submit scope" in read_only.stderr
+    revoked = run_cli(
+        "compare", BASE, CAND, "--suite", "needle-smoke", "--server", api.base_url,
+        env={"EVALSVC_TOKEN": "evs_not-a-token"},
+    )
+    assert revoked.returncode == 2 and "unknown or revoked" in revoked.stderr
     assert api.store.list_runs() == []
 
 
