@@ -128,6 +128,50 @@ UrlText = Annotated[str, _text(MAX_URL), _NUL]
 ModelText = Annotated[str, _text(MAX_MODEL), _NUL]
 EnvNameText = Annotated[str, _text(MAX_ENV_NAME), _NUL]
 PathText = Annotated[str, _text(MAX_PATH), _NUL]
+#: Budgets of reading one evaluation log (``evalsvc.suites._logread``, ``evalsvc.suites.logs``):
+#: every reader of a log, in-process (``evalsvc gate-logs``) or in a worker (uploads), stops at
+#: them with a data error naming the file. Bytes of one log file read from disk (a samples file
+#: of 100k documents with long generations is tens of MB).
+MAX_LOG_BYTES = 512 * 1_048_576
+#: Bytes one zip member of an Inspect ``.eval`` log may inflate to, and the whole file: a sample
+#: with a long transcript is a few MB; the header holds the eval's spec and results. Zstandard
+#: reaches ratios of 10,000:1 on repetitive JSON (a 9,800-byte member of 100 MiB), so the
+#: inflated size, not the upload's, is what is bounded.
+MAX_LOG_MEMBER_BYTES = 64 * 1_048_576
+MAX_LOG_INFLATED_BYTES = 512 * 1_048_576
+#: Zip members of one ``.eval`` log (samples × epochs; MMLU's 14,042 questions fit 3 epochs).
+MAX_LOG_MEMBERS = 50_000
+#: Nesting depth of one JSON document of a log. Inspect samples nest about 10 levels
+#: (sample, messages, content parts, tool calls); Python's ``json`` recurses and its default
+#: recursion limit is 1,000 frames, so depth is checked on the raw bytes before parsing.
+MAX_JSON_DEPTH = 100
+#: JSON objects and arrays in one document (a samples line, a ``.json`` log, a zip member). A
+#: container costs 56-230 bytes as a Python object for as little as 2 bytes of text, so this, not
+#: the byte count, bounds a parse's memory (1M empty dicts: ~70 MB; an Inspect sample with its
+#: events is a few thousand).
+MAX_JSON_CONTAINERS = 1_000_000
+#: Characters of one JSON number literal (a float's shortest repr is at most 24; Python refuses
+#: to parse integers of more than 4,300 digits on its own, with an error of its own).
+MAX_JSON_NUMBER_CHARS = 100
+#: Bytes of one line of an lm-eval samples file (one document with its prompts and responses;
+#: a 128k-token long-context prompt is ~0.5 MB, several per line for multiple-choice tasks).
+MAX_LOG_LINE_BYTES = 32 * 1_048_576
+#: Records of one lm-eval samples file (one per document and filter): MAX_ITEMS documents
+#: under ten filters.
+MAX_LOG_RECORDS = 1_000_000
+#: Largest absolute value of a per-document score: far above any metric's range (perplexities
+#: included), and small enough that sums of squares over MAX_ITEMS documents stay finite in
+#: float64 (1e12² × 1e5 = 1e29 << 1.8e308); ±1e308 overflowed the statistics to inf/NaN.
+MAX_LOG_SCORE = 1e12
+#: Characters of an identifier read from a log (task, metric, filter, model, document id).
+MAX_LOG_NAME = 200
+#: Seconds a worker may spend gating one upload (reading, pairing, the bootstrap), checked
+#: between its stages: the budgets above bound the work, this bounds the time a slow host spends
+#: on it; past it the run ends ``error`` rather than holding the worker.
+MAX_GATE_LOGS_SECONDS = 900.0
+#: ``POST /gate-logs`` uploads waiting for a worker (queued or running) per API token: each holds
+#: up to ``MAX_UPLOAD_BYTES`` in the database until a worker gates it; past this, 429.
+MAX_PENDING_UPLOADS = 16
 LabelNameText = Annotated[str, _text(MAX_LABEL_NAME), _NUL]
 SuiteNameText = Annotated[str, _text(MAX_SUITE_NAME), _NUL]
 CronText = Annotated[str, _text(MAX_CRON), _NUL]

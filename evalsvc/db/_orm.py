@@ -306,3 +306,35 @@ class SweepRunRow(Base):
     )
     config: Mapped[str] = mapped_column(sa.String(200))
     created_at: Mapped[datetime]
+
+
+class LogUploadRow(Base):
+    """The logs of a ``POST /gate-logs`` upload, waiting for a worker to gate them (migration
+    0006): the gate options as given, and the files' names, roles and sizes. The bytes are in
+    ``log_upload_chunks``. Deleted with the run, and by the worker once the run has ended."""
+
+    __tablename__ = "log_uploads"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    submitted_by: Mapped[str | None] = mapped_column(sa.String(200), index=True)
+    params: Mapped[dict[str, Any]]
+    files: Mapped[list[Any]]
+    """``[{"role", "name", "size"}]`` in upload order; a file's index is its ``file_no``."""
+    total_bytes: Mapped[int] = mapped_column(sa.BigInteger())
+    created_at: Mapped[datetime]
+
+
+class LogUploadChunkRow(Base):
+    """One chunk (at most 1 MiB) of one uploaded file: stored and read back a chunk at a time,
+    so neither the API nor a worker holds a whole upload in memory."""
+
+    __tablename__ = "log_upload_chunks"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("log_uploads.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    file_no: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    seq: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    data: Mapped[bytes] = mapped_column(sa.LargeBinary())

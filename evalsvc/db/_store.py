@@ -6,9 +6,9 @@ never leave this package. Each method is one transaction (``Database.session``),
 not retry by themselves; ``retry_transient`` and ``SampleWriter`` do, where a caller wants it.
 
 The aggregates (``store.runs``, ``.samples``, ``.queue``, ``.endpoints``, ``.schedules``,
-``.tokens``, ``.sweeps``) share the store's ``Database``; the front re-exports their methods under the names
-callers have always used (``store.create_run`` is ``store.runs.create_run``) and owns the schema
-(migrations, readiness).
+``.tokens``, ``.sweeps``, ``.log_uploads``) share the store's ``Database``; the front
+re-exports their methods under the names callers have always used (``store.create_run`` is
+``store.runs.create_run``) and owns the schema (migrations, readiness).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ._schedules import ScheduleStore
 from ._session import Database, redact_url
 from ._sweeps import SweepStore
 from ._tokens import API_SCOPES, TokenStore
+from ._uploads import LogUploadStore
 
 __all__ = ["API_SCOPES", "Store"]
 
@@ -49,6 +50,7 @@ class Store:
         self.schedules = ScheduleStore(self._db)
         self.tokens = TokenStore(self._db)
         self.sweeps = SweepStore(self._db)
+        self.log_uploads = LogUploadStore(self._db)
         # The front's names for the aggregates' methods (bound methods: typed as the originals).
         runs, samples, queue = self.runs, self.samples, self.queue
         self.create_run, self.get_run, self.find_run_ids = (

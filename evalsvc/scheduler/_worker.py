@@ -55,7 +55,15 @@ SweepExecutor = Callable[[Store, dict[str, Any], threading.Event, str], None]
 
 def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker_id: str) -> None:
     """Run ``evalsvc.services.runs.execute_stored_run`` (imported lazily: the service layer
-    pulls in the runner, suites and HTTP clients, which the queue itself does not need)."""
+    pulls in the runner, suites and HTTP clients, which the queue itself does not need).
+    A run with stored uploads (``POST /gate-logs``) is gated by
+    ``evalsvc.services.gatelogs.execute_upload_run`` instead: only the upload route stores
+    uploads, so no client can make another run take that path."""
+    if store.log_uploads.has_upload(run.id):
+        from evalsvc.services.gatelogs import execute_upload_run  # type: ignore[import-not-found,unused-ignore]
+
+        execute_upload_run(store, run, cancel=cancel, worker_id=worker_id)
+        return
     from evalsvc.services.runs import execute_stored_run  # type: ignore[import-not-found,unused-ignore]
 
     execute_stored_run(store, run, cancel=cancel, worker_id=worker_id)

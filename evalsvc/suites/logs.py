@@ -27,21 +27,31 @@ import hashlib
 import json
 import math
 import re
-import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Suite, SuiteSpec
+from evalsvc.suites._logread import (
+    LogError,
+    ZipBudget,
+    check_zip_directory,
+    load_json,
+    read_capped,
+    read_member,
+    zip_members,
+)
 
 __all__ = [
     "EvalLogSide",
+    "check_upload_name",
     "LogError",
     "LogRecord",
     "LoggedTask",
@@ -50,28 +60,31 @@ __all__ = [
     "score_value",
 ]
 
-#: Bytes read from one log file: a samples file of 100k documents with long generations is
-#: tens of MB; beyond this the input is refused rather than exhausting memory.
-MAX_LOG_BYTES = 512 * 1024 * 1024
+#: Bytes read from one log file (``evalsvc.limits``; the other budgets are there too).
+MAX_LOG_BYTES = limits.MAX_LOG_BYTES
 
 # samples_<task>_<timestamp>.jsonl; lm-eval 0.4 timestamps look like 2025-01-31T12-00-00.123456
 _SAMPLES = re.compile(r"^samples_(?P<task>.+)_(?P<stamp>\d{4}-\d{2}-\d{2}T[\d.\-:]+)\.jsonl$")
 
+#: How a file is named in messages: the path as given (CLI), or the upload's own file name.
+Shown = Callable[[Path], str]
 
-class LogError(ValueError):
-    """A log cannot be read or paired as given (a usage error: exit 2, HTTP 422)."""
+
+def _as_given(path: Path) -> str:
+    return str(path)
 
 
 @dataclass
 class EvalLogSide:
-    """One side's log: per task, the raw per-document records in file order."""
+    """One side's log: per task, the per-document records in file order (Inspect samples are
+    kept slim: the fields the gate reads, the input as a fingerprint)."""
 
     source: str
     format: Literal["lm-eval", "inspect", "promptfoo"]
     model: str | None
     tasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
-    """Per task, the file its records came from."""
+    """Per task, the file its records came from (as shown)."""
 
 
 @dataclass
@@ -88,124 +101,217 @@ class LogRecord:
     metrics: dict[str, Any]
 
 
-def _read_text(path: Path) -> str:
+def _name(value: Any, what: str, where: str) -> str:
+    """An identifier from a log (task, metric, filter, model): text without NUL, bounded."""
+    text = value if isinstance(value, str) else str(value)
+    if "\x00" in text:
+        raise LogError(f"{where}: the {what} contains a NUL character")
+    if len(text) > limits.MAX_LOG_NAME:
+        raise LogError(
+            f"{where}: the {what} is {len(text):,} characters long; at most "
+            f"{limits.MAX_LOG_NAME} are accepted"
+        )
+    return text
+
+
+def _text(value: Any, limit: int) -> str:
+    """Content from a log kept with a sample (outputs, labels, errors): bounded, and without
+    NUL (PostgreSQL cannot store it; U+FFFD marks where one was)."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text[:limit].replace("\x00", "\ufffd")
+
+
+def _scalar(value: Any) -> Any:
+    """A value kept in a sample's JSON: finite numbers, booleans and short text only (NaN and
+    infinities are not JSON, and PostgreSQL refuses them)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return value if abs(value) < 2**63 else str(value)[:40]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return _text(value, 300)
+
+
+def _read_json_file(path: Path, shown: Shown) -> Any:
+    return load_json(read_capped(path, shown(path)), shown(path))
+
+
+def _jsonl(path: Path, shown: Shown) -> list[dict[str, Any]]:
+    where = shown(path)
     size = path.stat().st_size
-    if size > MAX_LOG_BYTES:
-        raise LogError(f"{path}: {size} bytes is above the {MAX_LOG_BYTES} byte limit for a log")
-    return path.read_text(encoding="utf-8")
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+    if size > limits.MAX_LOG_BYTES:
+        raise LogError(
+            f"{where}: {size:,} bytes; a log file is read up to {limits.MAX_LOG_BYTES:,} bytes"
+        )
     out = []
-    for i, line in enumerate(_read_text(path).splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise LogError(f"{path}:{i}: not JSON ({exc.msg})") from None
-        if not isinstance(rec, dict) or "doc_id" not in rec:
-            raise LogError(
-                f"{path}:{i}: not an lm-eval sample record (no doc_id); write the log with "
-                "lm_eval --log_samples"
-            )
-        out.append(rec)
+    with path.open("rb") as fh:
+        i = 0
+        while line := fh.readline(limits.MAX_LOG_LINE_BYTES + 1):
+            i += 1
+            if len(line) > limits.MAX_LOG_LINE_BYTES:
+                raise LogError(
+                    f"{where}:{i}: a line longer than {limits.MAX_LOG_LINE_BYTES:,} bytes"
+                )
+            if not line.strip():
+                continue
+            rec = load_json(line, f"{where}:{i}")
+            if not isinstance(rec, dict) or "doc_id" not in rec:
+                raise LogError(
+                    f"{where}:{i}: not an lm-eval sample record (no doc_id); write the log with "
+                    "lm_eval --log_samples"
+                )
+            _doc_id(rec["doc_id"], f"{where}:{i}")
+            rec["_line"] = i
+            out.append(rec)
+            if len(out) > limits.MAX_LOG_RECORDS:
+                raise LogError(
+                    f"{where}: more than {limits.MAX_LOG_RECORDS:,} records; a log is read up "
+                    "to that many"
+                )
     return out
 
 
-def _lmeval_task(path: Path) -> str:
+def _doc_id(value: Any, where: str) -> int:
+    """lm-eval's ``doc_id``: the document's index in its dataset, a non-negative integer."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise LogError(
+            f"{where}: doc_id must be a non-negative integer (the document's index), got "
+            f"{_text(value, 60)}"
+        )
+    return value
+
+
+def _lmeval_task(path: Path, shown: Shown) -> str:
     m = _SAMPLES.match(path.name)
     if m is None:
         raise LogError(
-            f"{path.name}: not an lm-eval samples file name (samples_<task>_<timestamp>.jsonl)"
+            f"{shown(path)}: not an lm-eval samples file name (samples_<task>_<timestamp>.jsonl)"
         )
-    return m.group("task")
+    return _name(m.group("task"), "task name", shown(path))
 
 
-def _lmeval_model(directory: Path) -> str | None:
+def _lmeval_model(directory: Path, shown: Shown) -> str | None:
     for results in sorted(directory.rglob("results_*.json"), reverse=True):
         try:
-            data = json.loads(_read_text(results))
-        except (OSError, json.JSONDecodeError):
+            data = _read_json_file(results, shown)
+        except (OSError, LogError):
             continue
-        name = data.get("model_name") or (data.get("config") or {}).get("model_args")
+        if not isinstance(data, dict):
+            continue
+        config = data.get("config")
+        name = data.get("model_name") or (config.get("model_args") if isinstance(config, dict) else None)
         if isinstance(name, str):
-            return name
+            return _name(name[:200], "model name", shown(results))
     return None
 
 
-def _read_lmeval_dir(path: Path) -> EvalLogSide:
+def _read_lmeval_dir(path: Path, shown: Shown) -> EvalLogSide:
     files = sorted(path.rglob("samples_*.jsonl"))
     if not files:
         raise LogError(
-            f"{path}: no samples_<task>_*.jsonl under this directory; run lm_eval with "
+            f"{shown(path)}: no samples_<task>_*.jsonl under this directory; run lm_eval with "
             "--output_path and --log_samples"
         )
-    side = EvalLogSide(source=str(path), format="lm-eval", model=_lmeval_model(path))
+    side = EvalLogSide(source=shown(path), format="lm-eval", model=_lmeval_model(path, shown))
     by_task: dict[str, list[Path]] = {}
     for f in files:
-        by_task.setdefault(_lmeval_task(f), []).append(f)
+        by_task.setdefault(_lmeval_task(f, shown), []).append(f)
     for task, paths in sorted(by_task.items()):
         if len(paths) > 1:
             # Several runs of one task in one directory: which one is meant is ambiguous.
             raise LogError(
-                f"{path}: {len(paths)} samples files for task {task!r} "
+                f"{shown(path)}: {len(paths)} samples files for task {task!r} "
                 f"({', '.join(p.name for p in paths[:3])}); point at one file or a directory "
                 "holding one run"
             )
-        side.tasks[task] = _jsonl(paths[0])
-        side.files[task] = str(paths[0])
+        side.tasks[task] = _jsonl(paths[0], shown)
+        side.files[task] = shown(paths[0])
     return side
 
 
-def _inspect_side(source: str, header: dict[str, Any], samples: list[Any]) -> EvalLogSide:
+def _slim_inspect(rec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The fields of an Inspect sample the gate reads; the input kept as its fingerprint and the
+    output as its first 300 characters (a sample's transcript and events can be megabytes)."""
+    output = _mapping(rec.get("output"))
+    completion = output.get("completion")
+    if completion is None:
+        choices = output.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        completion = message.get("content") if isinstance(message, dict) else None
+    sid = rec.get("id")
+    if sid is not None:
+        if isinstance(sid, bool) or not isinstance(sid, (int, str)):
+            raise LogError(f"{where}: a sample id must be text or an integer, got {_text(sid, 60)}")
+        if isinstance(sid, int) and abs(sid) >= 2**63:
+            raise LogError(f"{where}: the sample id {str(sid)[:30]}… is out of range")
+        if isinstance(sid, str):
+            _name(sid, "sample id", where)
+    epoch = rec.get("epoch", 1)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 1_000_000:
+        raise LogError(f"{where}: sample {_text(sid, 60)}: the epoch must be a small integer")
+    return {
+        "id": sid,
+        "epoch": epoch,
+        "scores": _mapping(rec.get("scores")),
+        "metadata": _mapping(rec.get("metadata")),
+        "error": rec.get("error"),
+        "target": rec.get("target"),
+        "output": "" if isinstance(completion, list) or completion is None else _text(completion, 300),
+        "fingerprint": _hash(rec.get("input")),
+    }
+
+
+def _inspect_side(source: str, header: dict[str, Any], samples: list[dict[str, Any]]) -> EvalLogSide:
     spec = header.get("eval")
     if not isinstance(spec, dict) or "task" not in spec:
         raise LogError(f"{source}: not an Inspect eval log (no eval.task)")
     if header.get("status") not in (None, "success"):
         raise LogError(
-            f"{source}: the Inspect log's status is {header.get('status')!r}, not 'success'; "
-            "gate only complete evaluations"
+            f"{source}: the Inspect log's status is {_text(header.get('status'), 60)!r}, not "
+            "'success'; gate only complete evaluations"
         )
-    recs = [s for s in samples if isinstance(s, dict)]
-    if not recs:
+    if not samples:
         raise LogError(f"{source}: the Inspect log has no samples (was it written with log_samples?)")
     model = spec.get("model")
     side = EvalLogSide(
-        source=source, format="inspect", model=model if isinstance(model, str) else None
+        source=source,
+        format="inspect",
+        model=_name(model, "model name", source) if isinstance(model, str) else None,
     )
-    task = str(spec["task"]).rsplit("/", 1)[-1]
-    side.tasks[task] = recs
+    task = _name(str(spec["task"]).rsplit("/", 1)[-1], "task name", source)
+    side.tasks[task] = samples
     side.files[task] = source
     return side
 
 
-def _read_inspect_zip(path: Path) -> EvalLogSide:
-    # Registers Zstandard (zip method 93) with the standard zipfile: Inspect compresses the
-    # members of its .eval logs with it (Inspect reads them through the same package).
-    import zipfile_zstd  # noqa: F401
-
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-            total = sum(i.file_size for i in z.infolist())
-            if total > MAX_LOG_BYTES:
-                raise LogError(f"{path}: {total} bytes uncompressed is above the log limit")
-            if "header.json" not in names:
-                raise LogError(f"{path}: not an Inspect .eval log (no header.json)")
-            header = json.loads(z.read("header.json"))
-            samples = [
-                json.loads(z.read(n))
-                for n in sorted(names)
-                if n.startswith("samples/") and n.endswith(".json")
-            ]
-    except zipfile.BadZipFile:
-        raise LogError(f"{path}: not a zip file (an Inspect .eval log is one)") from None
-    except NotImplementedError as exc:  # a compression method zipfile cannot decode
-        raise LogError(f"{path}: cannot decompress a member of this log ({exc})") from None
-    except json.JSONDecodeError as exc:
-        raise LogError(f"{path}: a member is not JSON ({exc.msg})") from None
-    return _inspect_side(str(path), header, samples)
+def _read_inspect_zip(path: Path, shown: Shown) -> EvalLogSide:
+    where = shown(path)
+    size = path.stat().st_size
+    if size > limits.MAX_LOG_BYTES:
+        raise LogError(
+            f"{where}: {size:,} bytes; a log file is read up to {limits.MAX_LOG_BYTES:,} bytes"
+        )
+    budget = ZipBudget(where)
+    with path.open("rb") as fh, zip_members(fh, where) as z:
+        infos = {i.filename: i for i in z.infolist()}
+        if "header.json" not in infos:
+            raise LogError(f"{where}: not an Inspect .eval log (no header.json)")
+        header = load_json(
+            read_member(z, fh, infos["header.json"], budget), f"{where}, member header.json"
+        )
+        if not isinstance(header, dict):
+            raise LogError(f"{where}: header.json is not a JSON object")
+        samples = []
+        for name in sorted(infos):
+            if not (name.startswith("samples/") and name.endswith(".json")):
+                continue
+            member = f"{where}, member {name[:200]}"
+            rec = load_json(read_member(z, fh, infos[name], budget), member)
+            if isinstance(rec, dict):
+                samples.append(_slim_inspect(rec, member))
+    return _inspect_side(where, header, samples)
 
 
 # promptfoo's ResultFailureReason (src/types: NONE 0, ASSERT 1, ERROR 2): only ERROR means the
@@ -223,7 +329,7 @@ def _promptfoo_provider(rec: dict[str, Any]) -> str:
 def _promptfoo_prompt(rec: dict[str, Any]) -> str:
     prompt = _mapping(rec.get("prompt"))
     label = prompt.get("label") or prompt.get("raw") or f"prompt{rec.get('promptIdx', 0)}"
-    return " ".join(str(label).split())[:80]
+    return _text(" ".join(str(label)[:1000].split()), 80)
 
 
 def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> EvalLogSide:
@@ -268,7 +374,9 @@ def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> 
                 "name one by its label"
             )
         chosen = hits[0]
-    side = EvalLogSide(source=source, format="promptfoo", model=chosen or None)
+    side = EvalLogSide(
+        source=source, format="promptfoo", model=_name(chosen, "provider", source) or None
+    )
     for r in recs:
         if _promptfoo_provider(r) != chosen:
             continue
@@ -278,49 +386,88 @@ def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> 
     return side
 
 
-def read_eval_log(path: str | Path, *, provider: str | None = None) -> EvalLogSide:
+def check_upload_name(
+    name: str, stream: IO[bytes], *, several: bool, provider: str | None = None
+) -> None:
+    """What an uploaded file's name says it is, checked before it is stored: cheap (no
+    parsing; a ``.eval``'s end-of-central-directory record only). ``several``: the file is one
+    of several of a side, which are read as an lm-eval output directory. ``LogError`` with the
+    reason, naming the file by ``name``."""
+    if several:
+        if _SAMPLES.match(name) or (name.startswith("results_") and name.endswith(".json")):
+            return
+        raise LogError(
+            f"{name}: several files of one side are read as an lm-eval --output_path directory: "
+            "samples_<task>_<timestamp>.jsonl and results_*.json files only"
+        )
+    if provider is not None and not name.endswith(".json"):
+        raise LogError(
+            f"{name}: a provider is named, but only a promptfoo results file (.json) has providers"
+        )
+    if name.endswith(".jsonl"):
+        _lmeval_task(Path(name), _as_given)
+    elif name.endswith(".eval"):
+        check_zip_directory(stream, name)
+    elif not name.endswith(".json"):
+        raise LogError(
+            f"{name}: unknown log format; expected an lm-eval samples_<task>_*.jsonl file (or "
+            "the files of an --output_path directory), an Inspect log (.json or .eval) or a "
+            "promptfoo results file (.json)"
+        )
+
+
+def read_eval_log(
+    path: str | Path, *, provider: str | None = None, shown: Shown | None = None
+) -> EvalLogSide:
     """Read one side (see the module docstring). Raises :class:`LogError` with the reason.
 
     ``provider`` picks one provider of a promptfoo results file; other formats refuse it.
+    ``shown`` names a file in messages and in the side's ``source``/``files`` (default: the
+    path as given; an upload's reader passes its own file names, never a server path).
     """
     p = Path(path)
+    show = shown or _as_given
+    where = show(p)
     if not p.exists():
-        raise LogError(f"{p}: no such file or directory")
+        raise LogError(f"{where}: no such file or directory")
     if provider is not None and not (p.is_file() and p.suffix == ".json"):
-        raise LogError(f"{p}: a provider is named, but only a promptfoo results file has providers")
+        raise LogError(f"{where}: a provider is named, but only a promptfoo results file has providers")
     if p.is_dir():
-        return _read_lmeval_dir(p)
+        return _read_lmeval_dir(p, show)
     if p.suffix == ".jsonl":
-        side = EvalLogSide(source=str(p), format="lm-eval", model=_lmeval_model(p.parent))
-        task = _lmeval_task(p)
-        side.tasks[task] = _jsonl(p)
-        side.files[task] = str(p)
+        side = EvalLogSide(source=where, format="lm-eval", model=_lmeval_model(p.parent, show))
+        task = _lmeval_task(p, show)
+        side.tasks[task] = _jsonl(p, show)
+        side.files[task] = where
         return side
     if p.suffix == ".eval":
-        return _read_inspect_zip(p)
+        return _read_inspect_zip(p, show)
     if p.suffix == ".json":
-        try:
-            data = json.loads(_read_text(p))
-        except json.JSONDecodeError as exc:
-            raise LogError(f"{p}: not JSON ({exc.msg})") from None
+        data = _read_json_file(p, show)
         if not isinstance(data, dict):
-            raise LogError(f"{p}: not an Inspect eval log (not a JSON object)")
+            raise LogError(f"{where}: not an Inspect eval log (not a JSON object)")
         body = data.get("results")
         if isinstance(body, dict) and isinstance(body.get("results"), list):
-            return _read_promptfoo(str(p), data, provider)
+            return _read_promptfoo(where, data, provider)
         if provider is not None:
             raise LogError(
-                f"{p}: a provider is named, but this is not a promptfoo results file"
+                f"{where}: a provider is named, but this is not a promptfoo results file"
             )
         if "samples" not in data and "results" in data and "configs" in data:
             raise LogError(
-                f"{p}: this is lm-eval's aggregate results file, which has no per-document "
+                f"{where}: this is lm-eval's aggregate results file, which has no per-document "
                 "scores; pass the samples_<task>_*.jsonl file (or its directory) written with "
                 "--log_samples"
             )
-        return _inspect_side(str(p), data, data.get("samples") or [])
+        raw = data.get("samples") or []
+        if not isinstance(raw, list):
+            raise LogError(f"{where}: samples is not a list")
+        samples = [
+            _slim_inspect(s, f"{where}, sample {i + 1}") for i, s in enumerate(raw) if isinstance(s, dict)
+        ]
+        return _inspect_side(where, data, samples)
     raise LogError(
-        f"{p}: unknown log format; expected an lm-eval --output_path directory, a "
+        f"{where}: unknown log format; expected an lm-eval --output_path directory, a "
         "samples_<task>_*.jsonl file, an Inspect log (.json or .eval) or a promptfoo results "
         "file (.json)"
     )
@@ -333,25 +480,32 @@ _INSPECT_VALUES = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0, "yes": 1.0, "no": 0.0
 
 
 def score_value(value: Any, *, what: str) -> float:
-    """A per-document metric value as a float (bools, numbers, Inspect's letter grades)."""
+    """A per-document metric value as a float (bools, numbers, Inspect's letter grades).
+    Refused (``LogError``): anything else, and numbers that are not finite or are beyond
+    ``MAX_LOG_SCORE`` in absolute value (the statistics overflow to inf/NaN on them)."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
+    number: float | None = None
     if isinstance(value, (int, float)):
-        v = float(value)
-        if not math.isfinite(v):
-            raise LogError(f"{what}: the score {value!r} is not finite")
-        return v
-    if isinstance(value, str):
+        number = float(value) if abs(value) <= limits.MAX_LOG_SCORE else math.inf
+    elif isinstance(value, str):
         if value in _INSPECT_VALUES or value.lower() in _INSPECT_VALUES:
             return _INSPECT_VALUES.get(value, _INSPECT_VALUES.get(value.lower(), 0.0))
         try:
-            return score_value(float(value), what=what)
+            number = float(value[:100])
         except ValueError:
-            pass
-    raise LogError(
-        f"{what}: the score {value!r} is not a number, a boolean or a grade (C/I/P/N); pick a "
-        "scalar metric"
-    )
+            number = None
+    if number is None:
+        raise LogError(
+            f"{what}: the score {_text(value, 60)!r} is not a number, a boolean or a grade "
+            "(C/I/P/N); pick a scalar metric"
+        )
+    if not math.isfinite(number) or abs(number) > limits.MAX_LOG_SCORE:
+        raise LogError(
+            f"{what}: the score {_text(value, 60)} is not finite or beyond ±{limits.MAX_LOG_SCORE:g}; "
+            "scores are refused past that"
+        )
+    return number
 
 
 def _mapping(value: Any) -> dict[str, Any]:
@@ -363,8 +517,7 @@ def _hash(value: Any) -> str:
 
 
 def _label(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text[:80]
+    return _text(value, 80)
 
 
 def _slices(
@@ -385,12 +538,16 @@ def _slices(
 
 def _pick_filter(records: list[dict[str, Any]], wanted: str | None, where: str) -> str | None:
     filters = list(dict.fromkeys(str(r.get("filter")) for r in records if "filter" in r))
+    for name in filters[:100]:
+        _name(name, "filter name", where)
     if not filters:
         return None
     if wanted is None:
         return filters[0]
     if wanted not in filters:
-        raise LogError(f"{where}: no filter {wanted!r} in the log (filters: {', '.join(filters)})")
+        raise LogError(
+            f"{where}: no filter {wanted!r} in the log (filters: {', '.join(filters[:20])})"
+        )
     return wanted
 
 
@@ -402,13 +559,13 @@ def default_metric(side: EvalLogSide, task: str) -> str:
     if side.format == "lm-eval":
         names = first.get("metrics")
         if isinstance(names, list) and names:
-            return str(names[0])
+            return _name(names[0], "metric name", side.files.get(task, side.source))
         return "acc"
     if side.format == "promptfoo":
         return "pass"
     scores = first.get("scores") or {}
     if isinstance(scores, dict) and scores:
-        return str(next(iter(scores)))
+        return _name(next(iter(scores)), "scorer name", side.files.get(task, side.source))
     raise LogError(f"{side.source}: the first sample of task {task!r} has no scores")
 
 
@@ -439,30 +596,38 @@ def score_records(
         for rec in records:
             if chosen is not None and str(rec.get("filter")) != chosen:
                 continue
-            key = f"doc{int(rec['doc_id'])}"
+            line = f"{side.files.get(task, side.source)}:{rec.get('_line', '?')} (task {task})"
+            doc_id = _doc_id(rec["doc_id"], line)
+            key = f"doc{doc_id}"
             if key in out:
-                raise LogError(f"{where}: document id {rec['doc_id']} appears twice")
-            if metric not in rec:
-                have = [m for m in rec.get("metrics", []) if m in rec] or sorted(
-                    k for k, v in rec.items() if isinstance(v, (int, float, bool))
+                raise LogError(f"{line}: document id {doc_id} appears twice")
+            raw_listed = rec.get("metrics")
+            listed: list[Any] = raw_listed if isinstance(raw_listed, list) else []
+            if metric not in rec or metric.startswith("_"):
+                have = [m for m in listed if isinstance(m, str) and m in rec] or sorted(
+                    k for k, v in rec.items()
+                    if isinstance(v, (int, float, bool)) and not k.startswith("_")
                 )
                 raise LogError(
-                    f"{where}: no metric {metric!r} in document {rec['doc_id']} "
-                    f"(per-document metrics: {', '.join(map(str, have)) or 'none'})"
+                    f"{line}: no metric {metric!r} in document {doc_id} "
+                    f"(per-document metrics: {', '.join(_text(h, 60) for h in have[:20]) or 'none'})"
                 )
             doc = _mapping(rec.get("doc"))
-            slices = _slices(
-                slice_fields, doc, f"document {rec['doc_id']}", where, ("column", "columns")
-            )
+            slices = _slices(slice_fields, doc, f"document {doc_id}", line, ("column", "columns"))
             out[key] = LogRecord(
                 key=key,
-                score=score_value(rec[metric], what=f"{where}, document {rec['doc_id']}, {metric}"),
+                score=score_value(rec[metric], what=f"{line}, document {doc_id}, field {metric}"),
                 error=None,
-                output=json.dumps(rec.get("filtered_resps"), default=str)[:300],
-                target=rec.get("target"),
-                fingerprint=str(rec.get("doc_hash") or _hash(rec.get("doc"))),
+                output=_text(rec.get("filtered_resps"), 300),
+                target=_scalar(rec.get("target")),
+                fingerprint=(
+                    _text(rec["doc_hash"], 200) if rec.get("doc_hash") else _hash(rec.get("doc"))
+                ),
                 slices=slices,
-                metrics={m: rec[m] for m in rec.get("metrics", []) if m in rec},
+                metrics={
+                    _text(m, 100): _scalar(rec[m]) for m in listed[:50]
+                    if isinstance(m, str) and m in rec
+                },
             )
         return out, notes
     if side.format == "promptfoo":
@@ -481,31 +646,28 @@ def score_records(
         score: float | None = None
         err_text: str | None = None
         if error:
-            err_text = str(error.get("message") if isinstance(error, dict) else error)[:1000]
+            err_text = _text(error.get("message") if isinstance(error, dict) else error, 1000)
         elif metric not in scores:
             raise LogError(
                 f"{where}: no scorer {metric!r} in sample {sid} "
-                f"(scorers: {', '.join(sorted(scores)) or 'none'})"
+                f"(scorers: {', '.join(_text(k, 60) for k in sorted(scores)[:20]) or 'none'})"
             )
         else:
             entry = scores[metric]
             value = entry.get("value") if isinstance(entry, dict) else entry
-            score = score_value(value, what=f"{where}, sample {sid}, {metric}")
-        output = _mapping(rec.get("output"))
-        completion = output.get("completion")
-        if completion is None:
-            choices = output.get("choices") or []
-            message = (choices[0] or {}).get("message", {}) if choices else {}
-            completion = message.get("content") if isinstance(message, dict) else None
+            score = score_value(value, what=f"{where}, sample {sid}, scorer {metric}")
         out[key] = LogRecord(
             key=key,
             score=score,
             error=err_text,
-            output=str(completion or "")[:300] if not isinstance(completion, list) else "",
-            target=rec.get("target"),
-            fingerprint=_hash(rec.get("input")),
+            output=str(rec.get("output") or ""),
+            target=_scalar(rec.get("target")),
+            fingerprint=str(rec.get("fingerprint")),
             slices=slices,
-            metrics={k: (v.get("value") if isinstance(v, dict) else v) for k, v in scores.items()},
+            metrics={
+                _text(k, 100): _scalar(v.get("value") if isinstance(v, dict) else v)
+                for k, v in list(scores.items())[:50]
+            },
         )
     return out, notes
 
@@ -518,8 +680,8 @@ def _promptfoo_records(
     out: dict[str, LogRecord] = {}
     for rec in records:
         idx = rec.get("testIdx")
-        if not isinstance(idx, int):
-            raise LogError(f"{where}: a result has no testIdx")
+        if isinstance(idx, bool) or not isinstance(idx, int) or not 0 <= idx < 2**63:
+            raise LogError(f"{where}: a result has no testIdx (a non-negative integer)")
         key = f"test{idx}"
         if key in out:
             raise LogError(f"{where}: test {idx} appears twice for this provider and prompt")
@@ -535,7 +697,7 @@ def _promptfoo_records(
         score: float | None = None
         failure = rec.get("failureReason")
         if failure == _PROMPTFOO_ERROR or (failure is None and response.get("error")):
-            err_text = str(rec.get("error") or response.get("error") or "provider error")[:1000]
+            err_text = _text(rec.get("error") or response.get("error") or "provider error", 1000)
         elif metric == "pass":
             score = score_value(bool(rec.get("success")), what=f"{where}, test {idx}, pass")
         elif metric == "score":
@@ -545,7 +707,7 @@ def _promptfoo_records(
         else:
             raise LogError(
                 f"{where}: no metric {metric!r} in test {idx} (metrics: pass, score"
-                + "".join(f", {k}" for k in sorted(named))
+                + "".join(f", {_text(k, 60)}" for k in sorted(named)[:20])
                 + ")"
             )
         output = response.get("output")
@@ -555,13 +717,15 @@ def _promptfoo_records(
             key=key,
             score=score,
             error=err_text,
-            output=(output if isinstance(output, str) else json.dumps(output, default=str))[:300]
-            if output is not None
-            else "",
-            target=_mapping(first).get("value"),
+            output=_text(output, 300) if output is not None else "",
+            target=_scalar(_mapping(first).get("value")),
             fingerprint=_hash(variables),
             slices=slices,
-            metrics={"pass": bool(rec.get("success")), "score": rec.get("score"), **named},
+            metrics={
+                "pass": bool(rec.get("success")),
+                "score": _scalar(rec.get("score")),
+                **{_text(k, 100): _scalar(v) for k, v in list(named.items())[:50]},
+            },
         )
     return out
 

@@ -1,8 +1,10 @@
-"""``POST /api/v1/gate-logs``: uploaded logs gated like ``evalsvc gate-logs``, on the real API
-server (uvicorn on loopback, SQLite and PostgreSQL): the same report as the service on the same
-files, stored as a run; lm-eval directories as several files; Inspect logs; a promptfoo file
-holding both providers; scopes; the upload bound (larger than other bodies, still bounded);
-refusals with the reason."""
+"""``POST /api/v1/gate-logs``: uploaded logs queued as a run and gated by a worker like
+``evalsvc gate-logs``, on the real API server (uvicorn on loopback, SQLite and PostgreSQL) and a
+real ``Worker`` with the default executor: 202 with the run id and where to follow it; the
+same report as the service on the same files, stored as a run; the stored files dropped once
+gated; lm-eval directories as several files; Inspect logs; a promptfoo file holding both
+providers; scopes; the upload bound (larger than other bodies, still bounded); refusals with
+the reason, at upload (422) or as the run's error, in the form fields' words."""
 
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
 from evalsvc import limits
 from evalsvc.db import Store
+from evalsvc.domain import RunInfo
+from evalsvc.scheduler import default_executor
 from evalsvc.services.gatelogs import gate_logs
 from tests.services.test_gatelogs import FIXTURES, _scores, check_schema, write_lmeval
 
@@ -27,18 +33,40 @@ def _files(role: str, *paths: Path, names: list[str] | None = None) -> list[tupl
     ]
 
 
+def gate_upload(
+    api: Api, client: httpx.Client, files: list[tuple[str, Any]], data: dict[str, Any] | None = None
+) -> tuple[RunInfo, dict[str, Any] | None]:
+    """Upload, let a real worker gate what is queued, and read the run and its report back the
+    way a client does (the status URL, then the report URL; None when the run has none)."""
+    r = client.post("/gate-logs", files=files, data=data or {})
+    assert r.status_code == 202, r.text
+    queued = r.json()
+    assert queued["status"] == "queued" and queued["run_id"] == queued["id"]
+    assert queued["status_url"] == f"/api/v1/runs/{queued['id']}"
+    api.run_worker_once(default_executor)
+    status = client.get(queued["status_url"].removeprefix("/api/v1"))
+    assert status.status_code == 200, status.text
+    run = api.store.get_run(queued["id"])
+    assert run is not None and status.json()["status"] == run.status.value
+    report = client.get(queued["report_url"].removeprefix("/api/v1"))
+    assert report.status_code in (200, 409), report.text
+    # Gated or refused, the run no longer holds its uploaded files.
+    assert api.store.log_uploads.manifest(run.id) is None
+    return run, report.json() if report.status_code == 200 else None
+
+
 def test_upload_gives_the_cli_report_and_stores_the_run(api: Api, tmp_path: Path) -> None:
     base, cand = _scores(300, lost=9, gained=1)
     b = write_lmeval(tmp_path / "b", base)
     c = write_lmeval(tmp_path / "c", cand)
     with api.client("submit") as client:
-        r = client.post(
-            "/gate-logs",
-            files=_files("baseline", b, names=[f"../../etc/{b.name}"]) + _files("candidate", c),
+        run, report = gate_upload(
+            api,
+            client,
+            _files("baseline", b, names=[f"../../etc/{b.name}"]) + _files("candidate", c),
             data={"margin": "0.05", "slice": [], "max_error_rate": "0.05"},
         )
-    assert r.status_code == 200, r.text
-    report = r.json()
+    assert report is not None and run.status.value == "completed", run.error
     check_schema(report)
     local = Store.from_url(f"sqlite:///{tmp_path / 'local.db'}")
     local.ensure_ready(upgrade_fresh_sqlite=True)
@@ -50,6 +78,7 @@ def test_upload_gives_the_cli_report_and_stores_the_run(api: Api, tmp_path: Path
     assert report["verdict"] == direct["verdict"] and got["n"] == 300
     # Stored like any run; the server's temporary paths appear nowhere in it.
     run_id = report["run_id"]
+    assert run_id == run.id and run.submitted_by == "t-submit"
     assert api.store.get_report(run_id)["verdict"] == report["verdict"]
     assert len(api.store.get_samples(run_id)) == 600
     stored = json.dumps([api.store.get_report(run_id), api.store.get_run(run_id).spec.model_dump(
@@ -68,30 +97,39 @@ def test_an_lmeval_directory_is_several_files_and_inspect_logs_work(
     c1 = write_lmeval(tmp_path / "c", cand, task="one")
     c2 = write_lmeval(tmp_path / "c", cand, task="two")
     with api.client("submit") as client:
-        r = client.post("/gate-logs", files=_files("baseline", b1, b2) + _files("candidate", c1, c2))
-        assert r.status_code == 200, r.text
-        assert sorted(s["suite"] for s in r.json()["candidates"][0]["suites"]) == ["one", "two"]
-        r = client.post(
-            "/gate-logs",
-            files=_files("baseline", FIXTURES / "inspect_baseline.json")
+        _, report = gate_upload(
+            api, client, _files("baseline", b1, b2) + _files("candidate", c1, c2)
+        )
+        assert report is not None
+        assert sorted(s["suite"] for s in report["candidates"][0]["suites"]) == ["one", "two"]
+        files = report["candidates"][0]["suites"][0]["details"]
+        _, report = gate_upload(
+            api,
+            client,
+            _files("baseline", FIXTURES / "inspect_baseline.json")
             + _files("candidate", FIXTURES / "inspect_candidate.json"),
         )
-    assert r.status_code == 200, r.text
-    check_schema(r.json())
+    assert report is not None
+    check_schema(report)
+    assert "evalsvc-gate-logs-" not in json.dumps(files)
 
 
 def test_a_promptfoo_file_with_both_providers(api: Api, tmp_path: Path) -> None:
     pf = FIXTURES / "promptfoo_qa.json"
     files = _files("baseline", pf) + _files("candidate", pf)
     with api.client("submit") as client:
-        r = client.post("/gate-logs", files=files)
-        assert r.status_code == 422 and "name this side's" in r.text
-        r = client.post(
-            "/gate-logs", files=files,
-            data={"baseline_provider": "bf16", "candidate_provider": "fp8-kv"},
+        run, report = gate_upload(api, client, files)
+        # N7: the refusal names the upload's own file and the form fields, not server paths
+        # or the CLI's flags.
+        assert run.status.value == "error" and report is None
+        assert run.error is not None and "name this side's" in run.error
+        assert "the form field baseline_provider" in run.error and "--" not in run.error
+        assert f"{pf.name}: the promptfoo results hold" in run.error
+        assert "/tmp" not in run.error and "evalsvc-gate-logs" not in run.error
+        run, report = gate_upload(
+            api, client, files, data={"baseline_provider": "bf16", "candidate_provider": "fp8-kv"}
         )
-    assert r.status_code == 200, r.text
-    report = r.json()
+    assert report is not None, run.error
     check_schema(report)
     local = Store.from_url(f"sqlite:///{tmp_path / 'local.db'}")
     local.ensure_ready(upgrade_fresh_sqlite=True)
@@ -109,11 +147,12 @@ def test_scopes_and_refusals(api: Api, tmp_path: Path) -> None:
         assert anon.post("/gate-logs", files=files).status_code == 401
     with api.client("read") as reader:
         assert reader.post("/gate-logs", files=files).status_code == 403
-    before = len(api.store.list_runs())
     with api.client("submit") as client:
-        r = client.post("/gate-logs", files=files)
-        assert r.status_code == 422
-        assert "different tasks" in r.text and "only the baseline has one" in r.text
+        run, _ = gate_upload(api, client, files)  # what only reading the logs can tell
+        assert run.status.value == "error" and run.verdict == "error"
+        assert run.error is not None and run.error.startswith("uploaded logs refused: ")
+        assert "different tasks" in run.error and "only the baseline has one" in run.error
+        before = len(api.store.list_runs())
         r = client.post("/gate-logs", files=_files("baseline", b))  # no candidate
         assert r.status_code == 422
         r = client.post("/gate-logs", files=_files("baseline", b) + _files("candidate", b),
@@ -121,7 +160,14 @@ def test_scopes_and_refusals(api: Api, tmp_path: Path) -> None:
         assert r.status_code == 422 and "alpha" in r.text
         r = client.post("/gate-logs", files=_files("baseline", b, b) + _files("candidate", b))
         assert r.status_code == 422 and "two files named" in r.text
-    assert len(api.store.list_runs()) == before  # nothing stored for a refused upload
+        # What the names say is checked before anything is stored, in the form fields' words.
+        r = client.post("/gate-logs", files=_files("baseline", b) + _files("candidate", b),
+                        data={"baseline_provider": "bf16"})
+        assert r.status_code == 422 and "a provider is named" in r.text
+        r = client.post("/gate-logs", files=_files("baseline", b, names=["log.txt"])
+                        + _files("candidate", b))
+        assert r.status_code == 422 and "log.txt: unknown log format" in r.text
+        assert api.store.list_runs() and len(api.store.list_runs()) == before  # nothing stored
 
 
 def test_the_upload_bound_is_its_own(api: Api, tmp_path: Path) -> None:
@@ -131,8 +177,8 @@ def test_the_upload_bound_is_its_own(api: Api, tmp_path: Path) -> None:
     c = write_lmeval(tmp_path / "c", cand)
     assert b.stat().st_size + c.stat().st_size > limits.MAX_BODY_BYTES
     with api.client("submit") as client:
-        r = client.post("/gate-logs", files=_files("baseline", b) + _files("candidate", c))
-    assert r.status_code == 200, r.text
+        run, report = gate_upload(api, client, _files("baseline", b) + _files("candidate", c))
+    assert report is not None and report["candidates"][0]["suites"][0]["n"] == 1500
     # A declared length past the upload bound is refused before any byte of it is read.
     url = urlsplit(api.base_url)
     conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
