@@ -13,6 +13,12 @@ Contract:
   of the messages: deterministic, the same on every port, right on some items.
 - Nothing here models an engine's cost: the benchmark measures the evaluator, so the server
   must never be the bottleneck (it does no tokenizing, no sleeping, no per-request logging).
+- ``--engine`` shapes the routes like one engine, for tests of what a run finds there:
+  ``vllm`` (the default, above), ``sglang`` (``owned_by: sglang``, ``/get_model_info`` and
+  ``/get_server_info`` with the context length, no ``/version``, no ``prompt_logprobs``), or
+  ``openai`` (a generic server: no ``/tokenize``, no ``/version``). ``--max-model-len`` sets the
+  context it reports (default 4096). A completions prompt may be token ids (as lm-eval sends
+  them): each id is then one echoed token.
 """
 
 from __future__ import annotations
@@ -46,11 +52,21 @@ def _answer(messages: Any) -> str:
 
 
 async def models(request: web.Request) -> web.Response:
+    engine, max_len = request.app["engine"], request.app["max_model_len"]
+    entry: dict[str, Any] = {"id": MODEL, "object": "model", "owned_by": engine}
+    if engine != "sglang":
+        entry["max_model_len"] = max_len
+    return web.json_response({"object": "list", "data": [entry]})
+
+
+async def sglang_model_info(request: web.Request) -> web.Response:
+    return web.json_response({"model_path": MODEL, "is_generation": True})
+
+
+async def sglang_server_info(request: web.Request) -> web.Response:
     return web.json_response(
-        {
-            "object": "list",
-            "data": [{"id": MODEL, "object": "model", "owned_by": "vllm", "max_model_len": 4096}],
-        }
+        {"context_length": request.app["max_model_len"], "kv_cache_dtype": "auto",
+         "version": "0.0.0-stub"}
     )
 
 
@@ -116,8 +132,12 @@ async def chat(request: web.Request) -> web.StreamResponse:
 async def completions(request: web.Request) -> web.StreamResponse:
     raw = await request.read()
     body = json.loads(raw)
-    prompt = str(body.get("prompt") or "")
-    words = prompt.split() or ["x"]
+    raw_prompt = body.get("prompt") or ""
+    if isinstance(raw_prompt, list) and raw_prompt and isinstance(raw_prompt[0], list):
+        raw_prompt = raw_prompt[0]  # a batch of one (lm-eval's token-id requests)
+    # Token ids (a list): one echoed token each; text: one per word.
+    parts = [str(t) for t in raw_prompt] if isinstance(raw_prompt, list) else str(raw_prompt).split()
+    words = parts or ["x"]
     max_tokens = int(body.get("max_tokens") or 0)
     out_words = list(_WORDS[: max(0, min(max_tokens, len(_WORDS)))])
     tokens = (words if body.get("echo") else []) + out_words
@@ -134,7 +154,7 @@ async def completions(request: web.Request) -> web.StreamResponse:
             "text_offset": list(range(len(tokens))),
         }
     choice: dict[str, Any] = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}
-    if body.get("prompt_logprobs") is not None:
+    if body.get("prompt_logprobs") is not None and request.app["engine"] == "vllm":
         choice["prompt_logprobs"] = [None] + [
             {str(i + 1): {"logprob": -1.0, "rank": 1, "decoded_token": w}}
             for i, w in enumerate(words[1:])
@@ -157,20 +177,37 @@ async def completions(request: web.Request) -> web.StreamResponse:
     )
 
 
-def make_app() -> web.Application:
+ENGINES = ("vllm", "sglang", "openai")
+
+
+def make_app(engine: str = "vllm", max_model_len: int = 4096) -> web.Application:
     app = web.Application()
+    app["engine"], app["max_model_len"] = engine, max_model_len
     app.router.add_get("/v1/models", models)
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", completions)
-    app.router.add_post("/tokenize", tokenize)
-    app.router.add_get("/version", version)
+    if engine != "openai":
+        app.router.add_post("/tokenize", tokenize)
+    if engine == "vllm":
+        app.router.add_get("/version", version)
+    if engine == "sglang":
+        app.router.add_get("/get_model_info", sglang_model_info)
+        app.router.add_get("/get_server_info", sglang_server_info)
     app.router.add_get("/health", health)
     return app
 
 
-async def serve(ports: list[int], *, watch_stdin: bool = False) -> None:
+async def serve(
+    ports: list[int],
+    *,
+    watch_stdin: bool = False,
+    engine: str = "vllm",
+    max_model_len: int = 4096,
+) -> None:
     # access_log=None: a log line per request would make the stub, not the client, the cost.
-    runner = web.AppRunner(make_app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        make_app(engine, max_model_len), access_log=None, handle_signals=False
+    )
     await runner.setup()
     bound: list[int] = []
     for port in ports:
@@ -197,8 +234,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--watch-stdin", action="store_true", help="stop when stdin closes (for a parent process)"
     )
+    parser.add_argument("--engine", choices=ENGINES, default="vllm",
+                        help="whose routes to answer like (default vllm)")
+    parser.add_argument("--max-model-len", type=int, default=4096,
+                        help="the context length the server reports")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.ports, watch_stdin=args.watch_stdin))
+    asyncio.run(serve(args.ports, watch_stdin=args.watch_stdin, engine=args.engine,
+                      max_model_len=args.max_model_len))
 
 
 if __name__ == "__main__":

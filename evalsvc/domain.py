@@ -161,6 +161,9 @@ class RunOptions(BaseModel):
     max_error_rate: float = Field(default=0.05, ge=0.0, le=1.0)
     """Above this share of errored samples on any endpoint/suite the run is an infrastructure error."""
     request_timeout_s: float = Field(default=300.0, gt=0.0, le=limits.MAX_REQUEST_TIMEOUT_S)
+    strict: bool = False
+    """Refuse the run (exit 2) when a suite cannot run on an endpoint (a capability it lacks, a
+    suite's preflight problem), instead of running the others and reporting it skipped."""
 
 
 class RunSpec(BaseModel):

@@ -110,6 +110,11 @@ def verdict_table(report: dict[str, Any]) -> Table:
             term(r["n"]),
             f"[{VERDICT_STYLE.get(v, '')}]{term(r['verdict'])}[/]" + (" *" if marked else ""),
         )
+    from evalsvc.reports import skipped_of
+
+    for gone in skipped_of(report):
+        # Not run on these endpoints: no numbers; the reason is printed below the table.
+        table.add_row("all", term(gone.get("suite")), *("—" for _ in range(7)), "skipped *")
     return table
 
 

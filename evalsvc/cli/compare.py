@@ -83,6 +83,14 @@ def compare(
             "default: each suite's own `calibrate:`.",
         ),
     ] = None,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help="Refuse the run (exit 2) when a suite cannot run on an endpoint, instead of "
+            "running the others and reporting it skipped.",
+        ),
+    ] = False,
     server: Annotated[
         str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
     ] = None,
@@ -126,6 +134,7 @@ def compare(
             sequential=sequential,
             calibrate=calibrate,
             request_timeout_s=timeout,
+            strict=strict,
         )
     except ValidationError as exc:
         raise exit_for(exc) from exc

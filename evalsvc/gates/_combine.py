@@ -56,6 +56,7 @@ ReasonCode = Literal[
     "insufficient_data",  # the gate cannot decide at all (no items, n below the minimum, ...)
     "ci_includes_margin",  # the data cannot tell: the CI straddles the margin boundary
     "not_gated",  # reported, never part of the verdict
+    "skipped",  # a suite of the run that could not run on these endpoints: not covered
     "no_gated_suites",  # nothing was gated, so nothing can pass
     "error_budget",  # too many items errored: no verdict (run verdict ``error``)
     "infrastructure_error",  # the run reached no verdict (endpoint unreachable, cancelled, ...)

@@ -108,6 +108,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
         "options": result.options.model_dump(mode="json"),
         "baseline": _endpoint(result.baseline, result.baseline_provenance),
         "candidates": candidates,
+        # Suites of the run that could not run on these endpoints, with why (never gated).
+        "skipped": [s.to_dict() for s in result.skipped],
     }
     redacted: dict[str, Any] = redact_report(_clean(report))
     return redacted
@@ -212,6 +214,7 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"{r['n']} | {r['mde']} | {r['verdict']} |"
         )
     lines.append("")
+    lines += _md_skipped(report)
     if any(r["gate_type"] == "threshold" for r in summary_rows(report)):
         lines += [
             "Threshold gates (drift) compare the metric itself with a fixed threshold: their CI "
@@ -230,6 +233,22 @@ def to_markdown(report: dict[str, Any]) -> str:
                 lines.append("")
             lines += findings(s)
     return "\n".join(lines) + "\n"
+
+
+def skipped_of(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's ``skipped`` suites (``suite``, ``kind``, ``reason``); [] for older reports."""
+    out = report.get("skipped")
+    return [s for s in out if isinstance(s, dict)] if isinstance(out, list) else []
+
+
+def _md_skipped(report: dict[str, Any]) -> list[str]:
+    gone = skipped_of(report)
+    if not gone:
+        return []
+    lines = ["Skipped (not run on these endpoints, so no verdict covers them):", ""]
+    lines += [f"- **{md_text(s.get('suite'))}** ({md_text(s.get('kind'))}): "
+              f"{md_text(s.get('reason'))}" for s in gone]
+    return [*lines, ""]
 
 
 def _md_reason(r: dict[str, Any], *, with_suite: bool = True) -> str:
@@ -291,6 +310,13 @@ def to_junit(report: dict[str, Any]) -> str:
             ET.SubElement(tc, "system-out").text = "\n".join(
                 [full, *(x(n) for n in notes if n)]
             )
+        for gone in skipped_of(report):
+            # A suite the endpoints could not run: a skipped testcase, with why.
+            t += 1
+            sk += 1
+            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}",
+                               name=x(gone.get("suite")))
+            ET.SubElement(tc, "skipped", message=x(f"not run: {gone.get('reason')}"))
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")

@@ -11,12 +11,14 @@ from evalsvc.runner._runner import (
     Progress,
     RunResult,
     SampleSink,
+    SkippedSuite,
     SuiteResult,
     check_capabilities,
     execute,
     gate_samples,
     probe_all,
     role_of,
+    runnable_suites,
 )
 
 __all__ = [
@@ -28,10 +30,12 @@ __all__ = [
     "Progress",
     "RunResult",
     "SampleSink",
+    "SkippedSuite",
     "SuiteResult",
     "check_capabilities",
     "execute",
     "gate_samples",
     "probe_all",
     "role_of",
+    "runnable_suites",
 ]

@@ -4,12 +4,19 @@ Contract:
 - ``execute(...)`` knows nothing of the database. It takes a ``SampleSink`` (the service layer
   gives it one that writes to the store as samples complete) and the set of sample keys already
   stored (so a resumed run skips finished items).
-- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable,
+- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable, and
   ``EndpointUrlError`` (a ``CapabilityError``, exit 2) naming the corrected URL when a server
-  answers but not at the given base URL (``/v1`` missing), and
-  ``CapabilityError`` (exit 2) when a suite needs an API feature an endpoint lacks, before any
-  item is sent. Everything after that is recorded, never raised: errored requests are samples
-  with ``error`` set, counted per suite; too many make the run's verdict ``error``.
+  answers but not at the given base URL (``/v1`` missing). A suite that
+  cannot run on these endpoints (a capability an endpoint lacks, or the suite's own
+  ``preflight``: an lm-eval without a Python or a tokenizer, a length past the context) is
+  **skipped** before any item is sent: the others run, and the result's ``skipped`` names it
+  with its reason, as does a ``skipped`` reason of every candidate (a verdict never passes by a
+  suite's absence without saying so). ``RunOptions.strict`` (``--strict``) refuses the run
+  instead, and a run none of whose suites can run is refused either way: ``CapabilityError``
+  (exit 2), naming each missing capability once with the endpoints that lack it, its fix and
+  the suites that would run (:func:`runnable_suites`). Everything after that is recorded, never
+  raised: errored requests are samples with ``error`` set, counted per suite; too many make the
+  run's verdict ``error``.
 - A suite whose calibration is on (``Suite.calibration``: its ``calibrate:`` or ``--calibrate``)
   is first piloted on the baseline alone (``evalsvc.runner._pilot.calibrate``) and replaced by
   the suite at the chosen difficulty; the pilot's samples go to the sink as ``<suite>:pilot``
@@ -128,6 +135,22 @@ class CandidateResult:
     reasons: list[Reason] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class SkippedSuite:
+    """A suite of the run that was not sent at all, and why (one line per problem)."""
+
+    suite: str
+    kind: str
+    reasons: tuple[str, ...]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"suite": self.suite, "kind": self.kind, "reason": self.reason}
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -140,6 +163,8 @@ class RunResult:
     options: RunOptions = field(default_factory=RunOptions)
     duration_s: float = 0.0
     reasons: list[Reason] = field(default_factory=list)
+    #: Suites that could not run on these endpoints and were left out (not with ``strict``).
+    skipped: list[SkippedSuite] = field(default_factory=list)
 
 
 def role_of(index: int) -> str:
@@ -203,40 +228,179 @@ def _cap_output(sample: Sample, cap: int) -> None:
         sample.error = sample.error[:_MAX_ERROR_CHARS] + "…"
 
 
+#: How to give an endpoint each capability a suite may need: what the refusal and the skipped
+#: suite's reason name as the fix (docs/cli.md, "Suites an endpoint cannot run").
+CAPABILITY_FIXES: dict[str, str] = {
+    "tokenize": (
+        "register the model's tokenizer with the endpoint (`evalsvc endpoints add NAME URL "
+        "--tokenizer PATH`, a tokenizer.json or its directory) and pass NAME, or serve it with "
+        "an engine that has a tokenize route (vLLM, SGLang, llama.cpp, TGI)"
+    ),
+    "echo": (
+        "serve it with an engine whose /v1/completions returns the prompt's logprobs with "
+        "`echo` (vLLM, SGLang)"
+    ),
+    "prompt_logprobs": (
+        "serve it with vLLM (`prompt_logprobs`), or use a drift suite with `method: echo` "
+        "(e.g. drift-gpu)"
+    ),
+    "logprobs": "serve it with token logprobs enabled (vLLM: `--max-logprobs` at least the suite's top_k)",
+    "completions": "serve /v1/completions (vLLM and SGLang do; chat-only APIs do not)",
+    "chat": "serve /v1/chat/completions with a chat template (vLLM: `--chat-template`)",
+}
+
+
+def _label(ref: EndpointRef, prov: Provenance) -> str:
+    where = ref.name or redact_url(ref.url)
+    model = ref.model or prov.model
+    return f"{where} ({model})" if model and model != where else where
+
+
+def capability_gaps(
+    suites: Sequence[Suite], refs: Sequence[EndpointRef], provs: Sequence[Provenance]
+) -> dict[str, dict[str, list[str]]]:
+    """``{suite: {capability: [endpoint labels that lack it]}}`` for every suite that needs a
+    capability (``Suite.requires``) some endpoint's probe did not find."""
+    gaps: dict[str, dict[str, list[str]]] = {}
+    for suite in suites:
+        for ref, prov in zip(refs, provs, strict=True):
+            for cap in sorted(c for c in suite.requires if not prov.capabilities.get(c, False)):
+                who = gaps.setdefault(suite.name, {}).setdefault(cap, [])
+                label = _label(ref, prov)
+                if label not in who:
+                    who.append(label)
+    return gaps
+
+
+def _capability_lines(
+    gaps: dict[str, dict[str, list[str]]]
+) -> list[str]:
+    """One line per missing capability (never one per endpoint): the endpoints that lack it,
+    the suites that need it and the fix."""
+    by_cap: dict[str, tuple[list[str], list[str]]] = {}
+    for suite, caps in gaps.items():
+        for cap, who in caps.items():
+            endpoints, needing = by_cap.setdefault(cap, ([], []))
+            endpoints.extend(w for w in who if w not in endpoints)
+            needing.append(suite)
+    lines = []
+    for cap, (endpoints, needing) in by_cap.items():
+        verb = "lacks" if len(endpoints) == 1 else "lack"
+        fix = CAPABILITY_FIXES.get(cap, "use an endpoint that has it")
+        lines.append(
+            f"needs {cap}, which {', '.join(endpoints)} {verb} (suites {', '.join(needing)}); "
+            f"fix: {fix}"
+        )
+    return lines
+
+
+def _suite_gap_reason(caps: dict[str, list[str]]) -> list[str]:
+    return [
+        f"needs {cap}, which {', '.join(who)} {'lacks' if len(who) == 1 else 'lack'}; fix: "
+        f"{CAPABILITY_FIXES.get(cap, 'use an endpoint that has it')}"
+        for cap, who in caps.items()
+    ]
+
+
+def _refusal(
+    lines: list[str], runnable: Sequence[str], *, strict: bool
+) -> CapabilityError:
+    if runnable:
+        tail = (
+            f" Suites that would run: {', '.join(runnable)} (without --strict the run skips "
+            "the others and says why)."
+            if strict
+            else ""
+        )
+    else:
+        tail = " No suite of the run can run on these endpoints."
+    return CapabilityError(
+        "refused before sending any item (scoring them would give meaningless zeros): "
+        + "; ".join(lines)
+        + "."
+        + tail
+    )
+
+
 def check_capabilities(
     suites: Sequence[Suite], refs: Sequence[EndpointRef], provs: Sequence[Provenance]
 ) -> None:
-    problems = []
-    for suite in suites:
-        for ref, prov in zip(refs, provs, strict=True):
-            missing = sorted(c for c in suite.requires if not prov.capabilities.get(c, False))
-            if missing:
-                problems.append(
-                    f"suite {suite.name} ({suite.kind}) needs {', '.join(missing)}, which "
-                    f"{ref.name or redact_url(ref.url)} does not support"
-                )
-    if problems:
-        raise CapabilityError(
-            "; ".join(problems) + " (refused before sending any item; "
-            "scoring it would give meaningless zeros)"
+    """``CapabilityError`` (exit 2) when any suite needs a capability an endpoint lacks: each
+    capability named once, with the endpoints that lack it, its fix and the suites that would
+    run (the strict check; :func:`runnable_suites` skips such suites instead)."""
+    gaps = capability_gaps(suites, refs, provs)
+    if gaps:
+        raise _refusal(
+            _capability_lines(gaps), [s.name for s in suites if s.name not in gaps], strict=True
         )
+
+
+async def preflight_problems(
+    suites: Sequence[Suite], baseline: Provenance, calibrate: bool | None = None
+) -> dict[str, list[str]]:
+    """Every suite's own pre-run problems (``Suite.preflight``: an lm-eval task that does not
+    exist, its data, tokenizer or Python missing, a length past the context...), by suite. A
+    suite that will calibrate (``calibrate``: the run's ``--calibrate``) is left to its pilot,
+    whose ladder is sized to the baseline."""
+    problems: dict[str, list[str]] = {}
+    for suite in suites:
+        if suite.calibration(calibrate) is not None:
+            continue
+        found = await suite.preflight(baseline)
+        if found:
+            problems[suite.name] = list(found)
+    return problems
 
 
 async def check_preflight(
     suites: Sequence[Suite], baseline: Provenance, calibrate: bool | None = None
 ) -> None:
-    """Every suite's own pre-run checks (``Suite.preflight``: an lm-eval task that does not
-    exist, its data or tokenizer missing, a length past the context...), before any item is
-    sent; ``CapabilityError`` (exit 2) with every reason. A suite that will calibrate
-    (``calibrate``: the run's ``--calibrate``) is left to its pilot, whose ladder is sized to
-    the baseline."""
-    problems: list[str] = []
-    for suite in suites:
-        if suite.calibration(calibrate) is not None:
-            continue
-        problems += [f"suite {suite.name}: {p}" for p in await suite.preflight(baseline)]
+    """:func:`preflight_problems` as a refusal: ``CapabilityError`` (exit 2) with every reason."""
+    problems = await preflight_problems(suites, baseline, calibrate)
     if problems:
-        raise CapabilityError("; ".join(problems) + " (refused before sending any item)")
+        raise CapabilityError(
+            "; ".join(f"suite {name}: {p}" for name, ps in problems.items() for p in ps)
+            + " (refused before sending any item)"
+        )
+
+
+async def runnable_suites(
+    suites: Sequence[Suite],
+    refs: Sequence[EndpointRef],
+    provs: Sequence[Provenance],
+    options: RunOptions,
+) -> tuple[list[Suite], list[SkippedSuite]]:
+    """The suites that can run on these endpoints, and the ones skipped with their reasons.
+
+    A suite is skipped when an endpoint lacks a capability it needs (``Suite.requires``) or its
+    own preflight finds a problem. With ``options.strict`` any such suite refuses the whole run
+    instead (``CapabilityError``, exit 2: pipelines that must run every suite they name), and a
+    run left with no suite is refused either way, with every reason."""
+    gaps = capability_gaps(suites, refs, provs)
+    if gaps and options.strict:
+        raise _refusal(
+            _capability_lines(gaps), [s.name for s in suites if s.name not in gaps], strict=True
+        )
+    rest = [s for s in suites if s.name not in gaps]
+    problems = await preflight_problems(rest, provs[0], options.calibrate)
+    runnable = [s for s in rest if s.name not in problems]
+    lines = _capability_lines(gaps) + [
+        f"suite {name}: {p}" for name, ps in problems.items() for p in ps
+    ]
+    if problems and options.strict:
+        raise _refusal(lines, [s.name for s in runnable], strict=True)
+    if not runnable:
+        raise _refusal(lines, [], strict=options.strict)
+    skipped = [
+        SkippedSuite(
+            s.name,
+            s.kind,
+            tuple(_suite_gap_reason(gaps[s.name]) if s.name in gaps else problems[s.name]),
+        )
+        for s in suites
+        if s.name in gaps or s.name in problems
+    ]
+    return runnable, skipped
 
 
 async def execute(
@@ -288,8 +452,9 @@ async def execute(
         for role, ref, prov in zip(roles, refs, provs, strict=True):
             if on_probed:
                 on_probed(role, ref, prov)
-        check_capabilities(suites, refs, provs)
-        await check_preflight(suites, provs[0], options.calibrate)
+        suites, skipped = await runnable_suites(suites, refs, provs, options)
+        for gone in skipped:
+            progress.message(f"skipping {gone.suite}: {gone.reason}")
         warnings = _tokenizer_warnings(refs, provs)
         # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
         # go to its columns (and to the sink) only.
@@ -432,7 +597,8 @@ async def execute(
         samples = list(by_key.values())
         del previous, by_key
         result = _gate_all(
-            run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns
+            run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns,
+            skipped=skipped,
         )
         result.warnings = warnings
         for cand in result.candidates:
@@ -626,8 +792,15 @@ def _gate_all(
     options: RunOptions,
     *,
     columns: dict[str, PairedColumns] | None = None,
+    skipped: Sequence[SkippedSuite] = (),
 ) -> RunResult:
     columns = columns or {}
+    # A skipped suite is in no gate, so it can neither pass nor fail: every candidate's reasons
+    # say it was not run and why, so a pass is never read as covering it.
+    skip_reasons = [
+        Reason("skipped", f"not run, so this verdict does not cover it: {gone.reason}", gone.suite)
+        for gone in skipped
+    ]
     by: dict[tuple[str, str], list[Sample]] = {}
     for s in samples:
         by.setdefault((s.endpoint, s.suite), []).append(s)
@@ -673,6 +846,8 @@ def _gate_all(
         for sres, sdec in zip(cres.suites, decision.suites, strict=True):
             sres.outcome = sdec.outcome
             sres.reasons = list(sdec.reasons)
+        if skip_reasons:
+            decision = replace(decision, reasons=(*decision.reasons, *skip_reasons))
         cres.verdict = decision.verdict
         cres.reasons = list(decision.reasons)
         decisions.append((role, decision))
@@ -703,6 +878,7 @@ def _gate_all(
         error=error,
         options=options,
         reasons=reasons,
+        skipped=list(skipped),
     )
 
 

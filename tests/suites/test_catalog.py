@@ -53,14 +53,26 @@ def test_lmeval_command_line() -> None:
     from evalsvc.endpoints import EndpointClient
     from evalsvc.suites import load_suite
 
+    from evalsvc.suites.kinds.lmeval import ENGINE_MODEL, ENGINE_SCRIPT
+
     suite = load_suite("lmeval-mc")
     client = EndpointClient(EndpointRef(url="http://127.0.0.1:8100/v1", model="m"))
+    # With a local tokenizer directory: lm-eval's own local-completions, that tokenizer.
+    cmd = suite.command(  # type: ignore[attr-defined]
+        "py", client, Path("/tmp/out"), 80, tokenizer="/models/m"
+    )
+    args = cmd[cmd.index("--model_args") + 1]
+    assert cmd[1:3] == ["-m", "lm_eval"] and cmd[cmd.index("--model") + 1] == "local-completions"
+    assert "base_url=http://127.0.0.1:8100/v1/completions" in args and "model=m" in args
+    assert "tokenizer_backend=huggingface,tokenizer=/models/m" in args
+    assert cmd[cmd.index("--limit") + 1] == "80" and "--log_samples" in cmd
+    # Without one: the engine's /tokenize through evalsvc's lm-eval model, nothing local.
     cmd = suite.command("py", client, Path("/tmp/out"), 80)  # type: ignore[attr-defined]
     args = cmd[cmd.index("--model_args") + 1]
-    assert "base_url=http://127.0.0.1:8100/v1/completions" in args and "model=m" in args
-    assert "tokenizer_backend=huggingface" in args
-    assert cmd[cmd.index("--limit") + 1] == "80" and "--log_samples" in cmd
-    assert suite.requires == frozenset({"completions", "echo"})
+    assert cmd[1] == str(ENGINE_SCRIPT) and cmd[cmd.index("--model") + 1] == ENGINE_MODEL
+    assert "tokenizer" not in args and "base_url=http://127.0.0.1:8100/v1/completions" in args
+    # ... which is why a suite without params.tokenizer needs the endpoints' tokenize.
+    assert suite.requires == frozenset({"completions", "echo", "tokenize"})
 
 
 def test_read_samples_keys_records_by_doc_id(tmp_path: Path) -> None:

@@ -1,9 +1,13 @@
 """Finding (and on first use installing) a Python interpreter that has lm-evaluation-harness.
 
-Contract: ``lmeval_python()`` returns ``$EVALSVC_LMEVAL_PYTHON`` when set, else the managed vLLM
-venv's interpreter (``<EVALSVC_HOME>/venvs/vllm``), pip-installing ``lm-eval[api]==0.4.*`` there
-once (marker file; a process lock and a file lock keep concurrent callers to one install). It
-raises ``LmevalError`` with a one-line reason. evalsvc itself never imports lm_eval.
+Contract: ``lmeval_python()`` returns, in this order, ``$EVALSVC_LMEVAL_PYTHON`` when set;
+evalsvc's own interpreter when lm-eval is installed beside it (``pip install 'evalsvc[lmeval]'``:
+found with ``importlib.util.find_spec``, never imported here); else the managed vLLM venv's
+interpreter (``<EVALSVC_HOME>/venvs/vllm``, prepared by ``evalsvc local up``), pip-installing
+``lm-eval[api]==0.4.*`` there once (marker file; a process lock and a file lock keep
+concurrent callers to one install). Without any of them it raises ``LmevalError`` whose one
+line names the three ways to get one (the run then skips the suite with that reason). evalsvc
+itself never imports lm_eval.
 
 ``python -c "from evalsvc.suites.kinds._lmeval_python import lmeval_python; lmeval_python()"``
 installs it ahead of a run.
@@ -12,7 +16,9 @@ installs it ahead of a run.
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -41,14 +47,17 @@ def lmeval_python() -> str:
     override = Settings().lmeval_python.strip()
     if override:
         return override
+    if importlib.util.find_spec("lm_eval") is not None:
+        return sys.executable  # `pip install 'evalsvc[lmeval]'`: lm-eval beside evalsvc
     from evalsvc.local import home_dir
 
     venv = home_dir() / "venvs" / "vllm"
     python = venv / "bin" / "python"
     if not python.exists():
         raise LmevalError(
-            f"no Python with lm-eval: set {ENV_PYTHON}, or prepare the local "
-            f"endpoints' venv ({venv}) with `evalsvc local up`"
+            "no Python with lm-eval: install it beside evalsvc (`pip install "
+            f"'evalsvc[lmeval]'`), set {ENV_PYTHON} to a Python that has it, or prepare the "
+            f"local endpoints' venv ({venv}) with `evalsvc local up`"
         )
     marker = venv / _MARKER
     if marker.exists():

@@ -13,7 +13,15 @@ Contract:
   pinned to the venv's current packages so vllm's own pins never move; a marker file makes it
   idempotent). The subprocess, not the suite, talks to the endpoint, with the URL and model name
   of the client the runner handed over; it runs offline (``HF_DATASETS_OFFLINE``,
-  ``HF_HUB_OFFLINE``) with a local tokenizer directory.
+  ``HF_HUB_OFFLINE``).
+- The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
+  ``params.tokenizer``; the baseline's checkpoint directory when it is local (the served model's
+  ``root``); an endpoint's registered tokenizer directory (``endpoints add --tokenizer``); else
+  **the engine's own** ``POST /tokenize`` (vLLM, SGLang), through the lm-eval model
+  ``evalsvc-engine-completions`` (``_lmeval_engine.py``, run as lm-eval's entry point): nothing
+  local is needed, and each endpoint tokenizes with its own route. A completions-API task without
+  a local tokenizer therefore needs ``tokenize`` (a capability the runner checks); a chat task
+  needs no tokenizer at all.
 - Tasks are lm-eval task names or YAML files under ``include_path`` (relative paths resolve
   under ``evalsvc/suites/catalog/data/``; the subprocess runs there, so a task's relative ``data_files`` work).
 - Failure of the subprocess is never a silent zero: every planned document becomes an errored
@@ -52,6 +60,13 @@ from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
+
+#: The script lm-eval's Python runs for the engine-tokenizer model (never imported here).
+ENGINE_SCRIPT = Path(__file__).with_name("_lmeval_engine.py")
+#: Its model name (``_lmeval_engine.MODEL_NAME``).
+ENGINE_MODEL = "evalsvc-engine-completions"
+#: Files that make a directory a Hugging Face tokenizer lm-eval can load.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 #: Bound on the preflight subprocess (importing lm-eval and building one task from local data).
 PREFLIGHT_TIMEOUT_S = 600.0
@@ -113,7 +128,8 @@ class LmevalParams(BaseModel):
     model_type: Literal["local-completions", "local-chat-completions"] = "local-completions"
     tokenizer: str | None = None
     """Local Hugging Face tokenizer directory. Default: the baseline's checkpoint directory when
-    it is local, else ``<EVALSVC_HOME>/models/bf16`` (the local endpoints' checkpoint)."""
+    it is local, else an endpoint's registered tokenizer directory, else the engine's own
+    ``/tokenize`` (nothing local needed)."""
     n: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
     """lm-eval ``--limit`` (``--samples``). Required for tasks other than bundled JSON ones."""
     num_fewshot: int | None = Field(default=None, ge=0, le=limits.MAX_PARAM_LIST)
@@ -186,8 +202,15 @@ class LmevalSuite(Suite):
 
     def __init__(self, spec: Any) -> None:
         super().__init__(spec)
-        self.requires = frozenset(self.params.capabilities)  # type: ignore[misc]
+        needs = set(self.params.capabilities)
+        if self.params.tokenizer is None and self.params.model_type == "local-completions":
+            # Without a tokenizer of its own, loglikelihood counts tokens with an endpoint's:
+            # its /tokenize route, or the tokenizer registered with it (the probe reports both
+            # as `tokenize`).
+            needs.add("tokenize")
+        self.requires = frozenset(needs)  # type: ignore[misc]
         self._tokenizer: str | None = self.params.tokenizer
+        self._resolved = self.params.tokenizer is not None
 
     def item_count(self) -> int | None:
         if self.params.n:
@@ -204,16 +227,41 @@ class LmevalSuite(Suite):
         path = Path(raw)
         return path if path.is_absolute() else Path(catalog_dir()) / "data" / path
 
-    def _resolve_tokenizer(self, provenance: Provenance) -> str:
-        if self._tokenizer is None:
+    def _resolve_tokenizer(self, provenance: Provenance) -> str | None:
+        """The local tokenizer directory every endpoint's lm-eval uses (``params.tokenizer``, or
+        the baseline's checkpoint directory when it is on this machine), or None: each endpoint
+        then counts with its registered tokenizer or its engine's ``/tokenize``
+        (:meth:`_endpoint_tokenizer`)."""
+        if not self._resolved:
             root = Path(provenance.root) if provenance.root else None
             if root is not None and (root / "tokenizer_config.json").is_file():
                 self._tokenizer = str(root)
-            else:
-                from evalsvc.local import home_dir
-
-                self._tokenizer = str(home_dir() / "models" / "bf16")
+            self._resolved = True
         return self._tokenizer
+
+    def _endpoint_tokenizer(self, client: EndpointClient) -> str | None:
+        """The tokenizer directory lm-eval loads for this endpoint, or None for its engine's
+        ``/tokenize`` (or no tokenizer: a chat task). ``LmevalError`` when neither works."""
+        if self._tokenizer is not None or self.params.model_type != "local-completions":
+            return self._tokenizer
+        local = client.local_tokenizer
+        if local is not None:  # the engine has no tokenize route; its registered tokenizer
+            path = Path(local.path).expanduser()
+            directory = path if path.is_dir() else path.parent
+            if (directory / "tokenizer_config.json").is_file():
+                return str(directory)
+            raise LmevalError(
+                f"lm-eval needs a Hugging Face tokenizer directory (tokenizer_config.json), and "
+                f"the tokenizer registered with this endpoint is {local.path!r}: register the "
+                "checkpoint's directory instead, or set params.tokenizer"
+            )
+        if client.tokenize_shape not in (None, "vllm"):
+            raise LmevalError(
+                f"this engine's tokenize route ({client.tokenize_shape}) is not the vLLM/SGLang "
+                "shape lm-eval's engine tokenizer speaks: set params.tokenizer to the model's "
+                "tokenizer directory"
+            )
+        return None
 
     async def plan(self, client: EndpointClient, provenance: Provenance) -> list[Item]:
         p = self.params
@@ -229,10 +277,10 @@ class LmevalSuite(Suite):
         ``data_files``; the hub is not contacted). One subprocess, bounded by
         ``PREFLIGHT_TIMEOUT_S``."""
         problems: list[str] = []
-        tokenizer = Path(self._resolve_tokenizer(provenance))
-        if not (
-            tokenizer.is_dir()
-            and any((tokenizer / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+        local = self._resolve_tokenizer(provenance)
+        tokenizer = Path(local) if local is not None else None
+        if tokenizer is not None and not (
+            tokenizer.is_dir() and any((tokenizer / f).is_file() for f in _TOKENIZER_FILES)
         ):
             problems.append(
                 f"tokenizer {str(tokenizer)!r} is not a local Hugging Face tokenizer directory "
@@ -280,27 +328,41 @@ class LmevalSuite(Suite):
         return [str(verdict.get("problem"))]
 
     def command(
-        self, python: str, client: EndpointClient, output: Path, n: int, base_url: str | None = None
+        self,
+        python: str,
+        client: EndpointClient,
+        output: Path,
+        n: int,
+        base_url: str | None = None,
+        tokenizer: str | None = None,
     ) -> list[str]:
-        """The lm-eval command line for one endpoint (``base_url``: the client's, pinned)."""
+        """The lm-eval command line for one endpoint (``base_url``: the client's, pinned;
+        ``tokenizer``: a local tokenizer directory, or None for the engine's ``/tokenize``)."""
         p = self.params
         route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
         args: dict[str, Any] = {
             "model": client.model or "default",
             "base_url": f"{base_url or client.base_url}/{route}",
-            "tokenizer_backend": "huggingface",
-            "tokenizer": self._tokenizer or "",
-            "num_concurrent": p.num_concurrent,
-            "max_retries": 3,
-            "max_length": p.max_length,
-            **p.model_args,
         }
+        model: str = p.model_type
+        entry = ["-m", "lm_eval"]
+        if tokenizer is not None:
+            args.update(tokenizer_backend="huggingface", tokenizer=tokenizer)
+        elif p.model_type == "local-completions":
+            # The engine's /tokenize: lm-eval's local-completions with that tokenizer, registered
+            # by the script that then runs lm-eval's own command line.
+            model, entry = ENGINE_MODEL, [str(ENGINE_SCRIPT)]
+        else:
+            args["tokenizer_backend"] = "none"  # chat: the server applies the template
+        args.update(
+            {"num_concurrent": p.num_concurrent, "max_retries": 3, "max_length": p.max_length,
+             **p.model_args}
+        )
         cmd = [
             python,
-            "-m",
-            "lm_eval",
+            *entry,
             "--model",
-            p.model_type,
+            model,
             "--model_args",
             ",".join(f"{k}={v}" for k, v in args.items()),
             "--tasks",
@@ -380,7 +442,8 @@ class LmevalSuite(Suite):
             pinned = await client.pinned_base_url()
         except EndpointError as exc:
             raise LmevalError(str(exc)) from exc
-        cmd = self.command(python, client, output, n, base_url=pinned)
+        tokenizer = self._endpoint_tokenizer(client)
+        cmd = self.command(python, client, output, n, base_url=pinned, tokenizer=tokenizer)
         # egress: the subprocess gets a minimal environment, never the worker's secrets
         # (OPENAI_API_KEY, cloud keys, EVALSVC_DATABASE_URL): lm-eval's API models send
         # OPENAI_API_KEY as a Bearer header to whatever URL the run names. It is always set, to

@@ -144,6 +144,10 @@ class NeedleParams(BaseModel):
     tokenizer: str | None = None
     """The checkpoint's tokenizer (directory with ``tokenizer.json``, or the file) for endpoints
     without ``/tokenize``; when set it is used instead of the endpoint's ``/tokenize``."""
+    calibrate_max_length: int | None = Field(default=None, ge=1, le=limits.MAX_CONTEXT_TOKENS)
+    """Calibration: the ladder's longest rung, in tokens (default: as long as the baseline's
+    probed max context allows). Keeps a suite meant for ordinary context lengths there on a
+    128k-token model."""
 
     @model_validator(mode="after")
     def _bounded_grid(self) -> NeedleParams:
@@ -234,6 +238,8 @@ class NeedleSuite(Suite):
         if provenance.max_context is not None:
             top = provenance.max_context - p.max_tokens - _TEMPLATE_HEADROOM
         top = min(top, limits.MAX_CONTEXT_TOKENS)
+        if p.calibrate_max_length is not None:
+            top = min(top, p.calibrate_max_length)
         start = min(min(p.lengths), top)
         if top < 1:
             return []
