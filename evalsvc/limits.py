@@ -78,6 +78,42 @@ MAX_SEED = 2**63 - 1
 #: Per-request timeout a run may ask for: one hour covers the longest context prefill on CPU.
 MAX_REQUEST_TIMEOUT_S = 3600.0
 
+#: Seconds a sweep waits for a configuration's server to answer its health check: loading and
+#: compiling the largest model a worker hosts takes minutes to an hour; four hours is far above
+#: that and still bounds how long one sweep can hold a worker waiting for nothing.
+MAX_HEALTH_TIMEOUT_S = 4 * 3600.0
+#: Latency SLOs of a speed sweep (time to first token, time per output token), in ms: no request
+#: may wait longer than ``MAX_REQUEST_TIMEOUT_S``, so no SLO above it can be met or missed.
+MAX_SLO_MS = MAX_REQUEST_TIMEOUT_S * 1000.0
+#: Request rates (requests per second) a speed sweep may offer: a measurement point sends at
+#: most 10,000 requests, so a higher rate would issue them all within a second (a burst, not a
+#: rate); no single serving replica here sustains anywhere near it.
+MAX_RATE_RPS = 10_000.0
+#: Growth factor of the rate ladder (``start_rps · growth^k``): 4 quadruples the rate per point,
+#: coarser than any useful capacity search (the refinement halves the gap afterwards).
+MAX_RATE_GROWTH = 4.0
+#: Shape of the gamma arrivals (``burstiness``): below 0.01 the inter-arrival times are almost
+#: all zero with a rare gap of hours (the scale is 1 / (rate · shape)); above 100 the arrivals
+#: are a metronome. Both ends model no real traffic.
+MIN_BURSTINESS, MAX_BURSTINESS = 0.01, 100.0
+
+#: HTTP methods ``/metrics`` and the access log name as sent (RFC 9110's methods and PATCH);
+#: h11 accepts any token as a method, so any other is counted and logged as ``other``: 3,000
+#: invented 8,000-character methods once made 6,000 series (a 48.5 MB scrape) and 24 MB of log.
+HTTP_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+#: Characters of a request path (with its query) the access log writes; the rest is cut and
+#: counted (a request line may be up to uvicorn's 16 KiB head limit).
+MAX_LOGGED_PATH = 512
+#: Label sets of the gate families on ``/metrics`` (the latest gate per baseline, candidate and
+#: suite; 11 series each): 16 candidates × 16 suites, newest first; the rest are counted in
+#: ``evalsvc_metrics_omitted{family="gate"}``. Every distinct URL or log upload adds one.
+MAX_GATE_SERIES = 256
+#: Endpoints of the endpoint families on ``/metrics`` (9 series each), by samples in the last
+#: 24 h; the others are summed under ``endpoint="other"``.
+MAX_ENDPOINT_SERIES = 64
+
 #: Dates a client may give (``start_at``): cron arithmetic and the UTC conversion of an offset
 #: overflow ``datetime`` at year 9999, and no schedule needs to start before 2000.
 MIN_YEAR, MAX_YEAR = 2000, 2099

@@ -194,33 +194,76 @@ def _scaled_n(s: dict[str, Any]) -> int | None:
     return int(math.ceil(n * (mde / margin) ** 2))
 
 
+def _from_logs(run: RunInfo) -> bool:
+    """A gate-logs run: its items are the logs' (no ``--samples`` can change them)."""
+    return run.spec.labels.get("source") == "gate-logs"
+
+
+def _worse_within_reach(s: dict[str, Any]) -> bool:
+    """The candidate is shown worse than the baseline (the oriented interval is wholly below
+    0) but not shown beyond the margin (the interval still reaches past −δ): inconclusive for
+    non-inferiority, and no item count planned for "no difference" applies to it."""
+    sc = _scaled(s) if not is_threshold(s) else None
+    return sc is not None and sc["boundary"] == -1.0 and sc["hi"] < 0 and sc["lo"] < -1.0
+
+
 def _next_step(
     code: str, s: dict[str, Any] | None, run: RunInfo, store: Store, role: str | None
 ) -> dict[str, Any] | None:
-    """The next step for one blocking reason: a sentence and, where useful, a command."""
+    """The next step for one blocking reason: a sentence and, where useful, a command. Only
+    what can be done: a gate-logs run is never told ``--samples`` (its items are the logs'),
+    and no run is told to use fewer items than it ran."""
     suite = (s or {}).get("suite")
     short = run.id[:12]
+    logs = _from_logs(run)
+    ran = (s or {}).get("n")
+    ran_n = ran if isinstance(ran, int) else 0
     if code in ("underpowered", "ci_includes_margin") and suite:
-        planned = _plan_n(store, run, suite)
+        what = code.replace("_", " ")
+        if _worse_within_reach(s or {}):
+            margin = _num((s or {}).get("margin"))
+            more = ("gate more logged items of the same evaluation" if logs
+                    else f"re-run it with more items than n = {ran_n} (`--samples`)")
+            return {"text": f"{suite}: worse than baseline, not shown beyond δ = {margin:g} "
+                            f"at n = {ran_n}; to tell whether the drop exceeds δ, {more}",
+                    "command": None}
+        planned = None if logs else _plan_n(store, run, suite)
         cmd = f"evalsvc plan --suite {suite} --pilot-run {short}"
-        if planned is not None:
-            return {"text": f"{code.replace('_', ' ')}: `{cmd}` says n = {planned['items']} items "
-                            f"(this run: n = {(s or {}).get('n')})", "command": cmd,
+        if planned is not None and planned["items"] > ran_n:
+            return {"text": f"{what}: `{cmd}` says n = {planned['items']} items "
+                            f"(this run: n = {ran_n})", "command": cmd,
                     "n": planned["items"]}
         approx = _scaled_n(s or {})
-        if approx is not None:
-            return {"text": f"{code.replace('_', ' ')}: about n = {approx} items would bring the "
-                            f"MDE ({_num((s or {}).get('mde')):.3g}) down to the margin; "
-                            f"re-run with `--samples {approx}`",
+        if approx is not None and approx > ran_n:
+            mde = _num((s or {}).get("mde"))
+            if logs:
+                return {"text": f"{what}: about n = {approx} items would bring the MDE "
+                                f"({mde:.3g}) down to the margin; this run gated the n = "
+                                f"{ran_n} items its logs hold: evaluate and log at least "
+                                f"{approx} items, then gate the logs again", "command": None,
+                        "n": approx}
+            return {"text": f"{what}: about n = {approx} items would bring the MDE "
+                            f"({mde:.3g}) down to the margin; re-run with `--samples {approx}`",
                     "command": f"--samples {approx}", "n": approx}
-        return {"text": f"{code.replace('_', ' ')}: run more items of {suite} (`--samples N`, "
+        if planned is not None or approx is not None:
+            # The plan (or the MDE) asks for no more than this run had: the estimate sits near
+            # the margin, so only more items than n narrow the interval past it.
+            more = ("more logged items" if logs
+                    else f"more items than n = {ran_n} (`--samples`)")
+            return {"text": f"{what}: at n = {ran_n}, more than the plan's size, the interval "
+                            f"still reaches the margin: the difference sits near δ; {more} "
+                            "narrow it", "command": None}
+        if logs:
+            return {"text": f"{what}: gate more logged items of {suite}", "command": None}
+        return {"text": f"{what}: run more items of {suite} (`--samples N`, "
                         f"sized with `evalsvc plan --suite {suite}`)", "command": None}
     if code == "insufficient_data" and suite:
         msg = " ".join(r.get("message", "") for r in (s or {}).get("reasons") or [])
         m = re.search(r"minimum of (\d+)", msg)
         need = f"at least {m.group(1)} items" if m else "more items"
-        return {"text": f"{suite} cannot decide at this size: re-run it with {need} "
-                        f"(`--samples`)", "command": None}
+        how = "log and gate" if logs else "re-run it with"
+        return {"text": f"{suite} cannot decide at this size: {how} {need}"
+                        + ("" if logs else " (`--samples`)"), "command": None}
     if code == "uninformative_baseline" and suite:
         return {"text": f"the baseline solves too few items of {suite} to show a drop of the "
                         "margin: use more items, or a suite (level) the baseline solves",

@@ -7,6 +7,7 @@ outcomes; the next step's n is the planning service's, with this run as the pilo
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -118,3 +119,77 @@ def test_gates_table_one_oriented_scale_threshold_and_informational_rows(one_sto
     assert reasoning["mde_flag"]
     # Speed is informational, not an amber inconclusive.
     assert rows["speed-smoke"]["informational"] and not rows["reasoning-smoke"]["informational"]
+
+
+def _binary_run(
+    store: Store, base: np.ndarray, cand: np.ndarray, margin: float,  # type: ignore[type-arg]
+    labels: dict[str, str] | None = None,
+) -> tuple[str, dict]:  # type: ignore[type-arg]
+    """A stored run of one reasoning-smoke gate over these per-item scores, gated and reported
+    as the runner does (``evaluate_gate``, ``decide``, ``build_report``)."""
+    outcome = evaluate_gate(base, cand, metric="accuracy", kind="binary", margin=margin)
+    suite = SuiteResult("reasoning-smoke", "reasoning", "1", outcome, 0, len(base), True,
+                        {"gate": {"gate": "noninferiority", "higher_is_better": True}})
+    prov = Provenance(model="m")
+    cres = CandidateResult("candidate:0", EndpointRef(url="http://127.0.0.1:9002/v1", model="c"),
+                           prov, [suite])
+    d = decide([SuiteGate(suite.suite, suite.outcome, suite.gated)])
+    suite.outcome, suite.reasons = d.suites[0].outcome, list(d.suites[0].reasons)
+    cres.verdict, cres.reasons = d.verdict, list(d.reasons)
+    verdict, reasons = combine_candidates([("candidate:0", d)])
+    spec = RunSpec(baseline=EndpointRef(url="http://127.0.0.1:9001/v1"),
+                   candidates=[EndpointRef(url="http://127.0.0.1:9002/v1")],
+                   suites=["reasoning-smoke"], labels=labels or {})
+    run = store.create_run(spec, status=RunStatus.running)
+    result = RunResult(run.id, verdict, EndpointRef(url="http://127.0.0.1:9001/v1", model="b"),
+                       prov, [cres], options=RunOptions(), reasons=list(reasons))
+    report = build_report(result)
+    store.save_report(run.id, report)
+    store.finish_run(run.id, status=RunStatus.completed, verdict=verdict)
+    return run.id, report
+
+
+def _advice(store: Store, run_id: str, report: dict) -> list[str]:  # type: ignore[type-arg]
+    run = store.get_run(run_id)
+    assert run is not None
+    return [n["text"] for n in run_verdict.banner(store, run, report)["next"]]
+
+
+def test_a_candidate_worse_but_not_beyond_the_margin_is_said_so_never_fewer_items(
+    one_store: Store,
+) -> None:
+    # 150 items, 20 the candidate loses: Δ = −0.133, its interval wholly below 0 and reaching
+    # past −δ = −0.15. The plan at this discordance asks for fewer than the 150 items run.
+    base = np.ones(150)
+    base[120:] = 0
+    cand = base.copy()
+    cand[:20] = 0
+    run_id, report = _binary_run(one_store, base, cand, margin=0.15)
+    (gate,) = report["candidates"][0]["suites"]
+    assert gate["verdict"] == "inconclusive" and gate["ci"][0] < -0.15 < gate["ci"][1] < 0
+    (row,) = planning.plan(suites=["reasoning-smoke"], margin=0.15, alpha=None,
+                           pilot_run=run_id, store=one_store)
+    assert row["required_items"] < 150  # the old advice: "re-run with --samples" fewer
+    (text,) = _advice(one_store, run_id, report)
+    assert "worse than baseline, not shown beyond δ = 0.15 at n = 150" in text
+    assert "more items than n = 150" in text
+    for n in re.findall(r"n = (\d+)", text):
+        assert int(n) >= 150, text  # never fewer items than were run
+
+
+def test_a_gate_logs_run_is_never_told_samples(one_store: Store) -> None:
+    rng = np.random.default_rng(5)
+    base = (rng.random(16) < 0.6).astype(float)
+    cand = base.copy()
+    cand[:3] = 1 - cand[:3]
+    run_id, report = _binary_run(one_store, base, cand, margin=0.15,
+                                 labels={"source": "gate-logs"})
+    assert report["verdict"] == "inconclusive"
+    texts = _advice(one_store, run_id, report)
+    assert texts and not any("--samples" in t for t in texts), texts
+    assert any("log" in t for t in texts), texts
+    # The same scores from a run the runner generated: --samples, and more than it ran.
+    run_id, report = _binary_run(one_store, base, cand, margin=0.15)
+    texts = _advice(one_store, run_id, report)
+    sizes = [int(n) for t in texts for n in re.findall(r"n = (\d+) items", t)]
+    assert sizes and all(n > 16 for n in sizes), texts
