@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request, Response
 
 from evalsvc import api, dashboard
-from evalsvc.api import make_registry
+from evalsvc.api import make_registry, method_label
 from evalsvc.db import Store, StoreError
 from evalsvc.web.auth import AppState, auth_enabled_from_env
 
@@ -77,9 +77,12 @@ def create_app(database_url: str | None = None, *, auth: bool | None = None) -> 
         response = await call_next(request)
         counter = getattr(request.app.state, "requests_counter", None)
         if counter is not None:
-            # The handler's name, not the path: bounded label values whatever ids are requested.
+            # The handler's name, not the path, and a closed set of methods: bounded label
+            # values whatever ids, paths or invented methods are requested.
             handler = getattr(request.scope.get("endpoint"), "__name__", None) or "unmatched"
-            counter.labels(request.method, handler, str(response.status_code)).inc()
+            counter.labels(
+                method_label(request.method), handler, str(response.status_code)
+            ).inc()
         return response
 
     # The web dashboard at "/" (pages, /static), over the same store and auth.

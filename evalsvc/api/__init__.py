@@ -14,6 +14,6 @@ May import: ``evalsvc.db``, ``evalsvc.domain``, ``evalsvc.services``, ``evalsvc.
 from __future__ import annotations
 
 from ._app import API_PREFIX, install
-from ._metrics import make_registry
+from ._metrics import make_registry, method_label
 
-__all__ = ["API_PREFIX", "install", "make_registry"]
+__all__ = ["API_PREFIX", "install", "make_registry", "method_label"]

@@ -30,7 +30,21 @@ Store-wide metrics (``docs/deploy.md`` lists them with their PromQL use):
 - ``evalsvc_samples_per_second``: samples written in the last 60 s, divided by 60;
 - ``evalsvc_database_up``: 1 when the database answered the scrape and accepts writes
   (a no-op write, ``Store.check_writable``); 0 when it is unreachable, read-only or full.
+- ``evalsvc_metrics_omitted{family}``: label sets left out of a family to bound it (below).
 Process metric: ``evalsvc_api_requests_total{method,handler,status}``.
+
+Every label comes from a bounded set, so no client can grow the scrape (issue 37, N3: invented
+methods once made 6,000 series; every log upload added 20):
+- ``method``: ``evalsvc.limits.HTTP_METHODS``, any other ``other``; ``handler``: the route's
+  handler function (a template, never the raw path), ``unmatched`` when no route matched;
+- endpoint families: only ``http(s)`` endpoints (a log upload's sides are not endpoints), the
+  ``limits.MAX_ENDPOINT_SERIES`` with most samples by URL and the rest summed as ``other``;
+- gate families: a side that is not an ``http(s)`` URL (an uploaded or local log file) is
+  labelled ``log``, never by its file name; at most ``limits.MAX_GATE_SERIES`` label sets,
+  newest first, the rest counted in ``evalsvc_metrics_omitted{family="gate"}``.
+So a scrape holds at most 11 × MAX_GATE_SERIES + 9 × (MAX_ENDPOINT_SERIES + 1) store series
+plus the fixed families, and the request counter at most (|HTTP_METHODS| + 1) × handlers ×
+statuses the app answers.
 """
 
 from __future__ import annotations
@@ -42,6 +56,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from evalsvc import limits
 from evalsvc.db import Histogram, MetricsSnapshot, Store, StoreError, metrics_snapshot
 from evalsvc.db._metrics import ERROR_KINDS, OTHER_KIND, RATE_WINDOW
 from evalsvc.domain import EXIT_CODES
@@ -52,6 +67,24 @@ log = logging.getLogger(__name__)
 VERDICTS = ("pass", "fail", "inconclusive", "error")
 GATE_LABELS = ["baseline", "candidate", "suite", "metric"]
 ERROR_KIND_NAMES = (*(name for name, _ in ERROR_KINDS), OTHER_KIND)
+#: The label of a gate side that is a log file (``upload:<name>``, ``file://…``), not an endpoint.
+LOG_SIDE = "log"
+#: The endpoint label of the endpoints past ``limits.MAX_ENDPOINT_SERIES``, and the method label
+#: of methods outside ``limits.HTTP_METHODS``.
+OTHER = "other"
+
+
+def method_label(method: str) -> str:
+    """The request counter's (and the access log's) name for an HTTP method: a closed set."""
+    return method if method in limits.HTTP_METHODS else OTHER
+
+
+def _is_endpoint(url: str) -> bool:
+    return url[:8].lower().startswith(("http://", "https://"))
+
+
+def _side(url: str) -> str:
+    return redact_url(url) if _is_endpoint(url) else LOG_SIDE
 
 
 def _histogram(name: str, doc: str, h: Histogram) -> HistogramMetricFamily:
@@ -97,10 +130,15 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
         ),
     }
     seen: set[tuple[str, ...]] = set()
-    # Newest first, so two URLs that differ only in credentials keep their latest gate.
+    omitted = {"gate": 0, "endpoint": 0}
+    # Newest first, so two URLs that differ only in credentials (or two log uploads) keep
+    # their latest gate, and the bound keeps the newest gates.
     for g in sorted(snap.gates, key=lambda g: -g.timestamp):
-        labels = [redact_url(g.baseline), redact_url(g.candidate), g.suite, g.metric]
+        labels = [_side(g.baseline), _side(g.candidate), g.suite, g.metric]
         if tuple(labels) in seen:
+            continue
+        if len(seen) >= limits.MAX_GATE_SERIES:
+            omitted["gate"] += 1
             continue
         seen.add(tuple(labels))
         gated = "true" if g.gated else "false"
@@ -146,8 +184,18 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     per_endpoint: dict[str, dict[str, int]] = {}
     for (url, kind), n in snap.endpoint_samples.items():
+        if not _is_endpoint(url):
+            continue  # a log upload's side: its samples were read from files, not served
         kinds = per_endpoint.setdefault(redact_url(url), {})
         kinds[kind] = kinds.get(kind, 0) + n  # URLs differing only in credentials add up
+    if len(per_endpoint) > limits.MAX_ENDPOINT_SERIES:
+        busiest = sorted(per_endpoint, key=lambda u: (-sum(per_endpoint[u].values()), u))
+        other: dict[str, int] = {}
+        for url in busiest[limits.MAX_ENDPOINT_SERIES:]:
+            for kind, n in per_endpoint.pop(url).items():
+                other[kind] = other.get(kind, 0) + n
+            omitted["endpoint"] += 1
+        per_endpoint[OTHER] = other
     for url, kinds in sorted(per_endpoint.items()):
         samples.add_metric([url], sum(kinds.values()))
         # Every kind, zeros included: a panel shows "no timeouts", not "no data".
@@ -160,6 +208,15 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     rate.add_metric([], snap.samples_last_window / RATE_WINDOW.total_seconds())
     yield rate
+    left_out = GaugeMetricFamily(
+        "evalsvc_metrics_omitted",
+        "Label sets left out of a family to bound the scrape (gate), or summed as other "
+        "(endpoint).",
+        labels=["family"],
+    )
+    for name, n in omitted.items():
+        left_out.add_metric([name], n)
+    yield left_out
 
 
 class StoreCollector(Collector):

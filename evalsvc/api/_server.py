@@ -19,6 +19,11 @@ Contract:
   logs and the worker threads, and room for the accept batches in flight: asyncio accepts up
   to ``backlog`` connections per loop iteration, and they reach the cap a few iterations
   later (``accept_backlog()``).
+- ``BoundedAccessLog`` (a filter on uvicorn's access logger, added by ``guarded_protocol``)
+  writes a method outside ``evalsvc.limits.HTTP_METHODS`` as ``other``, cuts a path past
+  ``limits.MAX_LOGGED_PATH`` characters (with the count cut) and escapes control characters
+  (a percent-encoded newline in a path cannot forge a log line): h11 accepts any token as a
+  method, and 3,000 invented 8,000-character ones wrote 24 MB of access log.
 - ``RateLimitedLoopErrors`` is the event loop's exception handler: ``accept()`` failures
   (EMFILE and kin) and other loop errors are logged at most once per ``interval`` seconds per
   kind, with the count of the ones left out.
@@ -36,6 +41,9 @@ import h11
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+from evalsvc import limits
+from evalsvc.textsafe import visible_controls
 
 _log = logging.getLogger("uvicorn.error")  # formatted and levelled with uvicorn's own lines
 
@@ -200,8 +208,35 @@ class GuardedH11Protocol(H11Protocol):
         return True
 
 
+class BoundedAccessLog(logging.Filter):
+    """Bounds what one access-log line of uvicorn's h11 protocol can hold (module docstring).
+    The line's arguments are ``(client, method, path, http_version, status)``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) == 5:
+            client, method, path, version, status = args
+            if method not in limits.HTTP_METHODS:
+                method = f"other({len(str(method))} chars)"
+            path = str(path)
+            if len(path) > limits.MAX_LOGGED_PATH:
+                cut = len(path) - limits.MAX_LOGGED_PATH
+                path = f"{path[: limits.MAX_LOGGED_PATH]}…(+{cut} chars)"
+            record.args = (client, method, visible_controls(path), version, status)
+        return True
+
+
+def bound_access_log() -> None:
+    """Add ``BoundedAccessLog`` to uvicorn's access logger (once)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, BoundedAccessLog) for f in access.filters):
+        access.addFilter(BoundedAccessLog())
+
+
 def guarded_protocol(*, request_timeout: float, max_connections: int) -> type[GuardedH11Protocol]:
-    """The protocol class for uvicorn's ``http=`` with these limits."""
+    """The protocol class for uvicorn's ``http=`` with these limits (and the access log's
+    bounds, ``bound_access_log``)."""
+    bound_access_log()
     return type(
         "GuardedH11Protocol",
         (GuardedH11Protocol,),

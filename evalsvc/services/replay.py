@@ -20,8 +20,11 @@ is sent anywhere.
 - The suite has no reference column: it gates **agreement** with the baseline's own answers
   (``evalsvc.suites.kinds.dataset``), with the ``exact`` scorer unless another is given.
 
-A line that is not JSON, an unreadable log or an existing output (without ``force``) raises
-``UsageError`` (exit 2) before anything is written.
+A line that is not JSON, a line nested more than ``MAX_DEPTH`` levels deep (Python's ``json``
+recurses: a line ``{"messages": [[[…]]]}`` 100,000 deep, or a ``content`` nested 990 deep under
+the CLI's own frames, was a ``RecursionError`` traceback), an unreadable log or an existing
+output (without ``force``) raises ``UsageError`` (exit 2) before anything is written; its one
+line names the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -43,6 +46,14 @@ from evalsvc.services.runs import UsageError
 _KEPT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
 _AGREEMENT_SCORERS = ("exact", "normalized", "numeric", "choice")
 _TEXT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+#: Nesting depth of one request line. A chat request nests about six levels (body, messages,
+#: message, content parts, part, image_url), a Batch API line one more, and a tool's JSON
+#: Schema parameters a few dozen at most; Python's ``json`` recurses with a 1,000-frame limit.
+MAX_DEPTH = 100
+# A JSON string, closed or running to the end of the line. Possessive quantifiers keep the
+# match linear (no backtracking on a string of escaped quotes).
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+(?:"|\\?\Z)', re.DOTALL)
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
 
 
 @dataclass
@@ -113,6 +124,58 @@ def _conversation(body: dict[str, Any], dropped: Counter[str]) -> tuple[list[dic
     return out, ""
 
 
+def _check_depth(line: str, where: str) -> None:
+    """Refuse (``UsageError``) a line nested more than ``MAX_DEPTH`` levels, naming the field
+    where it goes past, before ``json`` parses it. The brackets outside strings are counted on
+    the line with its strings and everything else removed (regexes: C speed on long lines)."""
+    skeleton = _NOT_BRACKETS.sub("", _JSON_STRING.sub("", line))
+    depth = 0
+    for c in skeleton:
+        depth += 1 if c in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise UsageError(
+                f"{where}: {_deep_field(line)}: JSON nested more than {MAX_DEPTH} levels deep; "
+                "a chat request is a few levels deep, so this line is not one (remove it)"
+            )
+
+
+def _deep_field(line: str) -> str:
+    """The path (``messages[].content``) at which ``line`` first goes past ``MAX_DEPTH``: the
+    keys of the objects on the way, ``[]`` for an array, trailing arrays left out. Only called
+    for a refused line, so a plain scan is fine."""
+    path: list[str] = []  # one entry per open container: "[]", or the object's current key
+    i, n = 0, len(line)
+    key_next = False  # inside an object, before a key
+    while i < n and len(path) <= MAX_DEPTH:
+        c = line[i]
+        if c == '"':
+            m = _JSON_STRING.match(line, i)
+            end = m.end() if m else n
+            if key_next and path and path[-1] != "[]":
+                path[-1] = line[i + 1 : end - 1][:40]
+                key_next = False
+            i = end
+            continue
+        if c in "[{":
+            path.append("[]" if c == "[" else "")
+            key_next = c == "{"
+        elif c in "]}":
+            if path:
+                path.pop()
+        elif c == "," and path and path[-1] != "[]":
+            key_next = True
+        i += 1
+    while path and path[-1] in ("[]", ""):
+        path.pop()
+    keys = sum(part != "[]" for part in path)
+    shown = ""
+    for part in path:
+        if shown and part != "[]" and shown.count(".") >= 4:  # the first five keys say enough
+            return f"{shown}.… ({keys} keys deep)"
+        shown += part if part == "[]" else (f".{part}" if shown else part)
+    return shown or "the line"
+
+
 def _slug(text: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
     return (slug or "replay")[:100]
@@ -161,10 +224,13 @@ def suite_from_requests(
                 summary.lines = lineno
                 if not line.strip():
                     continue
+                _check_depth(line, f"{log}:{lineno}")
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise UsageError(f"{log}:{lineno}: not JSON: {exc.msg}") from None
+                except RecursionError:  # a backstop: _check_depth refuses far below the limit
+                    raise UsageError(f"{log}:{lineno}: JSON nested too deeply to read") from None
                 if not isinstance(record, dict):
                     raise UsageError(f"{log}:{lineno}: not a JSON object")
                 inner = record.get("body")

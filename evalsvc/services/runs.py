@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from evalsvc import limits
 from evalsvc.db import IN_PROCESS_PREFIX, Leases, SampleWriter, Store
 from evalsvc.domain import (
     EXIT_CODES,
@@ -109,10 +111,10 @@ def bind_gates(suites: Sequence[Suite], options: Any) -> None:
     """Resolve every suite's gate once (``Suite.bind_gate``) within the server's limits: the one
     place where a gate is resolved; the runner, the snapshot and the report read ``suite.gate``.
     A refused option is a ``UsageError`` before any request is sent."""
-    limits = gate_limits()
+    bounds = gate_limits()
     try:
         for suite in suites:
-            suite.bind_gate(options, limits=limits)
+            suite.bind_gate(options, limits=bounds)
     except GatePolicyError as exc:
         raise UsageError(f"gate options refused: {exc}") from exc
 
@@ -127,25 +129,71 @@ def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> R
 
 
 def check_server_items(spec: RunSpec, suites: Sequence[Suite]) -> None:
-    """Refuse (``UsageError``, 422 over REST) a run asking for more items per suite than a
-    client of the server may submit, ``EVALSVC_MAX_ITEMS`` (``Settings.max_items``): in
-    ``options.samples`` or in a suite's own size. Called at submission (REST runs, schedules)
-    and by the worker; an in-process ``compare`` is bounded by ``evalsvc.limits.MAX_ITEMS``
-    alone (the suites' own validation)."""
+    """``check_server_limits`` for a run (REST runs, schedules, ``compare --server``, and the
+    worker before it executes a claimed run); an in-process ``compare`` is bounded by
+    ``evalsvc.limits.MAX_ITEMS`` alone (the suites' own validation)."""
+    check_server_limits(
+        "a run",
+        samples=spec.options.samples,
+        suite_items={suite.name: suite.item_count() for suite in suites},
+        suites=len(spec.suites),
+        configurations=len(spec.candidates),
+        durations=[("options.request_timeout_s", spec.options.request_timeout_s,
+                    limits.MAX_REQUEST_TIMEOUT_S)],
+        in_process="`evalsvc compare`",
+    )
+
+
+def check_server_limits(
+    what: str,
+    *,
+    samples: int | None = None,
+    samples_field: str = "options.samples",
+    suite_items: Mapping[str, int | None] | None = None,
+    suites: int = 0,
+    configurations: int = 1,
+    durations: Sequence[tuple[str, float, float]] = (),
+    in_process: str = "`evalsvc compare`",
+) -> None:
+    """The one server-side bound on what a client may make the workers do, for every submission
+    path (REST runs, schedules, sweeps, gate-logs uploads) and again by the worker before it
+    executes a stored row (a row stored before a bound, or under a larger setting, is refused
+    with the reason). ``UsageError`` (422 over REST, exit 2 on the CLI) names every value over
+    its bound:
+
+    - items per suite: ``samples`` (the items override, named ``samples_field``) and each suite's own
+      planned count in ``suite_items`` (``None``: not known before planning) at most
+      ``EVALSVC_MAX_ITEMS`` (``Settings.max_items``);
+    - ``suites`` (suite names asked for) at most ``limits.MAX_SUITES``;
+    - ``configurations`` (candidates of a run, configurations of a sweep, sides of an upload)
+      at most ``limits.MAX_CANDIDATES``;
+    - each ``(field, seconds, bound)`` of ``durations`` finite and within its bound.
+
+    ``what`` names the submission ("a run", "a sweep"); ``in_process`` the command that runs a
+    larger job on the caller's own machine (the fix the message names)."""
     bound = Settings().max_items
-    samples = spec.options.samples
-    over = [f"options.samples is {samples}"] if samples is not None and samples > bound else []
+    over = [f"{samples_field} is {samples}"] if samples is not None and samples > bound else []
     over += [
-        f"{suite.name} plans {count}"
-        for suite in suites
-        if (count := suite.item_count()) is not None and count > bound
+        f"{name} plans {count}"
+        for name, count in (suite_items or {}).items()
+        if count is not None and count > bound
     ]
     if over:
         raise UsageError(
-            f"too many items: {'; '.join(over)}; a run submitted to the server may plan at most "
+            f"too many items: {'; '.join(over)}; {what} submitted to the server may plan at most "
             f"{bound} items per suite (EVALSVC_MAX_ITEMS); run larger suites in-process "
-            "with `evalsvc compare`"
+            f"with {in_process}"
         )
+    if suites > limits.MAX_SUITES:
+        raise UsageError(f"too many suites: {suites}; {what} submitted to the server may ask for "
+                         f"at most {limits.MAX_SUITES}")
+    if configurations > limits.MAX_CANDIDATES:
+        raise UsageError(f"too many configurations: {configurations}; {what} submitted to the "
+                         f"server may have at most {limits.MAX_CANDIDATES}")
+    for field, seconds, most in durations:
+        if not (math.isfinite(seconds) and 0 < seconds <= most):
+            raise UsageError(f"{field} is {seconds}; {what} submitted to the server may ask for "
+                             f"more than 0 and at most {most:g} seconds")
 
 
 # ---- egress and credentials (docs/security.md) --------------------------------------------

@@ -23,7 +23,8 @@ Contract:
 - Stored sweeps (REST ``POST /api/v1/sweeps``, sweep schedules): ``submit_sweep`` checks a spec
   for server mode (``check_server_sweep``: existing endpoints only unless
   ``EVALSVC_SWEEP_ALLOW_LAUNCH``, catalog suites only, every URL within the egress policy, the
-  run limits) and queues it; ``execute_stored_sweep`` is what a worker calls for a claimed one:
+  bounds every submission shares: ``runs.check_server_limits``, items per suite within
+  ``EVALSVC_MAX_ITEMS`` included) and queues it; ``execute_stored_sweep`` is what a worker calls for a claimed one:
   the same ``run_sweep`` in server mode (the egress policy on every connection), each
   configuration's run linked to the sweep and its progress stored as it finishes, stopping
   between configurations when cancelled; the report is stored with the sweep.
@@ -55,6 +56,7 @@ from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus
 from evalsvc.endpoints import EgressPolicy, EndpointClient, probe
 from evalsvc.services.runs import (
     UsageError,
+    check_server_limits,
     check_server_spec,
     compare,
     load_suites,
@@ -93,19 +95,24 @@ Log = Callable[[str], None]
 class SpeedSpec(BaseModel):
     """How capacity is measured (see ``evalsvc.speed``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # No NaN or infinity (not JSON, and PostgreSQL refuses them in the stored spec), and every
+    # float within a bound that names what it measures (evalsvc.limits).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    slo_ttft_ms: float | None = Field(default=2000.0, gt=0)
-    slo_tpot_ms: float | None = Field(default=200.0, gt=0)
+    slo_ttft_ms: float | None = Field(default=2000.0, gt=0, le=limits.MAX_SLO_MS)
+    slo_tpot_ms: float | None = Field(default=200.0, gt=0, le=limits.MAX_SLO_MS)
     slo_attainment: float = Field(default=0.9, gt=0, le=1)
-    rates: list[float] = Field(default_factory=list, max_length=64)
-    start_rps: float = Field(default=0.25, gt=0)
-    growth: float = Field(default=1.5, gt=1)
+    rates: list[Annotated[float, Field(gt=0, le=limits.MAX_RATE_RPS, allow_inf_nan=False)]] = (
+        Field(default_factory=list, max_length=64)
+    )
+    """Request rates (requests per second) to measure instead of the geometric ladder."""
+    start_rps: float = Field(default=0.25, gt=0, le=limits.MAX_RATE_RPS)
+    growth: float = Field(default=1.5, gt=1, le=limits.MAX_RATE_GROWTH)
     max_points: int = Field(default=10, ge=1, le=64)
     requests: int = Field(default=40, ge=2, le=10_000)
     warmup: int = Field(default=4, ge=0, le=1000)
     arrival: Literal["poisson", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0)
+    burstiness: float = Field(default=1.0, ge=limits.MIN_BURSTINESS, le=limits.MAX_BURSTINESS)
     blocks: int = Field(default=2, ge=1, le=20)
     """ABBA blocks: each is baseline, candidate, candidate, baseline (a full rate sweep each)."""
     refine: int = Field(default=1, ge=0, le=6)
@@ -162,7 +169,7 @@ class ConfigSpec(BaseModel):
 class SweepSpec(BaseModel):
     """A sweep: a baseline, configurations, quality suites and the speed measurement."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     baseline: Annotated[
         str, Field(max_length=limits.MAX_URL, pattern=rf"^local$|{_URL_PATTERN}")
@@ -172,10 +179,10 @@ class SweepSpec(BaseModel):
     configs: list[ConfigSpec] = Field(min_length=1, max_length=limits.MAX_CANDIDATES)
     command_template: str | None = None
     suites: list[limits.SuiteNameText] = Field(default_factory=list, max_length=32)
-    samples: int | None = Field(default=None, ge=1)
-    seed: int = Field(default=0, ge=0)
-    concurrency: int = Field(default=8, ge=1, le=256)
-    health_timeout_s: float = Field(default=600.0, gt=0)
+    samples: int | None = Field(default=None, ge=1, le=limits.MAX_ITEMS)
+    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
+    concurrency: int = Field(default=8, ge=1, le=limits.MAX_CONCURRENCY)
+    health_timeout_s: float = Field(default=600.0, gt=0, le=limits.MAX_HEALTH_TIMEOUT_S)
     speed: SpeedSpec = Field(default_factory=SpeedSpec)
 
     @model_validator(mode="after")
@@ -694,8 +701,11 @@ def markdown(report: dict[str, Any]) -> str:
 def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | None = None) -> None:
     """Refuse (``UsageError``) a sweep server mode must not execute: one that launches servers
     (``local``/``command`` configurations, a ``local`` baseline) unless ``allow_launch``
-    (default: ``EVALSVC_SWEEP_ALLOW_LAUNCH``), suite file paths, more configurations or suites
-    than a run may have, and URLs outside the egress policy (``check_server_spec``)."""
+    (default: ``EVALSVC_SWEEP_ALLOW_LAUNCH``), suite file paths, unknown suites, more items per
+    suite, suites, configurations or health-wait seconds than ``check_server_limits`` allows,
+    and URLs outside the egress policy (``check_server_spec``). Called at submission and by
+    the worker before it runs the sweep, so a sweep stored before a bound, or under a larger
+    ``EVALSVC_MAX_ITEMS``, ends ``error`` with the reason."""
     allow = Settings().sweep_allow_launch if allow_launch is None else allow_launch
     launching = [c.name for c in spec.configs if c.kind in LAUNCHING]
     if spec.baseline == "local":
@@ -706,10 +716,16 @@ def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | No
             "submitted to the server may only use existing endpoints (configurations of kind "
             "'existing' and a baseline URL) unless the server sets EVALSVC_SWEEP_ALLOW_LAUNCH"
         )
-    if len(spec.configs) > limits.MAX_CANDIDATES:
-        raise UsageError(f"at most {limits.MAX_CANDIDATES} configurations per sweep on the server")
-    if len(spec.suites) > limits.MAX_SUITES:
-        raise UsageError(f"at most {limits.MAX_SUITES} suites per sweep")
+    # The bounds every submission path shares (runs, schedules, sweeps, gate-logs), the items
+    # per suite included: each configuration's quality run is an in-process compare on the
+    # worker, which EVALSVC_MAX_ITEMS would not otherwise reach.
+    bounds: dict[str, Any] = {
+        "samples": spec.samples, "samples_field": "samples", "in_process": "`evalsvc sweep`",
+    }
+    check_server_limits(
+        "a sweep", **bounds, suites=len(spec.suites), configurations=len(spec.configs),
+        durations=[("health_timeout_s", spec.health_timeout_s, limits.MAX_HEALTH_TIMEOUT_S)],
+    )
     for name in spec.suites:
         if "/" in name or "\\" in name or name.endswith((".yaml", ".yml")):
             raise UsageError(f"{name!r}: a sweep on the server takes catalog suite or set "
@@ -718,6 +734,15 @@ def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | No
         options = RunOptions(samples=spec.samples, seed=spec.seed, concurrency=spec.concurrency)
     except ValidationError as exc:
         raise UsageError(f"sweep options: {exc}") from exc
+    if spec.suites:  # unknown suites and gate options out of policy, then each suite's size
+        placeholder = EndpointRef(url="http://127.0.0.1/v1")
+        suites = load_suites(
+            RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites,
+                    options=RunOptions(samples=spec.samples, seed=spec.seed)),
+            allow_paths=False,
+        )
+        check_server_limits("a sweep", **bounds,
+                            suite_items={s.name: s.item_count() for s in suites})
     if spec.baseline == "local":
         return
     try:
@@ -741,14 +766,9 @@ def submit_sweep(
 
 
 def submit_check(spec: SweepSpec, *, store: Store, allow_launch: bool | None = None) -> None:
-    """What a queued sweep must pass (REST, schedules): ``check_server_sweep`` and suites that
-    resolve from the catalog with their gate options in policy."""
+    """What a queued sweep must pass (REST, schedules): ``check_server_sweep`` (suites that
+    resolve from the catalog with their gate options in policy included)."""
     check_server_sweep(spec, store=store, allow_launch=allow_launch)
-    if spec.suites:
-        placeholder = EndpointRef(url="http://127.0.0.1/v1")
-        load_suites(RunSpec(baseline=placeholder, candidates=[placeholder], suites=spec.suites,
-                            options=RunOptions(samples=spec.samples, seed=spec.seed)),
-                    allow_paths=False)
 
 
 def _done(entry: dict[str, Any]) -> dict[str, Any]:

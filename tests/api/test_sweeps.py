@@ -10,12 +10,14 @@ first request, then good answers) on loopback; the quality suite is the catalog'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from evalsvc import limits
 from evalsvc.scheduler import Scheduler, Worker
 from evalsvc.services import registry
 from evalsvc.services.runs import UsageError
@@ -251,3 +253,113 @@ def test_a_running_sweep_cancelled_through_rest_stops_between_configurations(
     assert sweep is not None and sweep["status"] == "cancelled"
     # The configuration in progress at the cancel may finish; none after it starts.
     assert 1 <= len(sweep["runs"]) <= 2, sweep["runs"]
+
+
+# ---- issue 37, N4 and N6: the server's bounds hold for sweeps as for runs --------------------
+
+
+def test_a_sweep_is_bounded_by_the_servers_item_setting_at_submission_and_in_the_worker(
+    api: Api, srv: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``EVALSVC_MAX_ITEMS`` bounds a sweep's items per suite like a run's (they used to be
+    queued, and a worker ran a 10,001-item quality run): 422 over REST, ``UsageError`` for a
+    sweep schedule, and a stored sweep over the bound, or one queued before the setting was
+    lowered, ends ``error`` in the worker with the reason, before any request is sent."""
+    over = limits.SERVER_MAX_ITEMS + 1
+    with api.client("submit") as client:
+        resp = client.post("/sweeps", json={**sweep_body(srv), "samples": over})
+        assert resp.status_code == 422, resp.text
+        detail = resp.json()["detail"]
+        assert f"samples is {over}" in detail and "EVALSVC_MAX_ITEMS" in detail
+        assert "`evalsvc sweep`" in detail  # the way out: run it in-process
+        monkeypatch.setenv("EVALSVC_MAX_ITEMS", "2")
+        # A catalog suite's own size counts too (no samples override).
+        own = client.post("/sweeps", json={k: v for k, v in sweep_body(srv).items()
+                                           if k != "samples"})
+        assert own.status_code == 422 and "determinism-smoke plans" in own.json()["detail"]
+        at = client.post("/sweeps", json=sweep_body(srv))  # samples 2: at the bound
+        assert at.status_code == 202, at.text
+    with pytest.raises(UsageError, match="EVALSVC_MAX_ITEMS"):
+        registry.add_sweep_schedule(
+            api.store, name="big", cron="0 * * * *",
+            spec=SweepSpec.model_validate({**sweep_body(srv), "samples": over}),
+        )
+    # A row written past the API (an older server, the database itself), and the sweep queued
+    # above with the setting lowered since: the worker refuses both with the reason.
+    slipped = api.store.sweeps.create_sweep(
+        SweepSpec.model_validate({**sweep_body(srv), "samples": over}).model_dump(mode="json")
+    )
+    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "1")
+    assert Worker(api.store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 2
+    for sweep_id in (slipped["id"], at.json()["id"]):
+        sweep = api.store.sweeps.get_sweep(sweep_id)
+        assert sweep is not None and sweep["status"] == "error", sweep
+        assert "sweep refused: too many items" in (sweep["error"] or "")
+        assert "EVALSVC_MAX_ITEMS" in (sweep["error"] or "") and not sweep["runs"]
+    assert api.store.list_runs() == []  # no quality run was started
+
+
+_INF, _NAN = float("inf"), float("nan")
+#: Float fields of a sweep spec (and the run options) that must be finite and in range: each
+#: was stored (202) on SQLite, and refused only by PostgreSQL itself.
+BAD_SWEEP_FLOATS: dict[str, dict[str, Any]] = {
+    "start_rps Infinity": {"speed": {"start_rps": _INF}},
+    "start_rps 1e308": {"speed": {"start_rps": 1e308}},
+    "slo_ttft_ms Infinity": {"speed": {"slo_ttft_ms": _INF}},
+    "slo_tpot_ms NaN": {"speed": {"slo_tpot_ms": _NAN}},
+    "health_timeout_s Infinity": {"health_timeout_s": _INF},
+    "health_timeout_s a year": {"health_timeout_s": 3.2e7},
+    "rates -1": {"speed": {"rates": [1.0, -1]}},
+    "rates 0": {"speed": {"rates": [0]}},
+    "rates 1e308": {"speed": {"rates": [1e308]}},
+    "rates NaN": {"speed": {"rates": [_NAN]}},
+    "rates Infinity": {"speed": {"rates": [_INF]}},
+    "rates -Infinity": {"speed": {"rates": [-_INF]}},
+    "growth Infinity": {"speed": {"growth": _INF}},
+    "growth 1e308": {"speed": {"growth": 1e308}},
+    "burstiness 1e-300": {"speed": {"burstiness": 1e-300}},
+    "burstiness NaN": {"speed": {"burstiness": _NAN}},
+    "slo_attainment NaN": {"speed": {"slo_attainment": _NAN}},
+    "error_budget Infinity": {"speed": {"error_budget": _INF}},
+    "confidence NaN": {"speed": {"confidence": _NAN}},
+    "saturation_tolerance NaN": {"speed": {"saturation_tolerance": _NAN}},
+    "samples past MAX_ITEMS": {"samples": limits.MAX_ITEMS + 1},
+    "seed 2^64": {"seed": 2**64},
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SWEEP_FLOATS))
+def test_a_sweep_float_that_is_not_finite_or_out_of_range_is_422_and_stores_nothing(
+    api: Api, srv: Any, case: str
+) -> None:
+    """Refused by the schema itself (``allow_inf_nan=False`` and a bound per field, JSON's
+    ``Infinity``/``NaN`` tokens included), on either backend, never a database error."""
+    body = sweep_body(srv)
+    for key, value in BAD_SWEEP_FLOATS[case].items():
+        body[key] = {**body[key], **value} if isinstance(value, dict) else value
+    raw = json.dumps(body).encode()  # Python writes inf/nan as JSON's Infinity/NaN tokens
+    with api.client("admin") as client:
+        resp = client.post("/sweeps", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code == 422, f"{case}: {resp.status_code} {resp.text[:300]}"
+    problem = resp.json()
+    field = next(iter(BAD_SWEEP_FLOATS[case].values()))
+    name = next(iter(field)) if isinstance(field, dict) else next(iter(BAD_SWEEP_FLOATS[case]))
+    assert name in problem["detail"], problem["detail"]
+    assert "database" not in problem["detail"].lower()
+    assert api.store.sweeps.list_sweeps() == []
+
+
+def test_rates_at_the_bounds_are_stored_and_read_back(api: Api, srv: Any) -> None:
+    body = sweep_body(srv, enabled=False, rates=[1e-3, limits.MAX_RATE_RPS],
+                      start_rps=limits.MAX_RATE_RPS, growth=limits.MAX_RATE_GROWTH,
+                      slo_ttft_ms=limits.MAX_SLO_MS)
+    body["health_timeout_s"] = limits.MAX_HEALTH_TIMEOUT_S
+    with api.client("submit") as client:
+        resp = client.post("/sweeps", json=body)
+        assert resp.status_code == 202, resp.text
+        stored = client.get(f"/sweeps/{resp.json()['id']}").json()
+    assert stored["status"] == "queued"
+    got = api.store.sweeps.get_sweep(resp.json()["id"])
+    assert got is not None
+    assert got["spec"]["speed"]["rates"] == [1e-3, limits.MAX_RATE_RPS]
+    assert got["spec"]["health_timeout_s"] == limits.MAX_HEALTH_TIMEOUT_S
