@@ -456,6 +456,7 @@ async def execute(
         for gone in skipped:
             progress.message(f"skipping {gone.suite}: {gone.reason}")
         warnings = _tokenizer_warnings(refs, provs)
+        warnings += [w for suite in suites for w in suite.load_warnings()]
         # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
         # go to its columns (and to the sink) only.
         collected: list[Sample] = []

@@ -295,6 +295,12 @@ class Suite(ABC):
         value = getattr(self.params, self.samples_param(), None)
         return int(value) if isinstance(value, int) else None
 
+    def load_warnings(self) -> list[str]:
+        """What a user must know about how this suite was built from its parameters, one line
+        each (a dataset with fewer rows than ``--samples`` asks for); the runner adds them to
+        the run's ``warnings``."""
+        return []
+
     @abstractmethod
     async def plan(self, client: EndpointClient, provenance: Provenance) -> Sequence[Item]:
         """Generate the items, deterministically from ``self.spec.seed``: a list, or a

@@ -122,3 +122,26 @@ def test_a_mistyped_yaml_key_names_the_nearest_valid_key(tmp_path: Path) -> None
     r = run_cli("plan", "--suite", str(nested))
     assert r.returncode == 2, r.stderr
     assert "field 'params.tasks.0.wieght': unknown key (did you mean 'weight'?)" in r.stderr
+
+
+def test_samples_past_a_datasets_rows_runs_them_all_and_says_so(
+    stub_root: str, tmp_path: Path
+) -> None:
+    rows = [{"id": f"q{i}", "question": f"What is {i} + 1?", "answer": str(i + 1)}
+            for i in range(12)]
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(
+        "name: mine\nkind: dataset\nseed: 0\nparams:\n  path: qa.jsonl\n  id_column: id\n"
+        "  prompt:\n    template: \"{question}\"\n  reference: answer\n  scorer: numeric\n"
+        "  max_tokens: 8\n"
+    )
+    url = f"{stub_root}/v1"
+    r = run_cli("compare", url, url, "--suite", str(suite), "--samples", "40", "--json", "-",
+                "--database-url", f"sqlite:///{tmp_path / 'e.db'}")
+    assert r.returncode in (0, 3), r.stderr  # a verdict: the warning does not stop the run
+    report = json.loads(r.stdout)
+    assert report["candidates"][0]["suites"][0]["n"] == 12
+    warning = "mine: --samples/n 40 asks for more rows than qa.jsonl has: it runs all 12"
+    assert warning in report["warnings"]
+    assert warning in " ".join(r.stderr.split())  # and the terminal says it

@@ -520,6 +520,7 @@ class DatasetSuite(Suite):
         p = self.params
         self.requires = frozenset({p.api})  # type: ignore[misc]
         self._scorer = _Scorer(p)
+        self._warnings: list[str] = []
         self._items = self._build_items()
 
     @property
@@ -533,6 +534,9 @@ class DatasetSuite(Suite):
 
     def item_count(self) -> int:
         return len(self._items)
+
+    def load_warnings(self) -> list[str]:
+        return list(self._warnings)
 
     # -- items
 
@@ -583,6 +587,13 @@ class DatasetSuite(Suite):
         order = list(range(total))
         random.Random(f"{self.spec.seed}:dataset").shuffle(order)
         take = order[: min(total, p.n if p.n is not None else limits.MAX_ITEMS)]
+        if p.n is not None and p.n > total:
+            # Asked for more rows than there are: it runs them all, and says so (a user who
+            # sized the run for n items must not read a verdict on fewer as one on n).
+            self._warnings.append(
+                f"{self.name}: --samples/n {p.n} asks for more rows than {where} has: it runs "
+                f"all {total}"
+            )
         rows = ds.select(take).to_list()
         items: list[dict[str, Any]] = []
         seen: set[str] = set()
