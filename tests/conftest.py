@@ -76,6 +76,8 @@ SLOW: dict[str, str] = {
     "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
     "tests/api/test_schemathesis.py": "schemathesis against the real server (generated requests)",
+    "tests/api/test_quickstart.py::test_the_quickstart_runs_as_written": "docs/api.md's "
+    "quickstart as written: db upgrade, api serve, worker and tokens as processes (about 20 s)",
     **dict.fromkeys(
         [
             "tests/scheduler/test_workers.py",

@@ -231,7 +231,9 @@ class RunCreate(BaseModel):
             if "/" in name or "\\" in name or name.endswith((".yaml", ".yml")):
                 raise ValueError(
                     f"{name!r}: the API takes catalog suite or set names (GET /suites), not "
-                    "file paths; run a suite file in-process with `evalsvc compare` instead"
+                    "file paths: put the file in the directory named by EVALSVC_SUITES_DIR on "
+                    "the API server and its workers and give its name, or run it in-process "
+                    "with `evalsvc compare` (no --server)"
                 )
         return names
 
@@ -268,6 +270,12 @@ class RunRead(BaseModel):
     schedule_id: str | None = None
     submitted_by: str | None = None
     """The name of the API token that queued the run (None: a schedule or the CLI)."""
+    workers_alive: int | None = None
+    """Queued runs (``GET /runs/{id}``): queue workers alive, all busy when above 0; 0 when the
+    run has waited 15 s and no worker took it; null otherwise."""
+    queue_note: str | None = None
+    """Queued runs (``GET /runs/{id}``): why it has not started and what to do (``no worker is
+    alive: start one with `evalsvc worker` ...``)."""
     spec: RunSpec
 
 

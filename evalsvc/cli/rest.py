@@ -210,13 +210,15 @@ def follow_remote(
     """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
     progress; None when ``deadline`` (monotonic) passes first."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with RichProgress(*columns, console=err, transient=False) as bar:
         state = bar.add_task("queued", total=None)
         tasks: dict[tuple[str, str], TaskID] = {}
         while True:
             run = api_json(http.get(url), server, ok=True)
-            bar.update(state, description=f"run {term(run['status'])}")
+            # A queued run says how many workers are alive and, with none, how to start one.
+            note = run.get("queue_note") if run.get("status") == "queued" else None
+            bar.update(state, description=f"run {term(note or run['status'])}")
             progress = run.get("progress") or {}
             items, done = progress.get("items") or {}, progress.get("done") or {}
             for suite, roles in sorted(done.items()):

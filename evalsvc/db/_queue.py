@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from evalsvc.domain import RunInfo, RunStatus
 
-from ._orm import RunCandidateRow, RunRow, utcnow
+from ._orm import RunCandidateRow, RunRow, SweepRow, utcnow
 from ._rows import run_info
 from ._session import Database
 
@@ -319,6 +319,27 @@ class QueueStore:
         counts = {s.value: 0 for s in RunStatus}
         counts.update({str(status): int(n) for status, n in rows})
         return counts
+
+    def busy_workers(self) -> int:
+        """Queue workers holding an unexpired lease on a running run or sweep (distinct
+        owners; in-process ``compare`` runs excluded): the ``evalsvc_workers_live`` count of
+        ``/metrics``. An idle worker holds no lease, but it claims a queued run within its poll
+        interval, so a run queued for longer than that with no busy worker has no worker alive
+        to take it."""
+        now = utcnow()
+        owners: set[str] = set()
+        with self._db.session(write=False) as session:
+            for table in (RunRow, SweepRow):
+                owners.update(
+                    session.scalars(
+                        sa.select(table.lease_owner).distinct().where(
+                            table.status == RunStatus.running.value,
+                            table.lease_owner.is_not(None),
+                            table.lease_expires_at > now,
+                        )
+                    ).all()
+                )
+        return sum(1 for o in owners if o and not o.startswith(IN_PROCESS_PREFIX))
 
     def running_counts(self) -> dict[str, int]:
         """Running runs per endpoint URL (what the per-endpoint budget looks at)."""

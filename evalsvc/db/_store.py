@@ -75,6 +75,7 @@ class Store:
         self.reap_expired, self.count_runs_by_status, self.running_counts = (
             queue.reap_expired, queue.count_runs_by_status, queue.running_counts
         )
+        self.busy_workers = queue.busy_workers
         e = self.endpoints
         self.upsert_endpoint, self.create_endpoint = e.upsert_endpoint, e.create_endpoint
         self.get_endpoint, self.list_endpoints = e.get_endpoint, e.list_endpoints

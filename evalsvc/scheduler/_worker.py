@@ -332,6 +332,7 @@ class Worker:
             self._leases.drop(execution.run.id)
         try:
             self._settle(execution, failure)
+            self._log_outcome(execution.run.id)
         except StoreError as err:
             # Could not record the outcome: the lease will expire and the reaper re-queues the
             # run; resume then skips the samples already stored.
@@ -343,6 +344,20 @@ class Worker:
                 self._active.pop(execution.run.id, None)
                 self.executed += 1
             self._wake.set()
+
+    def _log_outcome(self, run_id: str) -> None:
+        """One line per executed run, with its verdict or its error and the reason: an operator
+        reading the worker's log sees why a run failed (an endpoint the egress policy refuses,
+        an unreachable server) without querying the API."""
+        run = self.store.get_run(run_id)
+        if run is None:
+            return
+        if run.status == RunStatus.completed:
+            log.info("run %s: completed, verdict %s", run_id, run.verdict)
+        elif run.status == RunStatus.queued:
+            log.info("run %s: back in the queue", run_id)
+        elif run.status != RunStatus.running:
+            log.warning("run %s: %s: %s", run_id, run.status.value, run.error or "no reason recorded")
 
     def _settle(self, execution: _Execution, failure: BaseException | None) -> None:
         run_id = execution.run.id

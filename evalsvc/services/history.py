@@ -9,6 +9,7 @@ HTTP 409) and :class:`RunNotFinished` / :class:`RunAlreadyFinished` (exit 2 / HT
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from evalsvc.domain import EXIT_CODES, RunInfo, RunStatus, RunVerdict
@@ -84,6 +85,43 @@ def progress(run: RunInfo) -> list[Progress]:
                 Progress(suite, role, int(n), int(planned) if planned is not None else None)
             )
     return rows
+
+
+#: How long a queued run waits for an idle worker to claim it before "no worker is alive" is
+#: said: an idle worker polls the queue every 2 s (``evalsvc worker --poll``); 15 s leaves room
+#: for a slower poll and a busy database.
+NO_WORKER_AFTER_S = 15.0
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """Why a queued run has not started: how many workers are alive, and what to do."""
+
+    workers_alive: int | None
+    """Queue workers alive (busy ones hold a lease; an idle one would have claimed the run);
+    ``None`` during the first ``NO_WORKER_AFTER_S`` of a run with no busy worker (an idle
+    worker may be about to claim it)."""
+    message: str
+
+
+def queue_state(store: Store, run: RunInfo, *, now: datetime | None = None) -> QueueState | None:
+    """What the views say about a queued run (the API's run status, the dashboard's run page,
+    ``compare --server``'s progress line); ``None`` for a run that is not queued."""
+    if run.status != RunStatus.queued:
+        return None
+    busy = store.busy_workers()
+    now = now or datetime.now(UTC)
+    created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)
+    waited = max(0.0, (now - created).total_seconds())
+    if busy:
+        plural = "worker is" if busy == 1 else "workers are"
+        return QueueState(busy, f"queued: {busy} {plural} alive and busy; the run starts when "
+                                "one is free (more workers: `evalsvc worker`)")
+    if waited < NO_WORKER_AFTER_S:
+        return QueueState(None, "queued: waiting for a worker to claim it")
+    return QueueState(0, f"queued for {waited:.0f} s and no worker is alive: start one with "
+                         "`evalsvc worker` on the same database (with the API's "
+                         "EVALSVC_ALLOWED_ENDPOINTS)")
 
 
 @dataclass(frozen=True)

@@ -120,8 +120,19 @@ def _catalog_files() -> dict[str, Path]:
 
 
 def catalog() -> list[Suite | SuiteSet]:
-    """Every suite and set in the catalog, parsed (raises ``SuiteError`` on a bad file)."""
-    return [_load_file(p) for p in _catalog_files().values()]
+    """Every suite and set in the catalog, parsed. A file that cannot be loaded (bad YAML, an
+    invalid spec, a missing data file) is skipped with a warning naming it and why, so one
+    broken file in ``EVALSVC_SUITES_DIR`` never hides the others (``suites list``, ``GET
+    /suites``); loading it by name still raises its ``SuiteError``."""
+    loaded: list[Suite | SuiteSet] = []
+    for path in _catalog_files().values():
+        try:
+            loaded.append(_load_file(path))
+        except SuiteError as exc:
+            # SuiteError names the file (and line) already; say so only when it does not.
+            where = "" if str(path) in str(exc) else f"{path}: "
+            _log.warning("suite catalog: skipped %s%s (fix or remove the file)", where, exc)
+    return loaded
 
 
 class SuiteSet:
@@ -176,7 +187,9 @@ def _load_name(name_or_path: str, *, allow_paths: bool) -> Suite | SuiteSet:
         if not allow_paths:
             raise SuiteError(
                 f"{name_or_path!r}: only catalog suite or set names are accepted here, not "
-                "file paths (run a suite file in-process with `evalsvc compare`)"
+                "file paths: put the file in the directory named by EVALSVC_SUITES_DIR (on a "
+                "server: the API's and its workers') and give its name, or run it in-process "
+                "with `evalsvc compare`"
             )
         path = Path(name_or_path)
         if not path.is_file():

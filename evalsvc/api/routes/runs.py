@@ -118,8 +118,14 @@ def list_runs(
 
 @router.get("/{run_id}", response_model=RunRead, responses=_NOT_FOUND)
 def get_run(run_id: PathKey, store: StoreDep, _: ReadScope) -> RunRead:
-    """Status, verdict, error, progress and timestamps of a run."""
-    return _read(_get(store, run_id))
+    """Status, verdict, error, progress and timestamps of a run; a queued one says how many
+    workers are alive and, when none is, how to start one (``queue_note``)."""
+    run = _get(store, run_id)
+    read = _read(run)
+    waiting = history.queue_state(store, run)
+    if waiting is not None:
+        read.workers_alive, read.queue_note = waiting.workers_alive, waiting.message
+    return read
 
 
 @router.get(

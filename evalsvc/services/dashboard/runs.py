@@ -12,7 +12,7 @@ from typing import Any
 
 from evalsvc.db import RunFilters, Store
 from evalsvc.domain import Provenance, RunInfo, RunStatus
-from evalsvc.services import run_verdict
+from evalsvc.services import history, run_verdict
 from evalsvc.suites import PILOT_SUFFIX
 
 from ._common import (
@@ -396,6 +396,9 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
             "baseline_url": run.spec.baseline.url,
             "candidate_urls": [c.url for c in run.spec.candidates],
             "schedule_id": run.schedule_id,
+            # A queued run: how many workers are alive, and how to start one when none is.
+            "queue_note": (waiting.message
+                           if (waiting := history.queue_state(store, run)) else None),
         },
         "warnings": (report or {}).get("warnings") or [],
         "has_report": report is not None,
