@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from evalsvc import limits
 from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
@@ -83,6 +83,7 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+_T = TypeVar("_T")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.@+-]+")
 
 #: The suite name a queued upload's spec carries until a worker has read its tasks (the report
@@ -158,6 +159,19 @@ def _read(
         ) from None
 
 
+def _side_call(role: str, task: str, call: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``call(*args, **kwargs)`` on one side's records, its refusal a ``UsageError`` naming the
+    side (both sides' files often have the same name)."""
+    try:
+        return call(*args, **kwargs)
+    except LogError as exc:
+        raise UsageError(f"{role} log: {exc}") from None
+    except (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise UsageError(
+            f"{role} log: task {task}: malformed records ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
+
+
 def pair_logs(
     base: EvalLogSide,
     cand: EvalLogSide,
@@ -184,20 +198,10 @@ def pair_logs(
         )
     out = []
     for task in sorted(base.tasks):
-        try:
-            m = metric or default_metric(base, task)
-            brec, bnotes = score_records(
-                base, task, metric=m, slice_fields=slices or [], filter_name=filter_name
-            )
-            crec, cnotes = score_records(
-                cand, task, metric=m, slice_fields=slices or [], filter_name=filter_name
-            )
-        except LogError as exc:
-            raise UsageError(str(exc)) from None
-        except (RecursionError, ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
-            raise UsageError(
-                f"task {task}: malformed records ({type(exc).__name__}: {str(exc)[:200]})"
-            ) from None
+        m = metric or _side_call("baseline", task, default_metric, base, task)
+        kwargs = {"slice_fields": slices or [], "filter_name": filter_name}
+        brec, bnotes = _side_call("baseline", task, score_records, base, task, metric=m, **kwargs)
+        crec, cnotes = _side_call("candidate", task, score_records, cand, task, metric=m, **kwargs)
         if bnotes.get("filter") != cnotes.get("filter"):
             raise UsageError(
                 f"task {task}: the logs were scored with different lm-eval filters "

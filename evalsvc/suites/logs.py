@@ -234,11 +234,17 @@ def _slim_inspect(rec: dict[str, Any], where: str) -> dict[str, Any]:
     """The fields of an Inspect sample the gate reads; the input kept as its fingerprint and the
     output as its first 300 characters (a sample's transcript and events can be megabytes)."""
     output = _mapping(rec.get("output"))
+    choices = output.get("choices")
+    if choices is not None and not (
+        isinstance(choices, list) and all(isinstance(c, dict) for c in choices)
+    ):
+        # Inspect's ModelOutput.choices is a list of ChatCompletionChoice objects.
+        raise LogError(
+            f"{where}: output.choices must be a list of objects, got {_text(choices, 60)}"
+        )
     completion = output.get("completion")
-    if completion is None:
-        choices = output.get("choices")
-        first = choices[0] if isinstance(choices, list) and choices else None
-        message = first.get("message") if isinstance(first, dict) else None
+    if completion is None and choices:
+        message = choices[0].get("message")
         completion = message.get("content") if isinstance(message, dict) else None
     sid = rec.get("id")
     if sid is not None:
