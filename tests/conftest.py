@@ -101,6 +101,8 @@ SLOW: dict[str, str] = {
             "tests/scheduler/test_worker_shutdown.py::test_sigterm_during_planning_releases_the_run_and_exits_0",
             "tests/security/test_auth_off_bind.py::test_a_localhost_name_resolving_to_any_address_is_refused",
             "tests/security/test_round2_redaction.py::test_a_query_password_never_shows_during_an_outage",
+            "tests/security/test_round3_metrics.py::test_invented_methods_and_paths_add_a_bounded_number_of_series",
+            "tests/security/test_round3_replay.py::test_the_real_command_exits_2_on_a_line_nested_100000_deep",
             "tests/security/test_round2_redaction.py::test_stored_credentials_never_reach_metrics_dashboard_or_cli",
             "tests/security/test_secrets_and_network.py::test_the_worker_log_never_shows_userinfo",
             "tests/services/test_gatelogs.py::test_cli_reports_and_exit_codes",

@@ -70,7 +70,6 @@ def test_nesting_within_the_bound_is_read(tmp_path: Path) -> None:
     assert summary["written"] == 1 and summary["dropped_fields"]["tools"] == 1
 
 
-@pytest.mark.slow  # a real interpreter (its start-up is most of the time)
 def test_the_real_command_exits_2_on_a_line_nested_100000_deep(tmp_path: Path) -> None:
     log = tmp_path / "requests.jsonl"
     log.write_text(DEEP["messages nested 100,000 deep"][0] + "\n")
