@@ -137,6 +137,11 @@ SLOW: dict[str, str] = {
         _SIM,
     ),
     "tests/api/test_gate_logs.py::test_the_upload_bound_is_its_own": "gates 1,500 items past 1 MiB",
+    "tests/api/test_gate_logs_memory.py": "a real `api serve` and `worker` process; 17 uploads "
+    "inflating to 100 MiB and a 60 MiB one, RSS sampled",
+    "tests/api/test_gate_logs_hostile.py::test_the_real_interpreter_exits_2_on_one_line": (
+        "a real `evalsvc gate-logs` interpreter"
+    ),
     **dict.fromkeys(
         [
             "tests/deploy/test_manifests.py::test_compose_matches_the_compose_spec_schema",

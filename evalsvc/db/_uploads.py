@@ -4,7 +4,8 @@ Contract: :meth:`LogUploadStore.create_run` stores a queued run and its uploaded
 transaction (a worker can never claim the run before its files are there), reading each file
 object in chunks of ``CHUNK_BYTES`` and inserting each chunk as it is read: neither the API nor
 the database driver holds more than a chunk of an upload at a time. :meth:`pending` counts a
-submitter's uploads still queued or running (the service's quota).
+submitter's uploads still queued or running (the service's quota); :meth:`purge_ended` drops
+the files of runs that ended without a worker dropping them (a queued upload cancelled).
 :meth:`write_files` copies a run's files to a directory, a chunk at a time (the worker reads them
 from there); :meth:`delete` drops them once the run has ended. Rows also go with their run
 (``ON DELETE CASCADE``).
@@ -101,6 +102,19 @@ class LogUploadStore:
                 .where(who, RunRow.status.in_([RunStatus.queued.value, RunStatus.running.value]))
             )
             return int(count or 0)
+
+    def purge_ended(self) -> int:
+        """Drop the files of uploads whose run has ended without a worker dropping them (a
+        queued upload cancelled, a run deleted from under a worker); returns how many."""
+        ended = sa.select(RunRow.id).where(
+            RunRow.status.not_in([RunStatus.queued.value, RunStatus.running.value])
+        )
+        with self._db.session() as session:
+            session.execute(
+                sa.delete(LogUploadChunkRow).where(LogUploadChunkRow.run_id.in_(ended))
+            )
+            result = session.execute(sa.delete(LogUploadRow).where(LogUploadRow.run_id.in_(ended)))
+            return int(getattr(result, "rowcount", 0))
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """``{"params", "files", "submitted_by", "total_bytes"}`` of a run's upload; None when the

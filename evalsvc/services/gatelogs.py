@@ -527,6 +527,7 @@ def submit_upload(
         probe.bind_gate(options, limits=gate_limits())
     except (ValueError, GatePolicyError) as exc:
         raise UsageError(for_form(f"gate options refused: {exc}")) from None
+    store.log_uploads.purge_ended()  # cancelled before a worker claimed them
     if store.log_uploads.pending(submitted_by) >= limits.MAX_PENDING_UPLOADS:
         raise UploadsPending(
             f"{limits.MAX_PENDING_UPLOADS} uploads of this token are waiting for a worker; "
