@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,7 +21,7 @@ from evalsvc import limits
 from evalsvc.db import Store
 from evalsvc.domain import RunInfo
 from evalsvc.scheduler import default_executor
-from evalsvc.services.gatelogs import gate_logs
+from evalsvc.services.gatelogs import execute_upload_run, gate_logs
 from tests.services.test_gatelogs import FIXTURES, _scores, check_schema, write_lmeval
 
 from .conftest import Api
@@ -193,3 +194,44 @@ def test_the_upload_bound_is_its_own(api: Api, tmp_path: Path) -> None:
         assert str(limits.MAX_UPLOAD_BYTES) in resp.read().decode()
     finally:
         conn.close()
+
+
+def test_uploads_wait_for_a_worker_cancellable_bounded_and_with_progress(
+    api: Api, tmp_path: Path
+) -> None:
+    """N5: the API stores and queues; the worker gates (progress in the run), a cancel stops it
+    and drops the files, and a token has at most MAX_PENDING_UPLOADS uploads waiting."""
+    base, cand = _scores(60, lost=0)
+    files = _files("baseline", write_lmeval(tmp_path / "b", base)) + _files(
+        "candidate", write_lmeval(tmp_path / "c", cand)
+    )
+    with api.client("submit") as client:
+        ids = []
+        for _ in range(limits.MAX_PENDING_UPLOADS):
+            r = client.post("/gate-logs", files=files)
+            assert r.status_code == 202, r.text
+            ids.append(r.json()["id"])
+        r = client.post("/gate-logs", files=files)
+        assert r.status_code == 429 and r.headers["Retry-After"]
+        # Stored, not gated: no report, the files in the database.
+        assert api.store.get_report(ids[0]) is None
+        assert api.store.log_uploads.manifest(ids[0])["files"][0]["size"] > 0
+        # Cancelled while queued: no worker takes it; its files go with the next upload.
+        assert client.post(f"/runs/{ids[0]}/cancel").json()["status"] == "cancelled"
+        # Cancelled while a worker holds it: the executor stops at its next stage.
+        claimed = api.store.claim_run(worker_id="w-test", lease_seconds=60)
+        assert claimed is not None and claimed.id == ids[1]
+        assert client.post(f"/runs/{ids[1]}/cancel").json()["status"] == "cancelled"
+        stop = threading.Event()
+        stop.set()
+        execute_upload_run(api.store, claimed, cancel=stop, worker_id="w-test")
+        assert api.store.get_run(ids[1]).status.value == "cancelled"
+        assert api.store.log_uploads.manifest(ids[1]) is None
+        for run_id in ids[2:]:
+            api.store.delete_run(run_id)  # their files go with them
+        run, report = gate_upload(api, client, files)
+        assert report is not None and run.status.value == "completed"
+        assert api.store.log_uploads.manifest(ids[0]) is None  # purged by this upload
+        progress = client.get(f"/runs/{run.id}").json()["progress"]
+        assert progress["stage"] == "done" and progress["items"] == {"toy": 60}
+        assert progress["done"]["toy"] == {"baseline": 60, "candidate:0": 60}
