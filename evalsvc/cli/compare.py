@@ -190,7 +190,8 @@ def compare(
         with RichProgress(*columns, console=err, transient=False, refresh_per_second=2) as bar:
             bars = RichProgressBars(bar, labels)
             try:
-                report = runs.compare(spec, store=store, progress=bars)
+                report = runs.compare(spec, store=store, progress=bars,
+                                      on_created=created.append)
             finally:
                 bars.flush()  # the last counts, before the bars' final redraw
     # Usage (2): bad suites or options, a capability an endpoint lacks. Infrastructure (4): an

@@ -133,7 +133,10 @@ def compare_remote(
         err.print(f"submitted run {term(run_id)} to {term(server)}")
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         try:
-            status = follow_remote(http, f"{base}/runs/{run_id}", deadline, server)
+            labels = {"baseline": f"baseline {_label(endpoints[0])}"}
+            labels.update({f"candidate:{i}": f"candidate {_label(e)}"
+                           for i, e in enumerate(endpoints[1:])})
+            status = follow_remote(http, f"{base}/runs/{run_id}", deadline, server, labels)
             if status is None:
                 return cancel(f"no verdict within --wait-timeout {wait_timeout:g} s")
             report = (
@@ -204,11 +207,27 @@ def _token_fix(status: int, has_token: bool) -> str:
     return ""
 
 
+def _label(endpoint: str) -> str:
+    """What the bars call an endpoint given as a URL or a registered name (the reports' label
+    before the probe: name, else host:port)."""
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    if "://" in endpoint:
+        return endpoint_label({"name": None, "url": redact_url(endpoint), "model": None})
+    return endpoint
+
+
 def follow_remote(
-    http: Any, url: str, deadline: float | None, server: str = ""
+    http: Any,
+    url: str,
+    deadline: float | None,
+    server: str = "",
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any] | None:
     """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
-    progress; None when ``deadline`` (monotonic) passes first."""
+    progress, each endpoint by its label (``labels``: role → label); None when ``deadline``
+    (monotonic) passes first."""
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
     with RichProgress(*columns, console=err, transient=False) as bar:
@@ -225,7 +244,8 @@ def follow_remote(
                 for role, n in sorted(roles.items()):
                     key = (suite, role)
                     if key not in tasks:
-                        tasks[key] = bar.add_task(f"{term(suite)} · {term(role)}",
+                        who = (labels or {}).get(role, role)
+                        tasks[key] = bar.add_task(f"{term(suite)} · {term(who)}",
                                                   total=items.get(suite))
                     bar.update(tasks[key], completed=n, total=items.get(suite))
             if run.get("status") in ("completed", "error", "cancelled"):

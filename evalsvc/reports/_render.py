@@ -198,10 +198,13 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"> Error: {m(report['error'])}", ""]
     for w in report.get("warnings", []):
         lines += [f"> Warning: {m(w)}", ""]
+    labels = _role_labels(report)
+    said: set[tuple[Any, ...]] = set()  # each reason once: here, or under its suite
     if reasons_of(report):
         lines += ["Why:", ""]
-        lines += [f"- {_md_reason(r)}" for r in reasons_of(report)]
+        lines += [f"- {_md_reason(r, labels=labels)}" for r in reasons_of(report)]
         lines.append("")
+        said = {_reason_key(r) for r in reasons_of(report)}
     lines += [
         "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin / threshold "
         "| p (non-inferiority) | n | MDE | Verdict |",
@@ -227,12 +230,41 @@ def to_markdown(report: dict[str, Any]) -> str:
         for s in cand["suites"]:
             verdict = s["verdict"] + ("" if s.get("gated", True) else " (not gated)")
             lines += [f"### {s['suite']} ({s['kind']}) — {verdict}", "", f"Test: {s['test']}.", ""]
-            why = reasons_of(s)
+            why = [r for r in reasons_of(s)
+                   if _reason_key({**r, "candidate": cand.get("role")}) not in said]
             if why:
                 lines += [f"- {_md_reason(r, with_suite=False)}" for r in why]
                 lines.append("")
-            lines += findings(s)
+            lines += _unsaid(findings(s), reasons_of(s))
     return "\n".join(lines) + "\n"
+
+
+def _role_labels(report: dict[str, Any]) -> dict[Any, str]:
+    """Each candidate's role (``candidate:0``, the report's key) → the label views show."""
+    return {c.get("role"): endpoint_label(c) for c in report.get("candidates") or []}
+
+
+def _reason_key(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r.get("candidate"), r.get("suite"), r.get("code"), r.get("message"))
+
+
+def _unsaid(lines: list[str], reasons: list[dict[str, Any]]) -> list[str]:
+    """Finding lines without those that only repeat a reason's message (an uninformative
+    baseline, an underpowered gate), which the reader has just been given."""
+    raw = [str(r.get("message")) for r in reasons if r.get("message")]
+    messages = raw + [md_text(m) for m in raw]  # some findings escape the text they quote
+    out: list[str] = []
+    dropped = False
+    for line in lines:
+        if any(m in line for m in messages):
+            dropped = True
+            continue
+        if dropped and not line:
+            dropped = False
+            continue  # the blank line that closed the dropped finding
+        dropped = False
+        out.append(line)
+    return out
 
 
 def skipped_of(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -251,10 +283,14 @@ def _md_skipped(report: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _md_reason(r: dict[str, Any], *, with_suite: bool = True) -> str:
-    """One reason as Markdown; its message may quote endpoint text (a model id), so escaped."""
+def _md_reason(
+    r: dict[str, Any], *, with_suite: bool = True, labels: dict[Any, str] | None = None
+) -> str:
+    """One reason as Markdown; its message may quote endpoint text (a model id), so escaped.
+    The candidate is named by its label (``labels``: role → label), not its role."""
     where = f"**{md_text(r.get('suite'))}** · " if with_suite and r.get("suite") else ""
-    who = f"{md_text(r['candidate'])} · " if with_suite and r.get("candidate") else ""
+    cand = r.get("candidate")
+    who = f"{md_text((labels or {}).get(cand, cand))} · " if with_suite and cand else ""
     return f"{who}{where}`{r.get('code')}`: {md_text(r.get('message'))}"
 
 
@@ -272,7 +308,8 @@ def to_junit(report: dict[str, Any]) -> str:
         # The candidate's verdict and why, for CI tools that show testsuite properties.
         props = ET.SubElement(ts, "properties")
         ET.SubElement(props, "property", name="verdict", value=x(cand.get("verdict")))
-        for line in reason_lines(cand):
+        # Reasons of a suite are said once, on its testcase; the candidate's others here.
+        for line in reason_lines({"reasons": [r for r in reasons_of(cand) if not r.get("suite")]}):
             ET.SubElement(props, "property", name="reason", value=x(line))
         t = f = e = sk = 0
         for s in cand["suites"]:
@@ -286,7 +323,12 @@ def to_junit(report: dict[str, Any]) -> str:
             )
             why = reason_lines(s, with_suite=False)
             msg = x("; ".join(why) if why else numbers)
-            full = x("\n".join([*why, numbers]))
+            # Each reason once per testcase: in the failure's (or error's) message; its text
+            # and system-out carry the numbers and the findings that add to it.
+            told = bool(why) and (
+                s["verdict"] in ("fail", "inconclusive", "error") or not s.get("gated", True)
+            )
+            full = x(numbers) if told else x("\n".join([*why, numbers]))
             # Only a pass is green: an inconclusive gate blocks a rollout just as a failed one
             # does (a JUnit <skipped> shows green on most CI dashboards), so it is a failure
             # whose type says which; a suite that errored is a JUnit error.
@@ -305,10 +347,10 @@ def to_junit(report: dict[str, Any]) -> str:
             # The findings (Markdown text) follow the reasons and numbers: CI logs show where
             # and how much.
             notes = [str(s.get("headline") or headline(s) or "")] + [
-                line for line in findings(s) if line.strip()
+                line for line in _unsaid(findings(s), reasons_of(s)) if line.strip()
             ]
             ET.SubElement(tc, "system-out").text = "\n".join(
-                [full, *(x(n) for n in notes if n)]
+                [*([] if told else [full]), *(x(n) for n in notes if n)]
             )
         for gone in skipped_of(report):
             # A suite the endpoints could not run: a skipped testcase, with why.

@@ -122,6 +122,11 @@ class SuiteResult:
 
     @property
     def verdict(self) -> str:
+        """The gate's verdict, or ``error`` when too many of its items errored: the gate's
+        numbers stand, but no verdict rests on them (the candidate's and the run's read
+        ``error`` too, and every view's row must agree with them)."""
+        if any(r.code == "error_budget" for r in self.reasons):
+            return "error"
         return self.outcome.verdict
 
 
