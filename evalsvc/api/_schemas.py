@@ -286,6 +286,8 @@ class ReasonRead(BaseModel):
     suite: str | None = None
     candidate: str | None = None
     """Which candidate (``candidate:N``) the reason is about."""
+    candidate_label: str | None = None
+    """That candidate as every view names it: its name, else host:port, with the model."""
     message: str
 
 

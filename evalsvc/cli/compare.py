@@ -169,15 +169,21 @@ def compare(
         TimeElapsedColumn(),
     )
 
+    created: list[str] = []  # the run's id, once the service has recorded it
+
     def ended_without_verdict(exc: BaseException) -> typer.Exit:
         # CI reporters get the files they asked for on every exit, an error report here.
         from evalsvc.reports import error_report
 
+        run_id = created[0] if created else None
         message = describe(exc)
         if isinstance(exc, KeyboardInterrupt):
-            message = f"interrupted ({exc or 'Ctrl-C'}); the run was recorded as error"
+            # str(exc) is "" for Ctrl-C, "signal 15" for SIGTERM (raise_interrupt).
+            where = f"run {run_id}" if run_id else "the run"
+            message = f"interrupted ({str(exc) or 'Ctrl-C'}); {where} was recorded as error"
         write_outputs(
-            error_report(baseline=refs[0], candidates=refs[1:], error=message, options=options),
+            error_report(baseline=refs[0], candidates=refs[1:], error=message, options=options,
+                         run_id=run_id),
             json_out,
             junit,
             markdown,

@@ -228,7 +228,8 @@ def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
         typer.echo(f"run {g.run_id}: {g.verdict} (exit {g.exit_code})", err=True)
         # The same reasons `compare` prints under its table (the report's run-level reasons).
         for r in g.reasons:
-            who = f"{r['candidate']} · " if r.get("candidate") else ""
+            name = r.get("candidate_label") or r.get("candidate")
+            who = f"{name} · " if name else ""
             where = f"{r['suite']} · " if r.get("suite") else ""
             typer.echo(f"  - {plain(who + where)}{plain(r['code'])}: {plain(r['message'])}",
                        err=True)

@@ -150,7 +150,14 @@ def gate(run: RunInfo, report: dict[str, Any] | None = None) -> Gate:
     verdict: RunVerdict = (
         run.verdict if run.status == RunStatus.completed and run.verdict else "error"
     )
-    reasons = [dict(r) for r in reasons_of(report or {})]
+    from evalsvc.reports import endpoint_label
+
+    # Each reason names its candidate by the label every view shows, beside the role (the key).
+    labels = {c.get("role"): endpoint_label(c) for c in (report or {}).get("candidates") or []}
+    reasons = [
+        {**r, "candidate_label": labels.get(r.get("candidate"))} if r.get("candidate") else dict(r)
+        for r in reasons_of(report or {})
+    ]
     if not reasons and verdict == "error":
         why = run.error or f"the run is {run.status.value}"
         reasons = [{"code": "infrastructure_error", "suite": None, "message": why}]

@@ -19,7 +19,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from evalsvc import limits
@@ -292,8 +292,12 @@ def compare(
     reuse_baseline_from: str | None = None,
     egress: EgressPolicy | None = None,
     allow_paths: bool = True,
+    on_created: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` in-process (``evalsvc compare``) and return the JSON report.
+
+    ``on_created(run_id)`` is called once the run is recorded: a caller that ends without a
+    report (an error, Ctrl-C) still names the run in what it writes.
 
     ``egress`` and ``allow_paths=False`` (a sweep a worker executes: server mode) connect
     through the server's policy and resolve catalog suite names only.
@@ -314,6 +318,8 @@ def compare(
     owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
     lease = settings.lease_seconds
     run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
+    if on_created is not None:
+        on_created(run.id)
     if reuse_baseline_from is not None:
         with SampleWriter(store, run.id) as writer:
             for sample in store.get_samples(reuse_baseline_from, endpoint="baseline"):

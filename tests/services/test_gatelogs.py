@@ -215,6 +215,12 @@ def test_inspect_logs_hand_written(store: Store) -> None:
     assert suite["candidate"] == pytest.approx(sum(cand_scores) / 11)
     # 1 errored pair of 12 is beyond the 5% budget: the verdict says error, not pass.
     assert report["verdict"] == "error" and "1 of 12" in report["error"]
+    # Every row agrees with that verdict: the suite's, the tables' and the JUnit testcase's.
+    assert cand["verdict"] == "error" and suite["verdict"] == "error"
+    from evalsvc.reports import summary_rows, to_junit
+
+    assert [r["verdict"] for r in summary_rows(report)] == ["error"]
+    assert '<error message="error: error_budget' in to_junit(report)
     check_schema(report)
 
 

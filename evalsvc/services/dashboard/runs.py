@@ -447,6 +447,8 @@ def compare_runs(store: Store, a: str, b: str) -> dict[str, Any]:
         dy = (y or {}).get("delta")
         rows.append({
             "candidate_url": k[0],
+            # The label the run pages show (name, else host:port, with the model), never a role.
+            "candidate": (y or x or {}).get("candidate") or k[0],
             "suite": k[1],
             "a": x,
             "b": y,
