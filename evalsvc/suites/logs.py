@@ -162,6 +162,11 @@ def _jsonl(path: Path, shown: Shown) -> list[dict[str, Any]]:
                     "lm_eval --log_samples"
                 )
             _doc_id(rec["doc_id"], f"{where}:{i}")
+            # The prompts and raw responses are most of a line and the gate reads neither:
+            # dropped as each line is read (the output shown is filtered_resps, cut to 300).
+            rec.pop("arguments", None)
+            rec.pop("resps", None)
+            rec["filtered_resps"] = _text(rec.get("filtered_resps"), 300)
             rec["_line"] = i
             out.append(rec)
             if len(out) > limits.MAX_LOG_RECORDS:
@@ -624,7 +629,7 @@ def score_records(
                 key=key,
                 score=score_value(rec[metric], what=f"{line}, document {doc_id}, field {metric}"),
                 error=None,
-                output=_text(rec.get("filtered_resps"), 300),
+                output=str(rec.get("filtered_resps")),
                 target=_scalar(rec.get("target")),
                 fingerprint=(
                     _text(rec["doc_hash"], 200) if rec.get("doc_hash") else _hash(rec.get("doc"))
