@@ -26,7 +26,8 @@ INT4_MIN, INT4_MAX = -(2**31), 2**31 - 1
 #: their whole plan, so size those to the machine. 999,999,999,999 grew a worker to 2.6 GB
 #: before this bound. What a *client of the server* may submit is smaller and a setting:
 #: ``EVALSVC_MAX_ITEMS`` (``Settings.max_items``, default ``SERVER_MAX_ITEMS``), checked by
-#: ``evalsvc.services.runs.check_server_items`` at submission and by the worker.
+#: ``evalsvc.services.runs.check_server_limits`` at submission (runs, schedules, sweeps) and by
+#: the worker.
 MAX_ITEMS = 100_000
 #: Default of ``EVALSVC_MAX_ITEMS``: items per suite a REST client (or a schedule) may ask a
 #: server's workers for. The finest margin worth gating on a binary metric, δ = 0.01 at 10%
@@ -72,9 +73,11 @@ MAX_CRON = 200  # schedules.cron
 MAX_ID = 64  # path ids (runs are 32 hex digits; names are at most 128)
 MAX_DESCRIPTION = 10_000  # a suite or set file's description
 
-#: Seeds: any non-negative integer of at most 64 bits (``random.Random`` takes any int, but a
-#: seed is stored in JSON and shown in reports; 20 digits are plenty).
-MAX_SEED = 2**63 - 1
+#: Seeds: any non-negative integer a JSON number holds exactly everywhere (``random.Random``
+#: takes any int, but a seed is stored in JSON and sent by clients that parse numbers as
+#: doubles): I-JSON's interoperable range, ±(2⁵³ − 1) (RFC 7493, section 2.2). The earlier
+#: 2⁶³ − 1 became 2⁶³ in such a client and was refused as over the bound it was sent at.
+MAX_SEED = 2**53 - 1
 #: Per-request timeout a run may ask for: one hour covers the longest context prefill on CPU.
 MAX_REQUEST_TIMEOUT_S = 3600.0
 
@@ -96,6 +99,13 @@ MAX_RATE_GROWTH = 4.0
 #: all zero with a rare gap of hours (the scale is 1 / (rate · shape)); above 100 the arrivals
 #: are a metronome. Both ends model no real traffic.
 MIN_BURSTINESS, MAX_BURSTINESS = 0.01, 100.0
+
+#: Requests one configuration's capacity measurement may send in a sweep submitted to the
+#: server (``(warmup + requests × (points + refine)) × 4 × blocks``: each ABBA block measures
+#: both endpoints twice). The default measurement sends 3,552; a careful one (200 requests at
+#: each of 20 points, 4 refinements, 10 blocks) 192,160. The schema's extremes allow 56
+#: million, days of a worker at the tens of requests per second a CPU replica sustains.
+MAX_SWEEP_SPEED_REQUESTS = 250_000
 
 #: HTTP methods ``/metrics`` and the access log name as sent (RFC 9110's methods and PATCH);
 #: h11 accepts any token as a method, so any other is counted and logged as ``other``: 3,000

@@ -698,14 +698,24 @@ def markdown(report: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- stored sweeps
 
 
+def speed_requests(speed: SpeedSpec) -> int:
+    """Requests one configuration's capacity measurement sends at most: the warm-up and every
+    point of the ladder (or ``rates``) plus the refinements, for both endpoints twice per ABBA
+    block (``evalsvc.speed.abba_order``)."""
+    points = len(speed.rates) or speed.max_points
+    return (speed.warmup + speed.requests * (points + speed.refine)) * 4 * speed.blocks
+
+
 def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | None = None) -> None:
     """Refuse (``UsageError``) a sweep server mode must not execute: one that launches servers
     (``local``/``command`` configurations, a ``local`` baseline) unless ``allow_launch``
     (default: ``EVALSVC_SWEEP_ALLOW_LAUNCH``), suite file paths, unknown suites, more items per
     suite, suites, configurations or health-wait seconds than ``check_server_limits`` allows,
-    and URLs outside the egress policy (``check_server_spec``). Called at submission and by
-    the worker before it runs the sweep, so a sweep stored before a bound, or under a larger
-    ``EVALSVC_MAX_ITEMS``, ends ``error`` with the reason."""
+    a capacity measurement of more than ``limits.MAX_SWEEP_SPEED_REQUESTS`` requests per
+    configuration (``speed_requests``), and URLs outside the egress policy
+    (``check_server_spec``). Called at submission and by the worker before it runs the sweep,
+    so a sweep stored before a bound, or under a larger ``EVALSVC_MAX_ITEMS``, ends ``error``
+    with the reason."""
     allow = Settings().sweep_allow_launch if allow_launch is None else allow_launch
     launching = [c.name for c in spec.configs if c.kind in LAUNCHING]
     if spec.baseline == "local":
@@ -726,6 +736,15 @@ def check_server_sweep(spec: SweepSpec, *, store: Store, allow_launch: bool | No
         "a sweep", **bounds, suites=len(spec.suites), configurations=len(spec.configs),
         durations=[("health_timeout_s", spec.health_timeout_s, limits.MAX_HEALTH_TIMEOUT_S)],
     )
+    sent = speed_requests(spec.speed) if spec.speed.enabled else 0
+    if sent > limits.MAX_SWEEP_SPEED_REQUESTS:
+        raise UsageError(
+            f"too many speed requests: this capacity measurement sends {sent:,} requests per "
+            f"configuration (warmup + requests × points, × 4 × blocks); a sweep submitted to "
+            f"the server may send at most {limits.MAX_SWEEP_SPEED_REQUESTS:,}: lower "
+            "speed.requests, max_points, refine or blocks, or run it in-process with "
+            "`evalsvc sweep`"
+        )
     for name in spec.suites:
         if "/" in name or "\\" in name or name.endswith((".yaml", ".yml")):
             raise UsageError(f"{name!r}: a sweep on the server takes catalog suite or set "

@@ -299,6 +299,29 @@ def test_a_sweep_is_bounded_by_the_servers_item_setting_at_submission_and_in_the
     assert api.store.list_runs() == []  # no quality run was started
 
 
+def test_a_sweeps_capacity_measurement_is_bounded_at_submission_and_in_the_worker(
+    api: Api, srv: Any
+) -> None:
+    """The schema allows 56 million requests per configuration (10,000 per point, 64 points,
+    20 ABBA blocks); a sweep submitted to the server may send ``MAX_SWEEP_SPEED_REQUESTS``."""
+    huge = {"requests": 10_000, "max_points": 64, "blocks": 20, "warmup": 1000, "refine": 6}
+    with api.client("submit") as client:
+        resp = client.post("/sweeps", json=sweep_body(srv, **huge))
+        assert resp.status_code == 422, resp.text
+        assert "56,080,000 requests per configuration" in resp.json()["detail"]
+        assert "`evalsvc sweep`" in resp.json()["detail"]
+        off = client.post("/sweeps", json=sweep_body(srv, **huge, enabled=False))
+        assert off.status_code == 202, off.text  # speed off: nothing is measured
+    slipped = api.store.sweeps.create_sweep(
+        SweepSpec.model_validate(sweep_body(srv, **huge)).model_dump(mode="json")
+    )
+    assert api.store.sweeps.cancel_sweep(off.json()["id"])  # only the slipped one is claimed
+    assert Worker(api.store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 1
+    sweep = api.store.sweeps.get_sweep(slipped["id"])
+    assert sweep is not None and sweep["status"] == "error"
+    assert "sweep refused: too many speed requests" in (sweep["error"] or "")
+
+
 _INF, _NAN = float("inf"), float("nan")
 #: Float fields of a sweep spec (and the run options) that must be finite and in range: each
 #: was stored (202) on SQLite, and refused only by PostgreSQL itself.
