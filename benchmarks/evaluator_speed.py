@@ -41,10 +41,12 @@ HERE = Path(__file__).resolve().parent
 
 
 @contextmanager
-def stub() -> Iterator[list[str]]:
-    """The stub in its own process; yields the two base URLs."""
+def stub(*options: str) -> Iterator[list[str]]:
+    """The stub in its own process; yields the two base URLs. ``options`` are the stub's own
+    (``--engine sglang``, ``--max-model-len N``: ``stub_server.py``)."""
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "stub_server.py"), "--ports", "0", "0", "--watch-stdin"],
+        [sys.executable, str(HERE / "stub_server.py"), "--ports", "0", "0", "--watch-stdin",
+         *options],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -72,6 +72,10 @@ SLOW: dict[str, str] = {
     "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
     "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",
     "tests/benchmarks/test_lmeval_peer_smoke.py": "runs lm-eval (two processes) against the stub",
+    "tests/cli/test_gpu_set.py::test_the_gpu_set_runs_on_a_vllm_or_sglang_pair_with_nothing_local":
+    "the whole gpu set (determinism's staged load included) per engine shape: 25-29 s each",
+    "tests/cli/test_gpu_set.py::test_lm_eval_runs_with_the_engines_own_tokenizer": "runs lm-eval "
+    "(three processes) against the stub",
     "tests/benchmarks/test_store_scale_smoke.py": "runs the benchmark script as a process (a real "
     "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",

@@ -1,5 +1,5 @@
-"""The suite catalog commands: ``evalsvc suites list``, ``evalsvc suites from-requests`` and
-``evalsvc plan`` (how many items a suite needs, before running it).
+"""The suite catalog commands: ``evalsvc suites list``, ``evalsvc suites show``, ``evalsvc
+suites from-requests`` and ``evalsvc plan`` (how many items a suite needs, before running it).
 
 Contract (docs/cli.md): ``--json`` prints to stdout alone; a broken catalog entry, an unknown
 suite or a bad option is a usage error (exit 2, ``_exit.exit_code``).
@@ -27,7 +27,7 @@ app = typer.Typer(help="The suite catalog.", no_args_is_help=True)
 def suites_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """List the suite catalog: name, kind, item count, description."""
+    """List the suite catalog: name, kind, gate, cost (items, pilot), needs, description."""
     from evalsvc.services.catalog import suite_rows
     from evalsvc.suites import SuiteError
 
@@ -38,20 +38,63 @@ def suites_list(
     if as_json:
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return
-    table = Table(title="evalsvc suites")
-    for col in ("name", "kind", "items", "description"):
+    table = Table(title="evalsvc suites (`evalsvc suites show NAME` for one in full)")
+    for col in ("name", "kind", "gate", "cost", "needs", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
         members = r.get("suites")
         desc = str(r["description"] or "") + (f" ({', '.join(members)})" if members else "")
-        items = r.get("items")
-        table.add_row(term(r["name"]), term(r["kind"]), "" if items is None else str(items),
-                      term(desc))
+        table.add_row(term(r["name"]), term(r["kind"]), term(r.get("gate") or ""),
+                      term((r.get("cost") or {}).get("text", "")),
+                      term(", ".join(r.get("needs") or [])), term(desc))
     Console().print(table)
     from evalsvc.suites import broken_kinds
 
     for name, reason in sorted(broken_kinds().items()):
         err.print(f"warning: suite kind plugin {name!r} not loaded: {reason}", markup=False)
+
+
+@app.command("show")
+def suites_show(
+    name: Annotated[str, typer.Argument(help="A catalog suite or set name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one catalog suite or set: its YAML, its gate (with the rationale) and plan's sizing."""
+    from evalsvc.services.catalog import suite_detail
+    from evalsvc.services.runs import UsageError
+    from evalsvc.suites import SuiteError
+
+    try:
+        detail = suite_detail(name)
+    except (SuiteError, UsageError) as exc:
+        raise exit_for(exc) from exc
+    if as_json:
+        sys.stdout.write(json.dumps(detail, indent=2) + "\n")
+        return
+    out = Console(highlight=False)
+    row = detail["row"]
+    out.print(f"[bold]{term(name)}[/] ({term(row['kind'])}) · {term(detail['path'])}")
+    out.print(term(detail["yaml"].rstrip()))  # the file as written (escaped for the terminal)
+    out.print()
+    out.print(f"needs: {term(', '.join(row.get('needs') or []) or 'nothing beyond the API')}")
+    out.print(f"cost: {term(row['cost']['text'])} per endpoint")
+    gates = Table(title="gate (evalsvc.gates; --margin/--alpha tighten it)")
+    for col in ("suite", "gate", "α", "why"):
+        gates.add_column(col, overflow="fold")
+    for suite in detail["suites"]:
+        g = detail["gates"][suite["name"]]
+        why = g.get("rationale") or ""
+        gates.add_row(term(suite["name"]), term(suite["gate"]), f"{g.get('alpha')}", term(why))
+    out.print(gates)
+    sizing = Table(title="sizing (`evalsvc plan`: items for 80% power at the margin)")
+    for col in ("suite", "cost", "required", "planned", "note"):
+        sizing.add_column(col, overflow="fold")
+    costs = {s["name"]: s["cost"]["text"] for s in detail["suites"]}
+    for r in detail["plan"]:
+        sizing.add_row(term(r["suite"]), term(costs.get(r["suite"], "")),
+                       str(r.get("required_items", "")), str(r.get("planned_items", "")),
+                       term(r.get("note", "")))
+    out.print(sizing)
 
 
 @app.command("from-requests")

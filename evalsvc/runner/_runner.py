@@ -256,7 +256,11 @@ CAPABILITY_FIXES: dict[str, str] = {
 
 
 def _label(ref: EndpointRef, prov: Provenance) -> str:
-    where = ref.name or redact_url(ref.url)
+    """The reports' name for an endpoint (``endpoint_label``): its registered name, else
+    host:port, with the served model."""
+    from urllib.parse import urlsplit
+
+    where = ref.name or urlsplit(redact_url(ref.url)).netloc.rpartition("@")[2] or ref.url
     model = ref.model or prov.model
     return f"{where} ({model})" if model and model != where else where
 

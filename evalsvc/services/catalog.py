@@ -1,44 +1,171 @@
-"""The suite catalog as rows: what ``evalsvc suites list`` prints and ``GET /api/v1/suites`` returns.
+"""The suite catalog as rows: what ``evalsvc suites list`` prints and ``GET /api/v1/suites`` returns,
+and one entry in full (``evalsvc suites show``).
 
 Contract: ``suite_rows`` reads the catalog (``evalsvc.suites.catalog``) and returns one plain dict
-per suite or suite set; it raises ``evalsvc.suites.SuiteError`` when a catalog file is broken
-(a server-side configuration error, not bad user input). No formatting, no I/O beyond reading
-the catalog.
+per suite or suite set, each with its gate (margin or threshold), what it needs from an endpoint
+(``Suite.requires``) and its cost before any request: items (a staged or calibrated suite's
+range) and requests per endpoint, from the same sizing ``evalsvc plan`` uses
+(``planning.calibration_plan``, ``Suite.stage_sizes``, ``Suite.pairs_per_item``). A broken
+catalog file is left out with a warning (``catalog``). ``suite_detail`` is one entry with its
+YAML text, its resolved gate and ``plan``'s rows; it raises ``SuiteError`` for an unknown name.
+No formatting, no I/O beyond reading the catalog.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evalsvc.suites import SuiteSet, catalog
+from evalsvc.domain import RunOptions
+from evalsvc.suites import Suite, SuiteSet, catalog
+
+
+def _gate_text(suite: Suite) -> tuple[float | None, str]:
+    gate = suite.gate
+    if not gate.gated:
+        return None, "informational (not gated)"
+    if gate.threshold is not None:
+        sign = ">" if gate.higher_is_better else "<"
+        return gate.threshold, f"{gate.metric} {sign} {gate.threshold:g} (threshold)"
+    if gate.recovery_min is not None:
+        return gate.margin, f"recovery of {gate.metric} ≥ {gate.recovery_min:g}"
+    return gate.margin, f"{gate.metric}, margin {gate.margin:g}"
+
+
+def sizing(suite: Suite) -> dict[str, Any]:
+    """What the suite sends before talking to an endpoint: ``items`` ``[fewest, most]`` (a
+    staged suite grows until its gate decides; a calibrated one runs at levels a pilot picks),
+    ``pilot_requests`` ``[fewest, most]`` on the baseline (calibrated suites),
+    ``answers_per_item`` (the gated pairs one item yields: determinism's conditions × repeats)
+    and ``answers`` per endpoint ``[fewest, most]`` (items × answers per item, plus the pilot
+    on the baseline). A kind's own extra traffic (determinism's background load, lm-eval's one
+    request per choice) is not counted. ``None`` where only planning against the endpoint
+    knows (an lm-eval task from the hub without ``n``)."""
+    from evalsvc.services.planning import calibration_plan
+
+    count = suite.item_count()
+    items: list[int] | None = None if count is None else [count, count]
+    stages = suite.stage_sizes()
+    if stages:
+        items = [stages[0], stages[-1]]
+    pilot: list[int] | None = None
+    policy = suite.calibration(None)
+    if policy is not None:
+        cal = calibration_plan(suite, policy, None)
+        if "pilot_requests" in cal:
+            pilot = list(cal["pilot_requests"])
+            items = list(cal["main_items"])
+    per = suite.pairs_per_item()
+    answers = None
+    if items is not None:
+        extra = pilot or [0, 0]
+        answers = [items[0] * per + extra[0], items[1] * per + extra[1]]
+    return {"items": items, "pilot_requests": pilot, "answers_per_item": per, "answers": answers}
+
+
+def _span(pair: list[int] | None) -> str:
+    if pair is None:
+        return "?"
+    lo, hi = pair
+    return f"{lo:,}" if lo == hi else f"{lo:,}–{hi:,}"
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """A row's cost in words: ``1,260 items + 40–200 pilot``, ``12–96 items × 10 answers``."""
+    if cost.get("items") is None:
+        return "known after planning"
+    text = f"{_span(cost['items'])} items"
+    if (cost.get("answers_per_item") or 1) > 1:
+        text += f" × {cost['answers_per_item']} answers"
+    if cost.get("pilot_requests"):
+        text += f" + {_span(cost['pilot_requests'])} pilot"
+    return text
+
+
+def _suite_row(entry: Suite) -> dict[str, Any]:
+    entry.bind_gate(RunOptions())
+    margin, gate = _gate_text(entry)
+    cost = sizing(entry)
+    return {
+        "name": entry.name,
+        "kind": entry.kind,
+        "version": entry.version,
+        "items": entry.item_count(),
+        "description": entry.spec.description or entry.description,
+        "margin": margin,
+        "gate": gate,
+        "needs": sorted(entry.requires),
+        "calibrates": entry.calibration(None) is not None,
+        "cost": {**cost, "text": cost_text(cost)},
+    }
+
+
+def _set_row(entry: SuiteSet, members: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    rows = [members[name] for name in entry.suites if name in members]
+    needs = sorted({cap for r in rows for cap in r["needs"]})
+    cost: dict[str, Any] = {"items": None, "pilot_requests": None, "answers": None}
+    if rows and all(r["cost"]["items"] is not None for r in rows):
+        for key in ("items", "answers", "pilot_requests"):
+            parts = [r["cost"][key] for r in rows if r["cost"][key] is not None]
+            if parts:
+                cost[key] = [sum(p[0] for p in parts), sum(p[1] for p in parts)]
+    return {
+        "name": entry.name,
+        "kind": "set",
+        "items": None,
+        "description": entry.description,
+        "suites": entry.suites,
+        "needs": needs,
+        "cost": {**cost, "text": cost_text(cost)},
+    }
 
 
 def suite_rows() -> list[dict[str, Any]]:
     """One dict per catalog entry.
 
     Suites: ``name``, ``kind``, ``version``, ``items`` (None when only known after planning),
-    ``description``. Sets: ``name``, ``kind="set"``, ``items=None``, ``description``, ``suites``.
+    ``description``, ``margin`` (or threshold; None when not gated), ``gate`` (in words),
+    ``needs`` (capabilities), ``calibrates``, ``cost`` (:func:`sizing`, with ``text``). Sets:
+    ``name``, ``kind="set"``, ``items=None``, ``description``, ``suites``, ``needs`` (the union
+    of its suites') and ``cost`` (their sum).
     """
-    rows: list[dict[str, Any]] = []
-    for entry in catalog():
-        if isinstance(entry, SuiteSet):
-            rows.append(
-                {
-                    "name": entry.name,
-                    "kind": "set",
-                    "items": None,
-                    "description": entry.description,
-                    "suites": entry.suites,
-                }
-            )
-        else:
-            rows.append(
-                {
-                    "name": entry.name,
-                    "kind": entry.kind,
-                    "version": entry.version,
-                    "items": entry.item_count(),
-                    "description": entry.spec.description or entry.description,
-                }
-            )
-    return rows
+    entries = catalog()
+    members = {e.name: _suite_row(e) for e in entries if isinstance(e, Suite)}
+    return [
+        _set_row(e, members) if isinstance(e, SuiteSet) else members[e.name] for e in entries
+    ]
+
+
+def suite_detail(name: str) -> dict[str, Any]:
+    """One catalog entry in full: ``row`` (as in :func:`suite_rows`), ``yaml`` (the file's
+    text), ``path``, ``gates`` (each suite's resolved gate with its rationale and sources) and
+    ``plan`` (``evalsvc plan``'s rows: items needed, planned, calibration). ``SuiteError`` for
+    a name that is not in the catalog."""
+    from evalsvc.services.planning import plan
+    from evalsvc.suites import resolve
+    from evalsvc.suites._registry import catalog_path
+
+    path = catalog_path(name)
+    suites = resolve([name])
+    members = {s.name: _suite_row(s) for s in suites}
+    loaded = [e for e in catalog() if e.name == name]
+    entry = loaded[0] if loaded else None
+    if isinstance(entry, SuiteSet):
+        row = _set_row(entry, members)
+    else:
+        row = members[name]
+    return {
+        "name": name,
+        "path": str(path),
+        "yaml": path.read_text(encoding="utf-8"),
+        "row": row,
+        "suites": [members[s.name] for s in suites],
+        "gates": {
+            s.name: {
+                **s.gate.to_dict(),
+                "rationale": s.default_gate().rationale,
+                "sources": list(s.default_gate().sources),
+            }
+            for s in suites
+        },
+        "plan": plan(suites=[name], margin=None, alpha=None),
+    }

@@ -17,12 +17,13 @@ measured at other levels).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from evalsvc.db import Store
 from evalsvc.domain import Provenance, RunOptions
-from evalsvc.services.runs import UsageError, bind_gates
 from evalsvc.suites import CalibrationPolicy, Suite, SuiteError, resolve
+
+if TYPE_CHECKING:  # the store and the run service are loaded by plan() alone: `suites list`
+    from evalsvc.db import Store  # sizes every catalog suite with calibration_plan, quickly
 
 
 def band_discordance(band: tuple[float, float]) -> float:
@@ -85,6 +86,8 @@ def plan(
     ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n.
     ``calibrate`` is ``--calibrate``/``--no-calibrate`` (None: each suite's YAML);
     ``max_context`` the baseline's, for ladders that rise to it (needle)."""
+    from evalsvc.services.runs import UsageError, bind_gates
+
     try:
         resolved = resolve(suites, allow_paths=True)  # the CLI: files are the user's own
     except SuiteError as exc:

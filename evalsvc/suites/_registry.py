@@ -170,6 +170,15 @@ def resolve(names: Iterable[str], *, allow_paths: bool = False) -> list[Suite]:
     return out
 
 
+def catalog_path(name: str) -> Path:
+    """The catalog file of a suite or set name (``evalsvc suites show``); ``SuiteError`` with
+    the same message as loading an unknown name."""
+    files = _catalog_files()
+    if name not in files:
+        _load_name(name, allow_paths=False)  # raises: not a catalog name
+    return files[name]
+
+
 def load_suite(name_or_path: str, *, allow_paths: bool = False) -> Suite:
     loaded = _load_name(name_or_path, allow_paths=allow_paths)
     if isinstance(loaded, SuiteSet):
