@@ -137,6 +137,7 @@ SLOW: dict[str, str] = {
             "tests/gates/test_determinism_gate.py::test_the_absolute_statistic_saturates_and_retention_does_not",
             "tests/gates/test_determinism_gate.py::test_test_suite_design_decides_on_noisy_hosts",
             "tests/gates/test_determinism_gate.py::test_planning_formula_matches_its_simulation_and_its_mde",
+            "tests/gates/test_no_pass_without_evidence.py::test_audit_cells_at_small_reps",
         ],
         _SIM,
     ),

@@ -76,6 +76,7 @@ class _Analysis:
     mde: float | None
     details: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None  # set when the gate must be inconclusive whatever the numbers
+    method: str | None = None  # which method decided, when the gate has a fallback
 
 
 def _check_margin(margin: float, kind: str, higher_is_better: bool) -> float:
@@ -139,6 +140,21 @@ def _binary_paired(
     if clusters is not None:
         cr = cluster_robust_mean(diffs, clusters, null_value=null, alpha=2 * alpha)
         deff = cr.design_effect if math.isfinite(cr.design_effect) else 1.0
+        method = "Rao-Scott design-effect adjustment of Tango; CR1 SE (Miller 2024)"
+        if not cr.se_iid > 0:
+            # No flip at all (or every item flipped the same way): the design effect is 0/0.
+            # Taking 1 would treat 40 items in 8 clusters that break together as 40 independent
+            # chances to see a flip (false pass 0.40 at the margin in our simulation); the
+            # clusters are the independent units, so take the largest design effect the
+            # cluster sizes allow, Σ m_g² / n (every item of a cluster alike, Kish 1965,
+            # *Survey Sampling* §5.4): Tango then sees one observation per cluster.
+            ids, g = cluster_ids(clusters, n)
+            sizes = np.bincount(ids, minlength=g).astype(np.float64)
+            deff = float(np.sum(sizes * sizes)) / n
+            method = (
+                "Rao-Scott adjustment of Tango at the largest design effect Σm²/n (no flips: "
+                "the clusters are the independent units)"
+            )
         # Rao & Scott (1992, Biometrics 48:577–585): divide counts by the design effect and
         # analyse as if independent. Never shrink below the iid analysis (deff floored at 1):
         # a negative intra-cluster correlation estimate is usually noise.
@@ -150,7 +166,7 @@ def _binary_paired(
             "se_clustered": cr.se,
             "se_iid": cr.se_iid,
             "wald_ci_clustered": list(cr.ci),
-            "method": "Rao-Scott design-effect adjustment of Tango; CR1 SE (Miller 2024)",
+            "method": method,
         }
         if cr.n_clusters < 2:
             reason = "fewer than 2 clusters: the clustered variance cannot be estimated"
@@ -194,6 +210,7 @@ def _binary_paired(
         mde=mde_paired_binary(n_eff, psi_smoothed, alpha),
         details=details,
         reason=reason,
+        method=None if cluster_info is None else str(cluster_info["method"]),
     )
 
 
@@ -226,7 +243,12 @@ def _binary_unpaired(b: FloatArray, c: FloatArray, null: float, alpha: float) ->
 
 
 def _continuous_paired(
-    d: FloatArray, null: float, alpha: float, clusters: Any, seed: int
+    d: FloatArray,
+    null: float,
+    alpha: float,
+    clusters: Any,
+    seed: int,
+    diff_range: tuple[float, float] | None = None,
 ) -> _Analysis:
     n = d.size
     reason = None
@@ -246,10 +268,22 @@ def _continuous_paired(
         },
     }
     sd = float(d.std(ddof=1)) if n > 1 else float("nan")
+    if reason is None and n > 1 and not sd > 0:
+        units = n if clusters is None else cluster_ids(clusters, n)[1]
+        return _zero_variance(
+            d, details, reason=_ZERO_VARIANCE.format(value=float(d[0])),
+            value_range=diff_range, units=units, null=null, alpha=alpha,
+        )
     if clusters is not None:
         cr = cluster_robust_mean(d, clusters, null_value=null, alpha=2 * alpha)
         if cr.n_clusters < 2:
             reason = "fewer than 2 clusters: the clustered variance cannot be estimated"
+        elif reason is None and not cr.se > 0:
+            return _zero_variance(
+                d, details, reason="zero observed variance between clusters: every cluster's "
+                "differences sum to the same residual, so the cluster-robust interval would "
+                "have zero width; no evidence about the spread"
+            )
         details["cluster"] = {
             "n_clusters": cr.n_clusters,
             "design_effect": cr.design_effect,
@@ -281,6 +315,101 @@ def _continuous_paired(
         mde=mde_mean(n, sd, alpha) if math.isfinite(sd) else None,
         details=details,
         reason=reason,
+    )
+
+
+# A continuous gate whose differences are all identical has seen no spread at all; its t or
+# bootstrap interval has zero width and would pass at any n (0/1 scores alike on both sides at
+# n = 10: false pass 0.36 at the margin). The metric's range is not known here, so no exact
+# bound exists: the gate says so and stays inconclusive (0/1 outcomes belong to the binary
+# gate, whose exact and score bounds hold at no events).
+_ZERO_VARIANCE = (
+    "zero observed variance: every paired difference is {value:g}, so the interval would have "
+    "zero width; identical scores are no evidence about the spread (0/1 scores: use kind binary)"
+)
+METHOD_ZERO_VARIANCE = "none: zero observed variance (no interval without a known range)"
+METHOD_EXACT_CONSTANT = "exact bound for a bounded mean with no spread observed"
+
+
+def exact_constant_bounds(
+    value: float, units: int, value_range: tuple[float, float], null: float, alpha: float
+) -> tuple[tuple[float, float], float, float]:
+    """Exact one-sided bounds and p-values for the mean of a variable in ``[lo, hi]`` when all
+    ``units`` independent observations equal ``value``.
+
+    If the mean is μ, the share q of the mass at ``value`` satisfies ``μ ≥ q·value + (1 − q)·lo``
+    (the rest lies at lo or above), so ``q ≤ (μ − lo)/(value − lo)`` and seeing ``value``
+    ``units`` times has probability ``q^units``. Hence ``p(H0: μ ≤ null) =
+    ((null − lo)/(value − lo))^units`` and the level-α lower bound ``lo + (value − lo)·α^{1/units}``
+    (mirror image above); for a 0/1 variable this is Clopper–Pearson (1934) with no event.
+    Returns ``((lower, upper), p_greater, p_less)``; an infinite end of the range gives an
+    infinite bound and p = 1 on that side.
+    """
+    lo, hi = value_range
+    root = alpha ** (1.0 / units)
+    lower = lo + (value - lo) * root if math.isfinite(lo) else -math.inf
+    upper = hi - (hi - value) * root if math.isfinite(hi) else math.inf
+    if value <= null or not math.isfinite(lo):
+        p_greater = 1.0
+    else:
+        p_greater = float(np.clip((null - lo) / (value - lo), 0.0, 1.0)) ** units
+    if value >= null or not math.isfinite(hi):
+        p_less = 1.0
+    else:
+        p_less = float(np.clip((hi - null) / (hi - value), 0.0, 1.0)) ** units
+    return (lower, upper), p_greater, p_less
+
+
+def _check_range(
+    value_range: tuple[float, float] | None, v: FloatArray
+) -> tuple[float, float] | None:
+    if value_range is None:
+        return None
+    lo, hi = (float(x) for x in value_range)
+    if math.isnan(lo) or math.isnan(hi) or not lo < hi:
+        raise ValueError("value_range is (lo, hi) with lo < hi")
+    outside = np.flatnonzero((v < lo) | (v > hi))
+    if outside.size:
+        raise ValueError(f"values outside value_range at positions {outside[:10].tolist()}")
+    return (lo, hi)
+
+
+def _zero_variance(
+    d: FloatArray,
+    details: dict[str, Any],
+    *,
+    reason: str,
+    value_range: tuple[float, float] | None = None,
+    units: int = 0,
+    null: float = 0.0,
+    alpha: float = 0.05,
+) -> _Analysis:
+    """Analysis of values without spread: never a point interval. With the range the values
+    can take, the exact bound of :func:`exact_constant_bounds` over ``units`` independent
+    units; without it an unbounded interval and the trivial p-values 1 (inconclusive)."""
+    if value_range is not None and units >= 1:
+        ci, pg, pl = exact_constant_bounds(float(d[0]), units, value_range, null, alpha)
+        return _Analysis(
+            estimate=float(d.mean()),
+            ci=ci,
+            p_greater=pg,
+            p_less=pl,
+            test="exact bound for a bounded mean (zero observed variance)",
+            mde=None,
+            details={**details, "zero_variance": True, "value_range": list(value_range),
+                     "independent_units": units},
+            method=METHOD_EXACT_CONSTANT,
+        )
+    return _Analysis(
+        estimate=float(d.mean()),
+        ci=(-math.inf, math.inf),
+        p_greater=1.0,
+        p_less=1.0,
+        test="paired non-inferiority: zero observed variance",
+        mde=None,
+        details={**details, "zero_variance": True},
+        reason=reason,
+        method=METHOD_ZERO_VARIANCE,
     )
 
 
@@ -414,6 +543,7 @@ def evaluate_gate(
     clusters: Any = None,
     paired: bool = True,
     seed: int = 0,
+    value_range: tuple[float, float] | None = None,
 ) -> GateOutcome:
     """Non-inferiority gate: is the candidate no worse than the baseline by more than ``margin``?
 
@@ -445,6 +575,11 @@ def evaluate_gate(
         ``False`` for rates measured on different items (e.g. determinism repeats).
     seed
         Seed of the bootstrap resampling (results are reproducible given the seed).
+    value_range
+        ``(lo, hi)``, the scores' possible range (``(0, 1)`` for a per-item pass rate), for
+        ``kind="continuous"``. Used only when every paired difference is identical: the exact
+        bound for a bounded mean then replaces the zero-width interval; without it such a
+        gate is inconclusive (``details["reason"]``).
 
     Returns a :class:`GateOutcome`; see its docstring for field conventions. ``n = 0`` gives an
     inconclusive outcome with ``details["reason"]``. NaN/inf inputs raise ``ValueError``.
@@ -476,6 +611,16 @@ def evaluate_gate(
     if clusters is not None:
         cluster_ids(clusters, b.size)  # validates length and labels up front
 
+    diff_range: tuple[float, float] | None = None
+    if value_range is not None:
+        lo_v, hi_v = (float(x) for x in value_range)
+        if kind != "continuous" or not lo_v < hi_v:
+            raise ValueError("value_range is (lo, hi) with lo < hi, for kind='continuous' only")
+        outside = np.flatnonzero((b < lo_v) | (b > hi_v) | (c < lo_v) | (c > hi_v))
+        if outside.size:
+            raise ValueError(f"scores outside value_range at positions {outside[:10].tolist()}")
+        diff_range = (lo_v - hi_v, hi_v - lo_v)
+
     null = _null_boundary(kind, margin, higher_is_better)
     if paired and b.size == 0:
         return _inconclusive_empty(metric, margin, alpha, f"paired {kind}", "no paired items")
@@ -501,7 +646,7 @@ def evaluate_gate(
         mde = analysis.mde
     elif kind == "continuous":
         analysis = (
-            _continuous_paired(c - b, null, alpha, clusters, seed)
+            _continuous_paired(c - b, null, alpha, clusters, seed, diff_range)
             if paired
             else _continuous_unpaired(b, c, null, alpha)
         )
@@ -559,6 +704,7 @@ def evaluate_gate(
         mde=None if mde is None or not math.isfinite(mde) else float(mde),
         test=analysis.test,
         details=details,
+        method=analysis.method,
     )
 
 
@@ -571,6 +717,7 @@ def threshold_gate(
     alpha: float = 0.05,
     seed: int = 0,
     kind: Literal["auto", "binary", "continuous"] = "auto",
+    value_range: tuple[float, float] | None = None,
 ) -> GateOutcome:
     """Absolute gate: is the candidate's mean significantly on the good side of ``threshold``?
 
@@ -584,6 +731,11 @@ def threshold_gate(
     * Continuous values: BCa and bootstrap-t must agree, as in the paired continuous gate, with at
       least ``MIN_N_CONTINUOUS`` items. Pass ``kind="continuous"`` for metrics that can be exactly
       0 or 1 but are not Bernoulli (e.g. per-item KL divergence that is 0 on every item).
+
+    * Continuous values that are all identical (zero observed variance): no zero-width
+      interval. With ``value_range`` (the values' possible ``(lo, hi)``; an infinite end is
+      allowed, e.g. ``(0, inf)`` for a KL divergence) the exact bound for a bounded mean
+      (:func:`exact_constant_bounds`); without it, or on an infinite side, inconclusive.
 
     In the outcome, ``baseline`` is the threshold, ``candidate`` the observed mean, ``delta`` and
     ``ci`` are relative to the threshold (``candidate − threshold``), ``margin`` is 0 and
@@ -611,6 +763,7 @@ def threshold_gate(
         return replace(out, baseline=thr)
 
     reason: str | None = None
+    method: str | None = None
     if use_binary:
         if not (0.0 <= thr <= 1.0):
             raise ValueError("a threshold for a proportion must be in [0, 1]")
@@ -627,12 +780,29 @@ def threshold_gate(
     else:
         if n < MIN_N_CONTINUOUS:
             reason = f"n = {n} is below the minimum of {MIN_N_CONTINUOUS} for a continuous gate"
-        both = _bootstrap_union(v, thr, alpha, seed)
-        ci_metric = both.ci
-        p_greater, p_less = both.p_greater, both.p_less
         sd = float(v.std(ddof=1)) if n > 1 else float("nan")
-        mde = mde_mean(n, sd, alpha) if math.isfinite(sd) else None
-        extra = {**both.details, "sd": sd}
+        if reason is None and not sd > 0:
+            # Every value identical: see _ZERO_VARIANCE (no zero-width interval).
+            flat = _zero_variance(
+                v, {"sd": sd},
+                reason=_ZERO_VARIANCE.replace("paired difference", "value").format(
+                    value=float(v[0])
+                ),
+                value_range=_check_range(value_range, v), units=n, null=thr, alpha=alpha,
+            )
+            reason = flat.reason
+            ci_metric = flat.ci
+            p_greater, p_less = flat.p_greater, flat.p_less
+            mde = None
+            extra = flat.details
+            method = flat.method
+            test_name = flat.test
+        else:
+            both = _bootstrap_union(v, thr, alpha, seed)
+            ci_metric = both.ci
+            p_greater, p_less = both.p_greater, both.p_less
+            mde = mde_mean(n, sd, alpha) if math.isfinite(sd) else None
+            extra = {**both.details, "sd": sd}
 
     mean = float(v.mean())
     analysis = _Analysis(
@@ -669,4 +839,5 @@ def threshold_gate(
         mde=mde,
         test=test_name,
         details=details,
+        method=method,
     )

@@ -50,6 +50,10 @@ class GateOutcome:
     one-sided test (H0: not worse than the margin; small ⇒ evidence for ``fail``) and is what
     Holm's correction uses across gates. For binary paired gates ``details["mcnemar_p"]`` is the
     two-sided exact McNemar p-value of "any difference at all".
+
+    ``method`` names the method that decided when a gate has more than one (the asymptotic
+    statistic, or the exact bound it falls back on where the statistic degenerates: no events,
+    zero observed variance); ``None`` when ``test`` says it all.
     """
 
     verdict: Verdict
@@ -65,6 +69,7 @@ class GateOutcome:
     mde: float | None
     test: str
     details: dict[str, Any] = field(default_factory=dict)
+    method: str | None = None
 
     def __post_init__(self) -> None:
         # Keep details JSON-serialisable at construction, so nothing downstream has to guess.
@@ -91,6 +96,7 @@ class GateOutcome:
             "n": self.n,
             "mde": self.mde,
             "test": self.test,
+            "method": self.method,
             "details": self.details,
         }
         result = jsonable(out)

@@ -15,6 +15,17 @@ time at n = 200 and 8.2% at n = 500 for a nominal 5%, the BCa bound 2.6% and 4.7
 simulation, docs/statistics.md §recovery). Requiring both bounds is never worse than the better
 one, as in the paired continuous gate.
 
+No loss observed. When the candidate matches the baseline on every item (all-ones 0/1 scores on
+both sides, say) the contrasts ``c − ρ0·b`` have no spread, Fieller's t is infinite and the
+bootstrap interval is a point: 20 items without a lost one passed a true recovery of exactly
+0.9 12% of the time (benchmarks/gate_calibration.py). For scores ≥ 0 the least favourable way to
+lose a share ``1 − ρ`` of the baseline's total is to lose whole items, so seeing no loss among the
+``K`` items the baseline scores on has probability at most ``ρ^K`` — the exact (Clopper–Pearson
+1934) bound with no event. The pass p-value is floored at ``ρ0^K`` (and the fail p-value at
+``(1 − ρ0)^K``), the interval's ends at ``α^{1/K}`` and ``1 − α^{1/K}``: a pass needs at least
+``ln α / ln ρ0`` scored baseline items (29 at ρ0 = 0.9, 59 at 0.95), and
+``GateOutcome.method`` says when that exact bound decided.
+
 Decision (the floor ρ0 = ``recovery_min``, one-sided level α): ``pass`` when the union's lower
 bound is above ρ0 and Fieller's dual test rejects ρ ≤ ρ0; ``fail`` when the union's upper bound
 is below ρ0 or the dual test rejects ρ ≥ ρ0; else ``inconclusive`` — an unbounded interval (a
@@ -31,6 +42,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from evalsvc.gates._outcome import GateOutcome, Verdict
 from evalsvc.stats import (
     as_vector,
@@ -40,11 +53,13 @@ from evalsvc.stats import (
     ratio_test,
 )
 
-__all__ = ["RECOVERY_RESAMPLES", "recovery_gate", "recovery_summary"]
+__all__ = ["RECOVERY_RESAMPLES", "recovery_gate", "recovery_min_items", "recovery_summary"]
 
 #: Bootstrap resamples of the recovery interval (≈ ±0.002 Monte Carlo error on a 5% tail, as
 #: ``BOOTSTRAP_RESAMPLES`` in the margin gates).
 RECOVERY_RESAMPLES = 9999
+METHOD_FIELLER = "Fieller's t and the paired bootstrap BCa"
+METHOD_EXACT = "exact zero-loss bound (Clopper-Pearson, no item lost)"
 _TEST = "recovery floor (Fieller's interval and dual t test ∧ paired bootstrap BCa of the ratio)"
 
 
@@ -62,8 +77,12 @@ def recovery_summary(
     fieller = fieller_ratio_ci(b, c, alpha=2 * alpha)
     boot = bootstrap_ratio_ci(b, c, alpha=2 * alpha, n_resamples=RECOVERY_RESAMPLES, seed=seed)
     bounded = fieller.bounded and boot.bounded
+    # The exact zero-loss floor (module docstring): no interval narrower than Clopper-Pearson's
+    # with no item lost among the k items the baseline scores on.
+    k = int(np.count_nonzero(b > 0))
+    cp = alpha ** (1.0 / k) if k else 1.0
     ci = (
-        (min(fieller.ci[0], boot.ci[0]), max(fieller.ci[1], boot.ci[1]))
+        (min(fieller.ci[0], boot.ci[0], cp), max(fieller.ci[1], boot.ci[1], 1.0 - cp))
         if bounded
         else (-math.inf, math.inf)
     )
@@ -74,7 +93,9 @@ def recovery_summary(
         "bounded": bounded,
         "fieller": fieller.to_dict(),
         "bootstrap": {**boot.to_dict(), "n_resamples": RECOVERY_RESAMPLES, "seed": seed},
-        "method": "union of Fieller's interval and the paired bootstrap BCa interval",
+        "method": "union of Fieller's interval and the paired bootstrap BCa interval, "
+        "floored by the exact zero-loss bound",
+        "scored_items": k,
         "n": int(b.size),
     }
 
@@ -115,6 +136,7 @@ def recovery_gate(
         "baseline mean: b̄·(R − 1) and (1 − recovery_min)·b̄",
     }
     reason: str | None = None
+    method: str | None = None
     p_ni: float | None = None
     p_inf: float | None = None
     if summary is None:
@@ -125,8 +147,29 @@ def recovery_gate(
         )
     else:
         t = ratio_test(b, c, r0)
-        p_ni, p_inf = t.p_greater, t.p_less
-        details["fieller_test"] = {"statistic": t.statistic, "p_greater": p_ni, "p_less": p_inf}
+        k = int(summary["scored_items"])
+        exact_ni = r0**k
+        exact_inf = (1.0 - r0) ** k
+        p_ni, p_inf = max(t.p_greater, exact_ni), max(t.p_less, exact_inf)
+        # The exact bound decided when Fieller's t degenerated (contrasts without spread) or
+        # would have passed alone where the bound does not.
+        method = (
+            METHOD_EXACT
+            if exact_ni > t.p_greater
+            and (not math.isfinite(t.statistic) or t.p_greater < alpha <= exact_ni)
+            else METHOD_FIELLER
+        )
+        details["fieller_test"] = {
+            "statistic": t.statistic,
+            "p_greater": t.p_greater,
+            "p_less": t.p_less,
+        }
+        details["exact_floor"] = {
+            "scored_items": k,
+            "p_greater": exact_ni,
+            "p_less": exact_inf,
+            "min_items_to_pass": recovery_min_items(r0, alpha),
+        }
         if not summary["bounded"]:
             reason = (
                 "the recovery interval is unbounded: the baseline's mean score is not "
@@ -142,6 +185,19 @@ def recovery_gate(
             verdict = "pass"
         elif p_inf < alpha or hi < r0:
             verdict = "fail"
+    need = recovery_min_items(r0, alpha)
+    if verdict == "inconclusive" and reason is None and summary is not None and (
+        need is None or int(summary["scored_items"]) < need
+    ):
+        reason = (
+            f"underpowered: the baseline scores on {summary['scored_items']} items, and even "
+            + (
+                "a perfect candidate cannot show a recovery of exactly 1"
+                if need is None
+                else f"with no loss at all a pass needs at least {need} (the exact bound "
+                f"α^(1/K) on the recovery must exceed {r0:g})"
+            )
+        )
     if reason is not None:
         details["reason"] = reason
     margin = (1.0 - r0) * base_mean if math.isfinite(base_mean) else 0.0
@@ -159,5 +215,14 @@ def recovery_gate(
         mde=None,
         test=_TEST,
         details=details,
+        method=method,
     )
+
+
+def recovery_min_items(recovery_min: float, alpha: float = 0.05) -> int | None:
+    """Fewest items the baseline must score on for a candidate without any loss to pass the
+    floor ``recovery_min`` (``ρ0^K < α``: 29 at 0.9); ``None`` when no number does (ρ0 = 1)."""
+    if recovery_min >= 1.0:
+        return None
+    return math.floor(math.log(alpha) / math.log(recovery_min)) + 1
 

@@ -80,6 +80,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "n_errors": s.n_errors,
                     "mde": o.get("mde"),
                     "test": o["test"],
+                    # Which method decided (asymptotic or its exact fallback); None if one.
+                    "method": o.get("method"),
                     "reasons": [r.to_dict() for r in s.reasons],
                     "details": {**o.get("details", {}), **s.details},
                 }

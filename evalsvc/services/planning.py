@@ -143,6 +143,19 @@ def plan(
             elif source is None and "pilot_requests" in cal and gate.kind == "binary" \
                     and gate.threshold is None and m:
                 psi, source = band_discordance(policy.band), "band bound"
+        need: int | None = None
+        if gate.threshold is None and gate.kind == "binary" and m is not None:
+            # The smallest n that can pass at all: a run with no loss (no flip, no lost stable
+            # answer) is the strongest evidence there is, and below this even it reads
+            # inconclusive (docs/statistics.md, "No pass without evidence").
+            need = row["min_items_to_pass"] = suite.min_items_to_pass(m, a)
+            largest = stages[-1] if stages else row["planned_items"]
+            if largest and (need is None or largest < need):
+                row["cannot_pass"] = (
+                    f"inconclusive: underpowered - {largest} items cannot pass at margin {m:g}: "
+                    + ("no size can" if need is None else
+                       f"even with no loss at all a pass needs at least {need}")
+                )
         if gate.threshold is not None:
             row["note"] = f"threshold gate ({gate.metric} vs {gate.threshold:g}): no margin to plan"
         elif gate.kind != "binary" or m is None:
@@ -172,6 +185,9 @@ def plan(
             per = suite.pairs_per_item()
             pairs = suite.required_pairs(m, psi, a, power)
             row["required_items"] = -(-pairs // per)
+            if need is not None:
+                # No run smaller than the exact minimum can pass, whatever the discordance.
+                row["required_items"] = max(row["required_items"], need)
             if per != 1:
                 row["pairs_per_item"] = per
                 row["required_pairs"] = pairs
@@ -190,6 +206,8 @@ def plan(
                     + (f"a candidate as good as the baseline should pass by the {stage}-item "
                        "stage" if stage else "beyond the cap it stays inconclusive")
                 )
+        if "cannot_pass" in row:
+            row["note"] = " ".join(x for x in (row["cannot_pass"] + ".", row.get("note")) if x)
         if cal is not None:
             row["note"] = " ".join(
                 x for x in (row.get("note"), _calibration_note(cal, source)) if x

@@ -16,13 +16,14 @@ import math
 import numpy as np
 import scipy
 
-from evalsvc.stats._binary import TANGO_CONTINUITY, _tango_restricted_q
+from evalsvc.stats._binary import TANGO_CONTINUITY, _tango_restricted_q, tango_test
 from evalsvc.stats._common import check_alpha
 
 __all__ = [
     "mde_mean",
     "mde_paired_binary",
     "mde_two_proportions",
+    "min_n_flip_free",
     "power_paired_binary",
     "required_n",
     "required_n_mean",
@@ -206,3 +207,30 @@ def required_n_mean(
     za = float(scipy.stats.norm.isf(alpha))
     zb = float(scipy.stats.norm.ppf(power))
     return max(2, math.ceil(((za + zb) * sd / dist) ** 2 - 1e-9))
+
+
+def min_n_flip_free(margin: float, alpha: float = 0.05) -> int | None:
+    """Fewest paired binary items at which a run **without a single flip** passes the gate's
+    corrected Tango test at margin δ (32 at δ = 0.10, α = 0.05; the exact Clopper–Pearson bound
+    ``1 − α^{1/n}`` would need 29). Below it no outcome can pass; with clusters the count is of
+    independent clusters. ``None`` for δ = 0 (a superiority test) or beyond 10⁶ items.
+    """
+    alpha = check_alpha(alpha)
+    if not 0.0 <= margin < 1.0:
+        raise ValueError("margin must be in [0, 1)")
+    if margin == 0.0:
+        return None
+
+    def passes(n: int) -> bool:
+        return tango_test(0.0, 0.0, float(n), -margin, corrected=True).p_greater < alpha
+
+    # A flip-free run's p-value falls with n: bisect between a failing and a passing size.
+    lo, hi = 1, 2
+    while not passes(hi):
+        lo, hi = hi, hi * 2
+        if hi > 1_000_000:
+            return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return hi

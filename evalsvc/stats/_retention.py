@@ -22,6 +22,21 @@ interval for ``R`` is the set of ``r`` the same two one-sided tests do not rejec
 Fieller-type interval, found numerically because of the correction), so the verdict and the
 interval never disagree.
 
+No loss observed. When every informative cluster keeps all its stable answers (or, more
+generally, the contrast is identical in every cluster) the CR1 variance is 0, t is ±∞ and the
+Fieller interval collapses to a point: nothing varying in a few clusters would pass. Batch
+nondeterminism hits prompts, not single answers, so the least favourable way to lose a share δ
+of the stable answers is to lose *every* answer of a share δ of the prompts; seeing no such prompt
+among ``G`` informative clusters (those with a stable baseline answer) then has probability
+``(1 − δ)^G``, the exact (Clopper–Pearson 1934, Biometrika 26:404–413) one-sided p-value of zero
+clusters with a loss. No observation of ``G`` clusters is stronger evidence than that one, so the
+pass p-value is floored at it, and the fail p-value at ``δ^G`` (every cluster losing everything
+under a loss of δ). Equivalently the interval's lower end for R is at most ``(α/looks)^{1/G}``
+(the Clopper–Pearson bound ``1 − (α/looks)^{1/G}`` on the loss with no loss seen) and its upper
+end at least ``1 − (α/looks)^{1/G}``, so the verdict and the interval still agree. A pass
+therefore needs ``G ≥ ln(α/looks)/ln(1 − δ)`` informative clusters: 29 at δ = 0.10, α = 0.05
+(:func:`retention_min_clusters`); ``method`` says whether the t or the exact bound decided.
+
 Staged sizing. A run may look at the data after each of ``looks`` planned stages and stop at the
 first decision; each look tests at ``α/looks`` per side (Bonferroni over the planned looks:
 ``P(any false decision) ≤ Σ α/looks = α`` whatever the correlation between looks), and the
@@ -44,10 +59,33 @@ from evalsvc.stats._common import as_binary_vector, check_alpha
 __all__ = [
     "RetentionTest",
     "retention_mde",
+    "retention_min_clusters",
     "retention_required_n",
     "retention_t",
     "retention_test",
 ]
+
+
+METHOD_T = "cluster-robust t (CR1, skewness-corrected)"
+METHOD_EXACT = "exact zero-loss bound (Clopper-Pearson over clusters)"
+
+
+def retention_min_clusters(margin: float, alpha: float = 0.05, *, looks: int = 1) -> int | None:
+    """Smallest number of informative clusters at which a run *with no loss at all* passes.
+
+    The exact one-sided bound on the loss with no cluster lost among ``G`` is
+    ``1 − (α/looks)^{1/G}`` (Clopper–Pearson); it is below δ once
+    ``G > ln(α/looks)/ln(1 − δ)``: 29 at δ = 0.10, α = 0.05, one look; 42 at α/4.
+    ``None`` when no size passes (δ = 0: a retention of exactly 1 cannot be shown).
+    """
+    alpha = check_alpha(alpha)
+    if not 0.0 <= margin < 1.0:
+        raise ValueError("margin must be a relative loss in [0, 1)")
+    if margin == 0.0:
+        return None
+    g = math.log(alpha / looks) / math.log1p(-margin)
+    # (1 − δ)^G must be strictly below α/looks: the smallest integer strictly above g.
+    return math.floor(g) + 1
 
 
 @dataclass(frozen=True)
@@ -74,6 +112,15 @@ class RetentionTest:
     mde: float | None
     """Smallest loss ``1 − R`` beyond the margin this look fails with 80% power (normal approx.)."""
     design_effect: float
+    informative_clusters: int = 0
+    """Clusters with at least one stable baseline answer (the only ones that say anything on R)."""
+    min_clusters: int | None = None
+    """Smallest number of informative clusters at which this test can pass at all (no loss seen;
+    ``None`` when none can: δ = 0)."""
+    method: str = METHOD_T
+    """Which method decided: ``METHOD_EXACT`` when the t degenerated (no spread) or would have
+    passed alone and the exact zero-loss bound did not, else ``METHOD_T``. ``p_pass`` is always
+    the larger of the two p-values."""
 
     @property
     def verdict(self) -> str:
@@ -168,9 +215,11 @@ def retention_test(
     level = alpha / looks
     r0 = 1.0 - margin
     nan = float("nan")
+    g_inf = int(np.count_nonzero(sb > 0))
+    g_min = retention_min_clusters(margin, alpha, looks=looks)
     if n == 0 or g < 2:
         return RetentionTest(nan, nan, nan, (-math.inf, math.inf), margin, alpha, looks, n, g,
-                             nan, 1.0, 1.0, None, nan)
+                             nan, 1.0, 1.0, None, nan, g_inf, g_min, METHOD_T)
     mb, mc = float(b.mean()), float(c.mean())
     ratio = mc / mb if mb > 0 else nan
     df = float(g - 1)
@@ -180,14 +229,26 @@ def retention_test(
     def p_upper(t: float) -> float:  # P(T ≥ t)
         return float(scipy.special.stdtr(df, -t)) if math.isfinite(t) else (0.0 if t > 0 else 1.0)
 
-    p_pass = min(1.0, looks * p_upper(t0))
-    p_fail = min(1.0, looks * p_upper(-t0))
+    p_pass_t = min(1.0, looks * p_upper(t0))
+    p_fail_t = min(1.0, looks * p_upper(-t0))
+    # The exact floors (module docstring): no run of g_inf informative clusters is stronger
+    # evidence than one with no loss at all (for pass) or every cluster lost (for fail).
+    p_pass_exact = min(1.0, looks * (1.0 - margin) ** g_inf)
+    p_fail_exact = min(1.0, looks * margin**g_inf) if g_inf else 1.0
+    p_pass = max(p_pass_t, p_pass_exact)
+    p_fail = max(p_fail_t, p_fail_exact)
+    # The exact bound decided when the t degenerated (no spread) or when it alone would pass.
+    exact_decided = p_pass_exact > p_pass_t and (se0 == 0.0 or p_pass_t < alpha <= p_pass_exact)
+    method = METHOD_EXACT if exact_decided else METHOD_T
 
     def tr(r: float) -> float:
         return retention_t(sb, sc, sizes, r, skew_correction=skew_correction)[0]
 
     lo = _invert(tr, crit, ratio, lower=True)
     hi = _invert(tr, crit, ratio, lower=False)
+    # The same floors on the interval's ends: the Clopper-Pearson bound with no loss seen.
+    cp = level ** (1.0 / g_inf) if g_inf else 1.0
+    lo, hi = min(lo, cp), max(hi, 1.0 - cp)
     # Design effect: CR1 variance of the contrast against the iid variance of the pair values.
     d = c - r0 * b
     var_iid = float(d.var(ddof=1)) / n if n > 1 else nan
@@ -211,6 +272,9 @@ def retention_test(
         p_fail=p_fail,
         mde=mde,
         design_effect=float(deff),
+        informative_clusters=g_inf,
+        min_clusters=g_min,
+        method=method,
     )
 
 

@@ -49,7 +49,7 @@ from evalsvc.gates import (
     generic_default,
     resolve,
 )
-from evalsvc.stats import mde_paired_binary, required_n
+from evalsvc.stats import mde_paired_binary, min_n_flip_free, required_n
 from evalsvc.suites._calibrate import CalibrationPolicy, Rung, pilot_name
 from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
 
@@ -362,6 +362,13 @@ class Suite(ABC):
         """The gate's minimum detectable effect at ``n`` pairs (``evalsvc plan``)."""
         return mde_paired_binary(n, discordance, alpha, power)
 
+    def min_items_to_pass(self, margin: float, alpha: float) -> int | None:
+        """Fewest items at which a run with no loss at all can pass (``evalsvc plan``; fewer
+        always read inconclusive). The default is the paired binary gate's: the first n at
+        which a flip-free run passes Tango's test (``evalsvc.stats.min_n_flip_free``).
+        ``None`` when no size can pass (margin 0)."""
+        return min_n_flip_free(margin, alpha)
+
     def stage_sizes(self) -> list[int] | None:
         """Item counts after which the runner gates and stops once every candidate's gate has
         decided (the last is the cap ``plan()`` generates); ``None``: one stage, all items.
@@ -510,6 +517,20 @@ class Suite(ABC):
         rebuilt from the seed (never through an endpoint). Default: ``data["prompt"]`` (a
         string or chat messages) when the kind stores it."""
         return prompt_text(data.get("prompt"))
+
+    @classmethod
+    def stored_prompt(cls, data: dict[str, Any]) -> str | None:
+        """An item's prompt as text when its sample ``data`` holds it (``data["prompt"]``, a
+        string or chat messages), read without rebuilding the suite: the views ask ``prompt``
+        of the suite rebuilt from its snapshot only when this is ``None`` (rebuilding a
+        ``dataset`` suite reads its whole file)."""
+        return prompt_text(data.get("prompt"))
+
+    @classmethod
+    def expected_answer(cls, data: dict[str, Any]) -> Any:
+        """An item's expected answer (a value, or a list of acceptable ones) from its sample
+        ``data``, for the samples and flips pages. Default: ``data["expected"]``."""
+        return data.get("expected")
 
     def expected_samples(self, items: Sequence[Item]) -> int:
         """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""

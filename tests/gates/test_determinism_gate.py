@@ -56,7 +56,12 @@ def staged(
     q: float, alter: float, *, stages: tuple[int, ...] = CATALOG, per: int = 10,
     concurrent: float = 0.8, sims: int = 1000, seed: int = 0,
 ) -> Staged:
-    """Run the staged retention gate ``sims`` times; each look tests at α/len(stages)."""
+    """Run the staged retention gate ``sims`` times; each look tests at α/len(stages).
+
+    The decision is ``retention_test``'s: the t beyond its critical value *and* the exact
+    zero-loss floor below α/looks, ``(1 − δ)^G`` for a pass and ``δ^G`` for a fail over the G
+    prompts with a stable baseline answer (``test_the_simulation_decides_as_the_gate`` ties the
+    two together)."""
     rng = np.random.default_rng(seed)
     looks = len(stages)
     crits = {g: float(special.stdtrit(g - 1, 1 - ALPHA / looks)) for g in stages}
@@ -68,8 +73,12 @@ def staged(
         verdict, stop = 0, stages[-1]
         for g in stages:
             t, _ = retention_t(b[:g], c[:g], np.full(g, per), 1 - MARGIN)
-            if t < -crits[g] or t > crits[g]:
-                verdict, stop = (-1 if t < 0 else 1), g
+            informative = int(np.count_nonzero(b[:g]))
+            if t > crits[g] and (1 - MARGIN) ** informative < ALPHA / looks:
+                verdict, stop = 1, g
+                break
+            if t < -crits[g] and MARGIN**informative < ALPHA / looks:
+                verdict, stop = -1, g
                 break
         fails += verdict == -1
         passes += verdict == 1
@@ -83,6 +92,25 @@ def staged(
 def _mc(p: float, sims: int) -> float:
     """Two Monte Carlo standard errors at rate ``p``."""
     return 2 * math.sqrt(p * (1 - p) / sims)
+
+
+def test_the_simulation_decides_as_the_gate() -> None:
+    """``staged``'s shortcut (the t and the exact floor) gives ``retention_test``'s verdict."""
+    rng = np.random.default_rng(7)
+    per = 10
+    for q, alter in ((0.0, 0.0), (0.0, 0.125), (0.3, 0.0), (0.3, 0.3), (0.0, 0.6)):
+        for g in (12, 24, 48):
+            b, c = _draw(rng, g, per, q, alter, 0.8)
+            sb = np.concatenate([np.r_[np.ones(int(k)), np.zeros(per - int(k))] for k in b])
+            sc = np.concatenate([np.r_[np.ones(int(k)), np.zeros(per - int(k))] for k in c])
+            res = retention_test(sb, sc, margin=MARGIN, alpha=ALPHA,
+                                 clusters=np.repeat(np.arange(g), per), looks=4)
+            t, _ = retention_t(b, c, np.full(g, per), 1 - MARGIN)
+            crit = float(special.stdtrit(g - 1, 1 - ALPHA / 4))
+            k = int(np.count_nonzero(b))
+            short = ("pass" if t > crit and (1 - MARGIN) ** k < ALPHA / 4
+                     else "fail" if t < -crit and MARGIN**k < ALPHA / 4 else "inconclusive")
+            assert res.verdict == short, (q, alter, g, res)
 
 
 # --- the statistic against statsmodels / scipy ------------------------------------------------
@@ -185,10 +213,11 @@ def test_a_stable_baseline_makes_the_loss_the_difference_of_unstable_rates() -> 
 def test_the_staged_gate_at_a_glance() -> None:
     """The fast tier's look at the simulations below (``make test`` runs them; tests/conftest.py
     marks them slow): 100 runs each instead of 600-1,500. On a stable host an A/A run passes at
-    the first stage every time; on a 30%-unstable host the planted candidate fails nearly every
-    time and almost never passes."""
+    the 48-probe stage every time (no loss in fewer than 42 prompts is no evidence at α/4: the
+    exact floor); on a 30%-unstable host the planted candidate fails nearly every time and
+    almost never passes."""
     aa = staged(0.0, 0.0, sims=100)
-    assert aa.fail == 0.0 and aa.passed == 1.0 and aa.mean_probes == 12
+    assert aa.fail == 0.0 and aa.passed == 1.0 and aa.mean_probes == 48
     planted = staged(0.3, 0.3, sims=100, seed=59)
     assert planted.fail >= 0.9 and planted.passed <= 0.02, planted
 
@@ -196,12 +225,12 @@ def test_the_staged_gate_at_a_glance() -> None:
 @pytest.mark.parametrize("q", HOSTS)
 def test_aa_never_fails_beyond_alpha_on_any_host(q: float) -> None:
     """bf16 against itself at 0–60% unstable: false fails ≤ α (in fact ≤ 0.005), and it passes
-    at the first stage on a stable host."""
+    at the first stage that can pass (48 probes: the exact floor needs 42) on a stable host."""
     sims = 1000
     r = staged(q, 0.0, sims=sims, seed=int(q * 100))
     assert r.fail <= ALPHA
     if q == 0.0:
-        assert r.passed == 1.0 and r.mean_probes == 12
+        assert r.passed == 1.0 and r.mean_probes == 48
 
 
 @pytest.mark.parametrize("q", HOSTS)

@@ -25,6 +25,7 @@ REPORT_FIELDS = {
     "n",
     "mde",
     "test",
+    "method",
     "details",
 }
 
@@ -151,12 +152,21 @@ def test_continuous_small_n_is_inconclusive_and_degenerate_handled() -> None:
     x = np.linspace(0, 1, MIN_N_CONTINUOUS - 1)
     out = evaluate_gate(x, x + 0.5, metric="s", kind="continuous", margin=0.1)
     assert out.verdict == "inconclusive" and "minimum" in out.details["reason"]
-    # Identical scores on enough items: the bootstrap is degenerate, the verdict is still sane.
+    # Identical scores on enough items: zero observed variance is no evidence about the spread
+    # (a point interval would pass at any n), so without the scores' range it is inconclusive.
     x = np.linspace(0, 1, 50)
     out = evaluate_gate(x, x, metric="s", kind="continuous", margin=0.1)
-    assert out.verdict == "pass" and out.ci == (0.0, 0.0)
-    assert out.details["bootstrap"]["degenerate"] is True
-    _strict_json(out)
+    assert out.verdict == "inconclusive" and "zero observed variance" in out.details["reason"]
+    assert out.ci == (-np.inf, np.inf) and out.method is not None
+    assert _strict_json(out)["ci"] == [None, None]
+    # With the range, the exact bound for a bounded mean: the differences lie in [-1, 1], so
+    # p = ((−δ + 1)/1)^n = 0.9^50 and the lower bound is −1 + 0.05^(1/50).
+    ranged = evaluate_gate(x, x, metric="s", kind="continuous", margin=0.1, value_range=(0, 1))
+    assert ranged.verdict == "pass" and ranged.method == "exact bound for a bounded mean with " \
+        "no spread observed"
+    assert ranged.p_value == pytest.approx(0.9**50)
+    assert ranged.ci[0] == pytest.approx(-1 + 0.05 ** (1 / 50)) and ranged.ci[0] < 0
+    assert _strict_json(ranged)["method"] == ranged.method
 
 
 def test_continuous_gate_reports_methods_and_wilcoxon() -> None:
@@ -311,7 +321,17 @@ def test_threshold_gate_continuous_lower_is_better() -> None:
     zeros = threshold_gate(
         np.zeros(50), metric="kld_mean", threshold=0.01, higher_is_better=False, kind="continuous"
     )
-    assert zeros.verdict == "pass" and "BCa" in zeros.test
+    assert zeros.verdict == "inconclusive" and "zero observed variance" in zeros.details["reason"]
+    # A KL divergence is unbounded above: no exact bound exists from 50 zeros either.
+    unbounded = threshold_gate(np.zeros(50), metric="kld_mean", threshold=0.01,
+                               higher_is_better=False, kind="continuous",
+                               value_range=(0.0, np.inf))
+    assert unbounded.verdict == "inconclusive" and unbounded.ci[1] == np.inf
+    # Bounded by 0.05: the exact upper bound 0.05·(1 − 0.05^(1/50)) ≈ 0.0029 is below 0.01.
+    bounded = threshold_gate(np.zeros(50), metric="kld_mean", threshold=0.01,
+                             higher_is_better=False, kind="continuous", value_range=(0.0, 0.05))
+    assert bounded.verdict == "pass"
+    assert bounded.details["ci_metric"][1] == pytest.approx(0.05 * (1 - 0.05 ** (1 / 50)))
     empty = threshold_gate([], metric="kld_mean", threshold=0.01, higher_is_better=False)
     assert empty.verdict == "inconclusive" and empty.baseline == 0.01
     with pytest.raises(ValueError, match="NaN"):

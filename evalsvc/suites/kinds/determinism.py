@@ -70,7 +70,12 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdict
-from evalsvc.stats import retention_mde, retention_required_n, retention_test
+from evalsvc.stats import (
+    retention_mde,
+    retention_min_clusters,
+    retention_required_n,
+    retention_test,
+)
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, num, pct
@@ -370,6 +375,12 @@ class DeterminismSuite(Suite):
 
     def mde_pairs(self, n: int, discordance: float, alpha: float, power: float) -> float:
         return retention_mde(n, discordance, alpha, power, looks=self.looks())
+
+    def min_items_to_pass(self, margin: float, alpha: float) -> int | None:
+        # Probes are the retention test's clusters: with no loss at all a pass needs
+        # (1 − δ)^G < α/looks (evalsvc.stats.retention_min_clusters): 29 at δ = 0.10 in one
+        # look, 42 over the catalog suite's four.
+        return retention_min_clusters(margin, alpha, looks=self.looks())
 
     def looks(self) -> int:
         """Planned looks of the staged design (1 without stages): each tests at α/looks."""
@@ -690,7 +701,7 @@ def retention_gate(
     uc = statistics.fmean(unstable_c) if n else float("nan")
     test_name = (
         "stable-answer retention: cluster-robust (CR1) skewness-corrected t of s_c − (1 − δ)·s_b, "
-        f"Fieller-type interval, α/{looks} per look"
+        f"Fieller-type interval, floored by the exact zero-loss bound, α/{looks} per look"
     )
     if n == 0:
         return GateOutcome("inconclusive", gate.metric, ub, uc, float("nan"),
@@ -717,12 +728,30 @@ def retention_gate(
             f"1 − 2α/{looks}"
         ),
     }
+    details["method"] = res.method
+    details["informative_clusters"] = res.informative_clusters
+    details["min_clusters_to_pass"] = res.min_clusters
     if res.stable_baseline == 0:
         details["reason"] = "the baseline has no stable answer: retention is not identified"
     elif res.p_pass < gate.alpha:
         verdict = "pass"
     elif res.p_fail < gate.alpha:
         verdict = "fail"
+    if verdict == "inconclusive" and "reason" not in details and (
+        res.min_clusters is None or res.informative_clusters < res.min_clusters
+    ):
+        # No loss at all in this few probes is still no evidence (the exact bound of
+        # evalsvc.stats.retention_test): say so instead of a bare "inconclusive".
+        need = (
+            "no number of probes can show a retention of exactly 1"
+            if res.min_clusters is None
+            else f"even with no loss at all a pass needs at least {res.min_clusters} probes with "
+            f"a stable baseline answer at α/{looks} (the exact bound 1 − (α/looks)^(1/G) on "
+            f"the loss must fall below the margin {gate.margin:g})"
+        )
+        details["reason"] = (
+            f"underpowered: {res.informative_clusters} informative probes, and {need}"
+        )
     lo, hi = res.ci
     return GateOutcome(
         verdict=verdict,
@@ -738,6 +767,7 @@ def retention_gate(
         mde=res.mde,
         test=test_name,
         details=details,
+        method=res.method,
     )
 
 
