@@ -45,7 +45,9 @@ def test_plan_counts_pairs_for_kinds_with_several_per_item() -> None:
     assert per == 2 * 5  # 2 repeats x (mixed, c2, c8, c32, prefix_warm)
     assert row["stages"] == [12, 24, 48, 96] and row["max_items"] == 96
     assert row["required_pairs"] == retention_required_n(0.1, 0.3, 0.05, 0.8, looks=4)
-    assert row["required_items"] == -(-row["required_pairs"] // per)
+    # Never below the exact minimum: with no loss at all a pass needs 42 probes at α/4.
+    assert row["min_items_to_pass"] == 42
+    assert row["required_items"] == max(-(-row["required_pairs"] // per), 42)
     assert row["mde_at_planned"] == retention_mde(row["planned_items"] * per, 0.3, 0.05, 0.8, looks=4)
     assert row["mde_at_cap"] < row["mde_at_planned"]
     assert "lower bound" in row["note"] and "48-item stage" in row["note"]

@@ -7,11 +7,13 @@ chat tasks), ``--log_samples``. Its per-document records (``samples_<task>_*.jso
 statistics apply; the item score is the chosen metric (``acc`` by default).
 
 Contract:
-- lm-eval is **not** a dependency of evalsvc (it pulls torch): it runs in a subprocess with a
-  Python that has it. That is ``$EVALSVC_LMEVAL_PYTHON`` when set, else the managed vLLM venv
+- lm-eval is **not** a default dependency of evalsvc (``lm-eval[api]`` 0.4.13 with its
+  datasets stack made a 763 MB venv, no torch): it runs in a subprocess with a Python that has
+  it (``_lmeval_python``): ``$EVALSVC_LMEVAL_PYTHON`` when set, else evalsvc's own when
+  ``pip install 'evalsvc[lmeval]'`` put it there, else the managed vLLM venv
   (``<EVALSVC_HOME>/venvs/vllm``, where ``lm-eval[api]==0.4.*`` is pip-installed on first use,
   pinned to the venv's current packages so vllm's own pins never move; a marker file makes it
-  idempotent). The subprocess, not the suite, talks to the endpoint, with the URL and model name
+  idempotent). Without one the preflight says so and the run skips the suite. The subprocess, not the suite, talks to the endpoint, with the URL and model name
   of the client the runner handed over; it runs offline (``HF_DATASETS_OFFLINE``,
   ``HF_HUB_OFFLINE``).
 - The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
