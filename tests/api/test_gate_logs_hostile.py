@@ -11,6 +11,7 @@ traceback or exit 1.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import zipfile
@@ -93,6 +94,18 @@ def _eval(header: bytes | None = None, member: bytes | None = None, zstd: bool =
     return buf.getvalue()
 
 
+@functools.cache
+def _many_members() -> bytes:
+    """A zip whose central directory holds one member more than a log may have (whatever its
+    end record declares, every entry is counted)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("header.json", json.dumps({k: v for k, v in INSPECT.items() if k != "samples"}))
+        for i in range(limits.MAX_LOG_MEMBERS):
+            z.writestr(f"samples/{i}.json", b"")
+    return buf.getvalue()
+
+
 def _choices(value: Any) -> Callable[[dict[str, Any]], None]:
     def mutate(log: dict[str, Any]) -> None:
         log["samples"][0]["output"] = {"choices": value}
@@ -151,6 +164,7 @@ CASES: list[tuple[str, str, Callable[[Path], bytes], str]] = [
     ("model-nul", "inspect_b.json", lambda t: _inspect(_model), "NUL"),
     ("eval-header-100k-deep", "inspect_b.eval", lambda t: _eval(header=_deep(100_000).encode()),
      "nested more than"),
+    ("eval-too-many-members", "inspect_b.eval", lambda t: _many_members(), "zip members"),
     ("eval-member-1M-containers", "inspect_b.eval",
      lambda t: _eval(member=_many_containers().encode(), zstd=True), "JSON objects and arrays"),
 ]
