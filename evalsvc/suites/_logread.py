@@ -77,14 +77,14 @@ _OPEN[list(b"]}")] = -1
 _DEPTH_CHUNK = 1 << 20
 
 
-def _scan(raw: bytes, where: str) -> None:
+def _scan(raw: bytes, where: str, max_containers: int) -> None:
     """Bound the depth and the number of containers of a JSON text without parsing it."""
     skeleton = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
     containers = skeleton.count(b"[") + skeleton.count(b"{")
-    if containers > limits.MAX_JSON_CONTAINERS:
+    if containers > max_containers:
         raise LogBudgetError(
             f"{where}: {containers:,} JSON objects and arrays in one document; at most "
-            f"{limits.MAX_JSON_CONTAINERS:,} are read"
+            f"{max_containers:,} are read"
         )
     depth = 0
     view = np.frombuffer(skeleton, dtype=np.uint8)
@@ -111,9 +111,11 @@ def _number_hook(kind: Callable[[str], Any], where: str) -> Callable[[str], Any]
     return parse
 
 
-def load_json(raw: bytes, where: str) -> Any:
+def load_json(raw: bytes, where: str, *, whole_file: bool = False) -> Any:
     """One JSON document from ``raw`` within the budgets (module docstring); ``where`` names
-    it in every message (``results.json``, ``samples_x.jsonl:12``, ``log.eval, member m``)."""
+    it in every message (``results.json``, ``samples_x.jsonl:12``, ``log.eval, member m``).
+    ``whole_file``: a log that is one JSON document (``MAX_JSON_FILE_CONTAINERS``), not a line
+    or a zip member (``MAX_JSON_CONTAINERS``)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -121,7 +123,11 @@ def load_json(raw: bytes, where: str) -> Any:
             f"{where}: not UTF-8 text (byte {exc.start:,} is {raw[exc.start:exc.start + 1]!r}); "
             "logs are read as UTF-8 JSON"
         ) from None
-    _scan(raw, where)
+    _scan(
+        raw,
+        where,
+        limits.MAX_JSON_FILE_CONTAINERS if whole_file else limits.MAX_JSON_CONTAINERS,
+    )
     try:
         return json.loads(
             text,

@@ -134,7 +134,7 @@ def _scalar(value: Any) -> Any:
 
 
 def _read_json_file(path: Path, shown: Shown) -> Any:
-    return load_json(read_capped(path, shown(path)), shown(path))
+    return load_json(read_capped(path, shown(path)), shown(path), whole_file=True)
 
 
 def _jsonl(path: Path, shown: Shown) -> list[dict[str, Any]]:

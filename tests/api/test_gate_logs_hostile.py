@@ -125,8 +125,8 @@ def _score(value: float) -> Callable[[dict[str, Any]], None]:
     return mutate
 
 
-def _many_containers() -> str:
-    return "[" + ",".join(["{}"] * (limits.MAX_JSON_CONTAINERS + 10)) + "]"
+def _many_containers(n: int = limits.MAX_JSON_CONTAINERS) -> str:
+    return "[" + ",".join(["{}"] * (n + 10)) + "]"
 
 
 def _deep_doc(n: int) -> str:
@@ -156,6 +156,11 @@ CASES: list[tuple[str, str, Callable[[Path], bytes], str]] = [
      "nested more than"),
     ("inspect-not-utf8", "inspect_b.json", lambda t: _inspect_raw(('"q1"', '"q1')) + b"\xc3\x28",
      "not UTF-8"),
+    ("inspect-4M-containers", "inspect_b.json",
+     lambda t: _inspect_raw(
+         ('"metadata": {', f'"x": {_many_containers(limits.MAX_JSON_FILE_CONTAINERS)}, "metadata": {{')
+     ),
+     "JSON objects and arrays"),
     ("choices-string", "inspect_b.json", lambda t: _inspect(_choices("abc")), "output.choices"),
     ("choices-[5]", "inspect_b.json", lambda t: _inspect(_choices([5])), "output.choices"),
     ("choices-{}", "inspect_b.json", lambda t: _inspect(_choices({})), "output.choices"),
