@@ -160,6 +160,11 @@ def check_date(value: datetime | None) -> datetime | None:
 
 
 #: A NUL-free string pattern, shown in the JSON schema (contract tests then generate only
+#: The same for a whole-file JSON log (an Inspect ``.json`` log, a promptfoo results file), which
+#: holds every sample in one document: an Inspect sample with its events is a few hundred
+#: containers, so 4M is 10,000+ samples (worst case ~0.5 GB of Python objects while it is
+#: parsed; larger Inspect logs read in their ``.eval`` form, one member per sample).
+MAX_JSON_FILE_CONTAINERS = 4_000_000
 #: valid values); the check itself is ``no_nul``, whose message is clearer than a regex's.
 NO_NUL_PATTERN = r"^[^\x00]*$"
 
