@@ -1,6 +1,10 @@
 """Export a run's samples as a table (Parquet, CSV or JSON Lines).
 
-One row per sample, joined with the endpoint snapshot of its role (URL, model). ``data`` is
+One row per sample, joined with the endpoint snapshot of its role (URL, model), with the item's
+``prompt`` as text where a kind stores it in a sample's ``data`` (``dataset`` and replay suites
+keep it with the baseline's first answer; every row of the item gets it; chat messages are
+``[role] content`` blocks, as the dashboard shows them; empty for kinds that rebuild prompts
+from the seed). ``data`` is
 kept as a JSON string in Parquet/CSV (its keys differ by suite kind, so it has no fixed
 column schema) and as an object in JSON Lines. CSV text cells that a spreadsheet would run as a
 formula (``= + - @``, tab, CR first) get a leading apostrophe (``evalsvc.textsafe.csv_cell``).
@@ -32,16 +36,33 @@ COLUMNS = [
     "endpoint_url",
     "endpoint_model",
     *SAMPLE_KEY[2:],
+    "prompt",
     *SAMPLE_VALUES,
 ]
+
+
+def _prompt_cell(prompt: Any) -> str | None:
+    """A stored prompt (text, or chat messages) as one text, in the dashboard's layout."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        return "\n\n".join(
+            f"[{m.get('role', '?')}] {m.get('content', '')}" if isinstance(m, dict) else str(m)
+            for m in prompt
+        )
+    return None
 
 
 def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
     """The samples of ``run_id`` as a DataFrame (``data`` left as dicts)."""
     snapshots = store.get_endpoint_snapshots(run_id)
     records: list[dict[str, Any]] = []
+    prompts: dict[tuple[str, str], str] = {}
     for sample in store.get_samples(run_id):
         endpoint = snapshots.get(sample.endpoint)
+        prompt = _prompt_cell(sample.data.get("prompt"))
+        if prompt is not None:
+            prompts[(sample.suite, sample.item_id)] = prompt
         records.append(
             {
                 "run_id": run_id,
@@ -51,6 +72,8 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
                 "endpoint_model": endpoint[0].model if endpoint else None,
             }
         )
+    for record in records:  # the item's prompt on every row, wherever it was stored
+        record["prompt"] = prompts.get((record["suite"], record["item_id"]))
     frame = pd.DataFrame.from_records(records, columns=COLUMNS)
     # Nullable integer dtypes: a missing token count must stay missing, not become 0 or 1.0.
     for column in ("repeat", "prompt_tokens", "completion_tokens"):

@@ -110,6 +110,42 @@ def _suite_of(snapshot: dict[str, Any]) -> Suite | None:
         return None
 
 
+def item_prompt(snapshot: dict[str, Any], item_id: str, data: dict[str, Any],
+                built: dict[str, Suite | None]) -> str | None:
+    """An item's prompt as text: what its sample ``data`` holds (``Suite.stored_prompt``),
+    else ``Suite.prompt`` of the suite rebuilt from its snapshot (once per suite: ``built``
+    caches it by name); ``None`` when neither knows it. A plugin's bug loses the prompt, never
+    the page."""
+    cls = kind_class(str(snapshot.get("kind")))
+    try:
+        prompt = cls.stored_prompt(data)
+        if prompt is None:
+            name = str(snapshot.get("name"))
+            if name not in built:
+                built[name] = _suite_of(snapshot)
+            runnable = built[name]
+            prompt = runnable.prompt(item_id, data) if runnable is not None else None
+    except Exception:
+        _log.exception("suite %r: prompt of %r failed", snapshot.get("name"), item_id)
+        return None
+    return prompt
+
+
+def expected_text(cls: type[Suite], data: dict[str, Any]) -> str | int | float | None:
+    """The kind's expected answer of an item (``Suite.expected_answer``) as one value: a list
+    of acceptable answers is joined with commas."""
+    try:
+        expected = cls.expected_answer(data)
+    except Exception:  # a plugin's bug loses the expected answer, never the page
+        _log.exception("kind %r: expected_answer failed", cls.kind)
+        return None
+    if expected is None or isinstance(expected, (str, int, float)):
+        return expected
+    if isinstance(expected, (list, tuple)):
+        return ", ".join(str(e) for e in expected)
+    return str(expected)
+
+
 def _suite_entry(report: dict[str, Any] | None, suite: str, role: str) -> dict[str, Any] | None:
     for cand in (report or {}).get("candidates") or []:
         if cand.get("role") == role:

@@ -12,9 +12,9 @@ from typing import Any
 
 from evalsvc.db import Store
 from evalsvc.domain import Sample
-from evalsvc.suites import Scored, Suite, prompt_text
+from evalsvc.suites import Scored, Suite
 
-from ._common import _get, _labels_of, _log, _suite_of, kind_class
+from ._common import _get, _labels_of, expected_text, item_prompt, kind_class
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+", re.UNICODE)
 
@@ -57,6 +57,16 @@ def _flipped_pairs(
 _WAYS = ("regression", "improvement")
 
 
+def _count_flips(store: Store, run_id: str, snaps: list[dict[str, Any]], role: str) -> int:
+    """Flipped pairs of ``role`` over the suites ``snaps`` (each kind's own ``flip``)."""
+    n = 0
+    for snap in snaps:
+        cls = kind_class(snap["kind"])
+        for rb, rc in _flipped_pairs(store, run_id, snap["name"], cls, role):
+            n += cls.flip(float(rb[3]), float(rc[3])) is not None  # type: ignore[arg-type]
+    return n
+
+
 def flips_view(
     store: Store,
     run_id: str,
@@ -76,8 +86,13 @@ def flips_view(
     snaps = store.get_suite_snapshots(run_id)
     flipping = [s for s in snaps if kind_class(s["kind"]).shows_flips()]
     roles = [f"candidate:{i}" for i in range(len(run.spec.candidates))]
-    role = role if role in roles else (roles[0] if roles else None)
     chosen = [s for s in flipping if suite in (None, "", s["name"])]
+    # Flips per candidate (the candidate menu shows them); without a choice the page opens on
+    # the first candidate that has any, not on one with none while another has seven.
+    per_role = ({r: _count_flips(store, run_id, chosen, r) for r in roles}
+                if len(roles) > 1 else {})
+    if role not in roles:
+        role = next((r for r in roles if per_role.get(r)), roles[0] if roles else None)
     needle = (query or "").strip().casefold()
     found: list[tuple[dict[str, Any], Scored, str, str]] = []
     slices: set[str] = set()
@@ -101,7 +116,7 @@ def flips_view(
     rows: list[dict[str, Any]] = []
     matched = 0
     samples: dict[tuple[str, str, str, int], Sample] = {}
-    suites_by_name: dict[str, Suite | None] = {}
+    built: dict[str, Suite | None] = {}
     # A search reads every flipped pair's text; without one, only the page shown.
     wanted = found if needle else found[:limit]
     for name in dict.fromkeys(f[0]["name"] for f in wanted):
@@ -114,20 +129,11 @@ def flips_view(
         sc = samples.get((name, role or "", rb[1], rb[2]))
         if sb is None or sc is None:
             continue
-        if name not in suites_by_name:
-            suites_by_name[name] = _suite_of(snap)
-        runnable = suites_by_name[name]
-        try:
-            prompt = (runnable.prompt(sb.item_id, sb.data) if runnable is not None
-                      else prompt_text(sb.data.get("prompt")))
-        except Exception:  # a plugin's bug loses the prompt, never the page
-            _log.exception("suite %r: prompt of %r failed", name, sb.item_id)
-            prompt = None
-        expected = sb.data.get("expected")
-        expected_text = (expected if isinstance(expected, (str, int, float)) or expected is None
-                         else ", ".join(str(e) for e in expected))
+        first = samples.get((name, "baseline", rb[1], 0)) or sb
+        prompt = item_prompt(snap, sb.item_id, first.data, built)
+        expected = expected_text(kind_class(snap["kind"]), sb.data)
         if needle:
-            hay = " ".join(str(x) for x in (sb.item_id, prompt or "", expected_text or "",
+            hay = " ".join(str(x) for x in (sb.item_id, prompt or "", expected or "",
                                             sb.output, sc.output)).casefold()
             if needle not in hay:
                 continue
@@ -141,7 +147,7 @@ def flips_view(
             "repeat": sb.repeat,
             "direction": way,
             "slice": sl,
-            "expected": expected_text,
+            "expected": expected,
             "prompt": prompt,
             "baseline_output": sb.output,
             "candidate_output": sc.output,
@@ -151,6 +157,7 @@ def flips_view(
         "run_id": run_id,
         "role": role,
         "roles": roles,
+        "role_flips": per_role,
         "labels": _labels_of(store, run),
         "suites": [s["name"] for s in flipping],
         "suite": suite or "",

@@ -11,9 +11,9 @@ from typing import Any
 
 from evalsvc.db import Store
 from evalsvc.domain import Sample
-from evalsvc.suites import Suite, prompt_text
+from evalsvc.suites import Suite
 
-from ._common import NotFound, _get, _labels_of, _log, _suite_of, kind_class
+from ._common import NotFound, _get, _labels_of, _log, expected_text, item_prompt, kind_class
 
 #: The samples browser's outcomes of an item (one repeat) between baseline and a candidate.
 OUTCOMES = ("regression", "improvement", "unchanged", "scored", "error", "unpaired")
@@ -114,22 +114,17 @@ def samples_view(
     ids = list(dict.fromkeys(e[0] for e in shown))
     for x in store.dashboard.samples_of_items(run_id, suite, ids) if ids else []:
         full[(x.endpoint, x.item_id, x.repeat)] = x
-    runnable = _suite_of(snap) if shown else None
+    built: dict[str, Suite | None] = {}
     rows = []
     for item, rep, way, sl in shown:
         sb, sc = full.get(("baseline", item, rep)), full.get((role, item, rep))
         data = (sb or sc).data if (sb or sc) is not None else {}  # type: ignore[union-attr]
-        try:
-            prompt = (runnable.prompt(item, data) if runnable is not None
-                      else prompt_text(data.get("prompt")))
-        except Exception:  # a plugin's bug loses the prompt, never the page
-            _log.exception("suite %r: prompt of %r failed", suite, item)
-            prompt = None
-        expected = data.get("expected")
-        if expected is not None and not isinstance(expected, (str, int, float)):
-            expected = ", ".join(str(e) for e in expected)
+        # A kind may keep the prompt with the baseline's first answer only (dataset); the
+        # page's samples include it (every sample of the shown items is read).
+        first = full.get(("baseline", item, 0))
+        prompt = item_prompt(snap, item, first.data if first is not None else data, built)
         rows.append({"item_id": item, "repeat": rep, "outcome": way, "slice": sl,
-                     "prompt": prompt, "expected": expected,
+                     "prompt": prompt, "expected": expected_text(cls, data),
                      "baseline": _side(sb, cls), "candidate": _side(sc, cls)})
     labels = _labels_of(store, run)
     return {

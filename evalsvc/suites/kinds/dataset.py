@@ -43,10 +43,17 @@ directory for a spec built in code). ``plan()`` sends nothing. Slices: any colum
 ``prompt_length`` (quantile buckets of the prompt's characters, or fixed edges); items are
 independent rows, so no clusters. Hub datasets are fetched at load time; offline, the error
 says so (``HF_DATASETS_OFFLINE=1`` uses the cache only).
+
+Presentation: the baseline's first answer to an item stores the item's prompt in its ``data``
+(once per item), so the dashboard's samples and flips pages and ``evalsvc export`` show your
+own prompts without reading the dataset again; the reference column is the expected answer,
+the slice label names each dimension (``category math``), and the suite page has a table of
+paired rates per slice dimension (``dataset.html``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -73,6 +80,7 @@ from evalsvc.suites._base import (
     paired_scores,
 )
 from evalsvc.suites._paths import catalog_dir
+from evalsvc.suites._present import ViewInput
 from evalsvc.suites.kinds._extract import answer_span, extract_number
 
 Scorer = Literal["exact", "normalized", "numeric", "regex", "choice", "contains"]
@@ -712,6 +720,12 @@ class DatasetSuite(Suite):
         done: set[tuple[str, int]],
         concurrency: int,
     ) -> None:
+        if role == "baseline":
+            # The baseline's first answer keeps the item's prompt (chat messages or text), so
+            # the views show your own prompts without reading the dataset again (a hub dataset,
+            # a file the server cannot see); once per item, not once per endpoint.
+            prompts = {item.id: item.prompt for item in items}
+            emit = _with_prompt(emit, prompts)
         await super().run(
             items, client, role=role, emit=emit, done=done, concurrency=concurrency
         )
@@ -766,6 +780,37 @@ class DatasetSuite(Suite):
     def slice_of(self, sample: Sample) -> dict[str, str]:
         slices = sample.data.get("slices") or {}
         return {str(k): str(v) for k, v in slices.items()}
+
+    # -- presentation (the views call these with stored sample data and report entries)
+
+    # The slices are one JSON object in the sample's data: the database hands it over as text.
+    slice_fields = (("slices", "str"),)
+    view_template = "dataset.html"
+
+    @classmethod
+    def slice_label(cls, data: dict[str, Any]) -> str | None:
+        """``dimension label`` per slice dimension (``category math · prompt length <120``),
+        from ``data["slices"]`` (a mapping, or its JSON text as the database returns it)."""
+        slices = data.get("slices")
+        if isinstance(slices, str):
+            try:
+                slices = json.loads(slices)
+            except ValueError:
+                return None
+        if not isinstance(slices, dict) or not slices:
+            return None
+        return " · ".join(f"{dim} {slices[dim]}" for dim in sorted(slices))
+
+    @classmethod
+    def expected_answer(cls, data: dict[str, Any]) -> Any:
+        # The reference column's value (or list of acceptable values); None in agreement mode.
+        return data.get("reference")
+
+    @classmethod
+    def view_model(cls, view: ViewInput) -> dict[str, Any]:
+        d = view.details
+        return {"scorer": d.get("scorer"), "reference": d.get("reference"),
+                "by_slice": d.get("by_slice") or []}
 
     # -- analysis
 
@@ -827,6 +872,19 @@ class DatasetSuite(Suite):
         analysis.details["flips"] = flips(b, c)
         analysis.details["by_slice"] = by_slice(analysis)
         return analysis
+
+
+def _with_prompt(emit: Emit, prompts: dict[str, Any]) -> Emit:
+    """``emit`` that stores the item's prompt in the data of each first answer (repeat 0)."""
+
+    async def emit_with_prompt(sample: Sample) -> None:
+        if sample.repeat == 0 and sample.item_id in prompts:
+            sample = sample.model_copy(
+                update={"data": {**sample.data, "prompt": prompts[sample.item_id]}}
+            )
+        await emit(sample)
+
+    return emit_with_prompt
 
 
 def by_slice(analysis: Analysis) -> list[dict[str, Any]]:
