@@ -26,8 +26,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-import httpx
-
 from ._errors import LocalError
 from ._paths import Layout
 from ._state import ServerRecord, State, load_state, save_state
@@ -119,6 +117,8 @@ def is_alive(rec: ServerRecord) -> bool:
 
 
 def is_healthy(port: int, path: str = "/health", timeout: float = 3.0) -> bool:
+    import httpx  # here, not at the top: `evalsvc --help` imports this module
+
     try:
         resp = httpx.get(f"http://{HOST}:{port}{path}", timeout=timeout)
     except httpx.HTTPError:
@@ -134,6 +134,8 @@ def smoke_test(rec: ServerRecord, timeout: float) -> str | None:
         "max_tokens": 1,
         "temperature": 0,
     }
+    import httpx
+
     try:
         resp = httpx.post(f"{rec.url}/completions", json=body, timeout=timeout)
     except httpx.HTTPError as err:
