@@ -189,7 +189,7 @@ def recovery_gate(
     if verdict == "inconclusive" and reason is None and summary is not None and (
         need is None or int(summary["scored_items"]) < need
     ):
-        reason = (
+        details["underpowered"] = (
             f"underpowered: the baseline scores on {summary['scored_items']} items, and even "
             + (
                 "a perfect candidate cannot show a recovery of exactly 1"

@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 from evalsvc.domain import Sample
-from evalsvc.gates import evaluate_gate, recovery_gate
+from evalsvc.gates import SuiteGate, decide, evaluate_gate, recovery_gate
 from evalsvc.runner._runner import gate_outcome
 from evalsvc.services.planning import plan
 from evalsvc.stats import min_n_flip_free, retention_min_clusters, retention_test
@@ -50,8 +50,14 @@ def test_determinism_smoke_all_stable_aa_is_inconclusive_underpowered() -> None:
     out = gate_outcome(suite.bind_gate(), analysis, seed=0)
     # Before: unstable 0.0 → 0.0, Δ 0.000 [0.000, 0.000], p = 0, "pass".
     assert out.verdict == "inconclusive"
-    assert out.details["reason"].startswith("underpowered")
-    assert "at least 29 probes" in out.details["reason"]
+    assert "reason" not in out.details  # it could decide; this size cannot pass
+    assert out.details["underpowered"].startswith("underpowered")
+    assert "at least 29 probes" in out.details["underpowered"]
+    # The report's reasons: the interval includes the margin, and underpowered.
+    decision = decide([SuiteGate("determinism-smoke", out)])
+    assert decision.verdict == "inconclusive"
+    codes = [r.code for r in decision.suites[0].reasons]
+    assert codes == ["ci_includes_margin", "underpowered"]
     assert out.method == "exact zero-loss bound (Clopper-Pearson over clusters)"
     assert out.to_dict()["method"] == out.method
     # The exact p-value of no loss in 4 clusters at a loss of δ = 0.10, and a non-zero-width
@@ -123,7 +129,9 @@ def test_recovery_without_loss_needs_the_exact_minimum() -> None:
     low = recovery_gate(np.ones(20), np.ones(20), metric="acc", recovery_min=0.9)
     assert low.method == "exact zero-loss bound (Clopper-Pearson, no item lost)"
     assert low.p_value == pytest.approx(0.9**20)
-    assert "underpowered" in low.details["reason"] and "29" in low.details["reason"]
+    assert "reason" not in low.details
+    assert low.details["underpowered"].startswith("underpowered") and "29" in low.details[
+        "underpowered"]
 
 
 def test_plan_states_the_smallest_n_that_can_pass() -> None:

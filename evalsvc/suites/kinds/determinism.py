@@ -741,7 +741,9 @@ def retention_gate(
         res.min_clusters is None or res.informative_clusters < res.min_clusters
     ):
         # No loss at all in this few probes is still no evidence (the exact bound of
-        # evalsvc.stats.retention_test): say so instead of a bare "inconclusive".
+        # evalsvc.stats.retention_test): say so instead of a bare "inconclusive", as the
+        # report's "underpowered" reason (the runner's own note, when the MDE is above the
+        # margin, says the same in other words).
         need = (
             "no number of probes can show a retention of exactly 1"
             if res.min_clusters is None
@@ -749,7 +751,7 @@ def retention_gate(
             f"a stable baseline answer at α/{looks} (the exact bound 1 − (α/looks)^(1/G) on "
             f"the loss must fall below the margin {gate.margin:g})"
         )
-        details["reason"] = (
+        details["underpowered"] = (
             f"underpowered: {res.informative_clusters} informative probes, and {need}"
         )
     lo, hi = res.ci
