@@ -335,7 +335,7 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
     out["next"].sort(key=lambda n: 0 if n.get("href") else 1)
     for r in report.get("reasons") or []:
         code = r.get("code")
-        if code in ("passed", "not_gated"):
+        if code in ("passed", "not_gated", "skipped"):
             out["info"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
         elif code in ("error_budget", "no_gated_suites", "infrastructure_error"):
             if any(b["role"] == r.get("candidate") and b["suite"] == r.get("suite")
