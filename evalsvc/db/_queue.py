@@ -327,7 +327,7 @@ class QueueStore:
         interval, so a run queued for longer than that with no busy worker has no worker alive
         to take it."""
         now = utcnow()
-        owners: set[str] = set()
+        owners: set[str | None] = set()
         with self._db.session(write=False) as session:
             for table in (RunRow, SweepRow):
                 owners.update(

@@ -1,12 +1,19 @@
 """A queued run says how many workers are alive (``GET /runs/{id}``: ``workers_alive`` and
 ``queue_note``), through the real API over the real queue: a fresh run is "waiting", one left
 queued with no worker names the fix (`evalsvc worker`), one queued behind a worker that holds a
-lease counts that worker as alive and busy; a running run carries neither field."""
+lease counts that worker as alive and busy; a running run carries neither field. The dashboard's
+run page and ``compare --server``'s progress line say the same."""
 
 from __future__ import annotations
 
+import time
+
+import httpx
 import pytest
 
+from evalsvc.cli._common import err
+from evalsvc.cli.rest import follow_remote
+from evalsvc.services import dashboard as svc
 from evalsvc.services import history
 
 from .conftest import Api
@@ -40,3 +47,19 @@ def test_a_queued_run_says_how_many_workers_are_alive(
         running = client.get(f"/runs/{first}").json()
         assert running["status"] == "running"
         assert running["workers_alive"] is None and running["queue_note"] is None
+
+
+def test_the_dashboard_and_compare_server_show_the_same_line(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(history, "NO_WORKER_AFTER_S", 0.0)
+    with api.client("submit") as client:
+        run_id = submit(client)
+    page = svc.run_page(api.store, run_id)
+    assert "no worker is alive: start one with `evalsvc worker`" in page["run"]["queue_note"]
+    # `compare --server`'s progress line: one poll of the real API (the deadline has passed).
+    headers = {"Authorization": f"Bearer {api.tokens['read']}"}
+    with httpx.Client(headers=headers, timeout=30) as http, err.capture() as captured:
+        assert follow_remote(http, f"{api.base_url}/api/v1/runs/{run_id}",
+                             time.monotonic(), api.base_url) is None
+    assert "no worker is alive" in captured.get()
