@@ -473,6 +473,16 @@ def _continuous_unpaired(b: FloatArray, c: FloatArray, null: float, alpha: float
     if min(b.size, c.size) < MIN_N_CONTINUOUS:
         reason = f"each group needs at least {MIN_N_CONTINUOUS} items for a continuous gate"
     w = welch_test(b, c, null_value=null, alpha=2 * alpha)
+    if reason is None and w.se == 0.0:
+        # Both groups constant: Welch's interval is a point (see _ZERO_VARIANCE).
+        flat = _zero_variance(
+            c - float(b.mean()), {"n_baseline": b.size, "n_candidate": c.size},
+            reason=_ZERO_VARIANCE.replace("every paired difference is", "every value is "
+                                          "constant in each group, their difference").format(
+                value=float(c.mean() - b.mean())),
+        )
+        flat.test = "unpaired non-inferiority: zero observed variance"
+        return flat
     mde = None
     if b.size > 1 and c.size > 1:
         sd_eff = math.sqrt(float(b.var(ddof=1)) / b.size + float(c.var(ddof=1)) / c.size)

@@ -163,3 +163,26 @@ def test_audit_cells_at_small_reps() -> None:
         row = mod["run_cell"](cell, 300, 41, i)
         assert not row.above_alpha, (key, row.rate)
         assert row.rate <= 0.02, (key, row.rate)  # before the fix: 0.66, 0.29, 0.40, 0.16, 0.12
+
+
+def test_continuous_gates_never_pass_on_a_zero_width_interval() -> None:
+    ones = np.ones(40)
+    paired = evaluate_gate(ones, ones, metric="s", kind="continuous", margin=0.1)
+    unpaired = evaluate_gate(ones[:30], ones, metric="s", kind="continuous", margin=0.1,
+                             paired=False)
+    clustered = evaluate_gate(ones, ones, metric="s", kind="continuous", margin=0.1,
+                              clusters=np.repeat(np.arange(8), 5))
+    for out in (paired, unpaired, clustered):
+        assert out.verdict == "inconclusive" and "zero observed variance" in out.details["reason"]
+        assert out.ci[0] < out.ci[1]
+    # With the scores' range the exact bound counts clusters, not items: 8 clusters give
+    # p = 0.9^8, 40 iid items 0.9^40.
+    ranged = evaluate_gate(ones, ones, metric="s", kind="continuous", margin=0.1,
+                           clusters=np.repeat(np.arange(8), 5), value_range=(0.0, 1.0))
+    assert ranged.verdict == "inconclusive" and ranged.p_value == pytest.approx(0.9**8)
+    iid = evaluate_gate(ones, ones, metric="s", kind="continuous", margin=0.1,
+                        value_range=(0.0, 1.0))
+    assert iid.verdict == "pass" and iid.p_value == pytest.approx(0.9**40)
+    with pytest.raises(ValueError, match="outside value_range"):
+        evaluate_gate(ones * 2, ones, metric="s", kind="continuous", margin=0.1,
+                      value_range=(0.0, 1.0))
