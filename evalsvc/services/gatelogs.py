@@ -58,7 +58,7 @@ from evalsvc.domain import (
 from evalsvc.gates import GatePolicyError
 from evalsvc.reports import build_report
 from evalsvc.runner import CancelledRun, gate_samples
-from evalsvc.services.runs import UsageError, gate_limits
+from evalsvc.services.runs import UsageError, check_server_limits, gate_limits
 from evalsvc.settings import Settings
 from evalsvc.suites import GatePolicy, SuiteSpec
 from evalsvc.suites.logs import (
@@ -258,6 +258,16 @@ def _prepare(
     checkpoint: Callable[[], None] = lambda: None,
 ) -> _Prepared:
     paired = pair_logs(base, cand, metric=metric, slices=slices, filter_name=filter_name)
+    if uploaded:
+        # A worker's job like any run's: the server's item and suite bounds (EVALSVC_MAX_ITEMS
+        # documents per task, limits.MAX_SUITES tasks), which the CLI's in-process gate skips.
+        check_server_limits(
+            "an upload",
+            samples_field="documents",
+            suite_items={task: len(set(brec) | set(crec)) for task, _, brec, crec, _ in paired},
+            suites=len(paired),
+            in_process="`evalsvc gate-logs`",
+        )
     try:
         policy = GatePolicy(**(gate or {}))
     except ValueError as exc:

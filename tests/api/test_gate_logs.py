@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 
 from evalsvc import limits
 from evalsvc.db import Store
@@ -235,3 +236,21 @@ def test_uploads_wait_for_a_worker_cancellable_bounded_and_with_progress(
         progress = client.get(f"/runs/{run.id}").json()["progress"]
         assert progress["stage"] == "done" and progress["items"] == {"toy": 60}
         assert progress["done"]["toy"] == {"baseline": 60, "candidate:0": 60}
+
+
+def test_an_upload_is_bounded_like_any_run_a_worker_executes(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's item bound (EVALSVC_MAX_ITEMS) holds for the documents of an uploaded task
+    as for the items of a run; the CLI, in-process, is not held to it."""
+    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "50")
+    base, cand = _scores(60, lost=0)
+    b = write_lmeval(tmp_path / "b", base)
+    c = write_lmeval(tmp_path / "c", cand)
+    with api.client("submit") as client:
+        run, report = gate_upload(api, client, _files("baseline", b) + _files("candidate", c))
+    assert report is None and run.status.value == "error"
+    assert run.error is not None and "toy plans 60" in run.error and "EVALSVC_MAX_ITEMS" in run.error
+    local = Store.from_url(f"sqlite:///{tmp_path / 'local.db'}")
+    local.ensure_ready(upgrade_fresh_sqlite=True)
+    assert gate_logs(b, c, store=local)["candidates"][0]["suites"][0]["n"] == 60
