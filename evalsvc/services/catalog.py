@@ -149,10 +149,7 @@ def suite_detail(name: str) -> dict[str, Any]:
     members = {s.name: _suite_row(s) for s in suites}
     loaded = [e for e in catalog() if e.name == name]
     entry = loaded[0] if loaded else None
-    if isinstance(entry, SuiteSet):
-        row = _set_row(entry, members)
-    else:
-        row = members[name]
+    row = _set_row(entry, members) if isinstance(entry, SuiteSet) else members[name]
     return {
         "name": name,
         "path": str(path),

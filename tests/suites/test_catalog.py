@@ -52,7 +52,6 @@ def test_lmeval_command_line() -> None:
     from evalsvc.domain import EndpointRef
     from evalsvc.endpoints import EndpointClient
     from evalsvc.suites import load_suite
-
     from evalsvc.suites.kinds.lmeval import ENGINE_MODEL, ENGINE_SCRIPT
 
     suite = load_suite("lmeval-mc")
@@ -89,3 +88,32 @@ def test_read_samples_keys_records_by_doc_id(tmp_path: Path) -> None:
     )
     records = read_samples(tmp_path / "out", "evalsvc_mc")
     assert sorted(records) == [0, 1] and records[1]["acc"] == 1.0
+
+
+def test_the_gpu_set_needs_nothing_vllm_only_and_each_suite_can_pass() -> None:
+    """The README's first command: every suite of `gpu` needs only what vLLM and SGLang both
+    serve (no `prompt_logprobs`), needle's calibration stays at ordinary lengths on a 128k model
+    and keeps two lengths on an 8k one, and each suite's planned size (a staged suite's cap) can
+    pass at its own margin (at least the smallest n a run with no loss at all passes at,
+    `Suite.min_items_to_pass`; lmeval-mc's 80 documents cannot at lm-eval's 0.03, hence
+    lmeval-mc-gpu's 0.05)."""
+    from evalsvc.domain import Provenance, RunOptions
+
+    suites = resolve(["gpu"])
+    assert [s.name for s in suites] == [
+        "needle-gpu", "reasoning-gpu", "determinism", "drift-gpu", "lmeval-mc-gpu"]
+    for s in suites:
+        assert s.requires <= {"chat", "completions", "echo", "tokenize"}, (s.name, s.requires)
+    needle = suites[0]
+    ladder = [r.value for r in needle.difficulty_ladder(Provenance(max_context=131072))]
+    assert ladder == [4096, 8192, 16384]
+    assert len(needle.difficulty_ladder(Provenance(max_context=8192))) == 2
+    for s in suites:
+        gate = s.bind_gate(RunOptions())
+        if gate.threshold is not None:  # drift: a threshold, no margin to pass by
+            continue
+        assert gate.margin is not None
+        stages = s.stage_sizes()
+        planned = stages[-1] if stages else s.item_count()
+        assert planned is not None and planned >= s.min_items_to_pass(gate.margin, gate.alpha), (
+            s.name, planned)

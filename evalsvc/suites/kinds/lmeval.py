@@ -13,9 +13,9 @@ Contract:
   ``pip install 'evalsvc[lmeval]'`` put it there, else the managed vLLM venv
   (``<EVALSVC_HOME>/venvs/vllm``, where ``lm-eval[api]==0.4.*`` is pip-installed on first use,
   pinned to the venv's current packages so vllm's own pins never move; a marker file makes it
-  idempotent). Without one the preflight says so and the run skips the suite. The subprocess, not the suite, talks to the endpoint, with the URL and model name
-  of the client the runner handed over; it runs offline (``HF_DATASETS_OFFLINE``,
-  ``HF_HUB_OFFLINE``).
+  idempotent). Without one the preflight says so and the run skips the suite. The subprocess,
+  not the suite, talks to the endpoint, with the URL and model name of the client the runner
+  handed over; it runs offline (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``).
 - The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
   ``params.tokenizer``; the baseline's checkpoint directory when it is local (the served model's
   ``root``); an endpoint's registered tokenizer directory (``endpoints add --tokenizer``); else
