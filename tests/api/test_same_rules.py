@@ -27,6 +27,8 @@ def _cli(api: Api, *args: str) -> Any:
         ("ok-name", "ftp://127.0.0.1/v1", "url"),
         ("http://looks-like-a-url", _URL, "invalid endpoint name"),
         ("has space", _URL, "invalid endpoint name"),
+        # A request URL copied from a curl line: refused alike, naming the base URL.
+        ("ok-name", f"{_URL}/chat/completions", f"did you mean {_URL}?"),
     ],
 )
 def test_bad_endpoint_is_refused_alike(api: Api, name: str, url: str, needle: str) -> None:
@@ -35,6 +37,8 @@ def test_bad_endpoint_is_refused_alike(api: Api, name: str, url: str, needle: st
     with api.client("admin") as http:
         resp = http.post("/endpoints", json={"name": name, "url": url})
     assert resp.status_code == 422, resp.text
+    if "did you mean" in needle:
+        assert needle in resp.text
     assert api.store.list_endpoints() == []
 
 
