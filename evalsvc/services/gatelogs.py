@@ -642,8 +642,10 @@ def execute_upload_run(
             raise _TimedOut
 
     def end(error: str) -> None:
+        # Text from the logs may reach the message: no NUL (PostgreSQL text), bounded.
+        text = error.replace("\x00", "\\x00")[:4000]
         store.finish_run(
-            run.id, status=RunStatus.error, verdict="error", error=error, worker_id=worker_id
+            run.id, status=RunStatus.error, verdict="error", error=text, worker_id=worker_id
         )
         store.log_uploads.delete(run.id)
 

@@ -343,6 +343,13 @@ def _promptfoo_prompt(rec: dict[str, Any]) -> str:
     return _text(" ".join(str(label)[:1000].split()), 80)
 
 
+def _listing(names: Any) -> str:
+    """Up to 20 names from a log for a message, each shown safely."""
+    shown = [_text(n, 80) for n in sorted(names)[:20]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
 def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> EvalLogSide:
     """A promptfoo results file: ``promptfoo eval -o results.json`` (or ``promptfoo export``).
 
@@ -366,7 +373,7 @@ def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> 
         if len(names) > 1:
             raise LogError(
                 f"{source}: the promptfoo results hold {len(names)} providers "
-                f"({', '.join(sorted(names))}); name this side's with --baseline-provider / "
+                f"({_listing(names)}); name this side's with --baseline-provider / "
                 "--candidate-provider"
             )
         chosen = next(iter(names))
@@ -375,13 +382,13 @@ def _read_promptfoo(source: str, data: dict[str, Any], provider: str | None) -> 
         if not hits:
             raise LogError(
                 f"{source}: no provider {provider!r} in the promptfoo results (providers: "
-                f"{', '.join(sorted(names))})"
+                f"{_listing(names)})"
             )
         if len(hits) > 1:
             # Two endpoints serving the same model name share a provider id: only the labels
             # tell them apart, and guessing would gate one endpoint against itself.
             raise LogError(
-                f"{source}: {provider!r} names {len(hits)} providers ({', '.join(sorted(hits))}); "
+                f"{source}: {provider!r} names {len(hits)} providers ({_listing(hits)}); "
                 "name one by its label"
             )
         chosen = hits[0]
@@ -549,7 +556,7 @@ def _slices(
 
 def _pick_filter(records: list[dict[str, Any]], wanted: str | None, where: str) -> str | None:
     filters = list(dict.fromkeys(str(r.get("filter")) for r in records if "filter" in r))
-    for name in filters[:100]:
+    for name in filters:
         _name(name, "filter name", where)
     if not filters:
         return None

@@ -106,6 +106,12 @@ def _many_members() -> bytes:
     return buf.getvalue()
 
 
+def _promptfoo_nul() -> bytes:
+    data = json.loads((FIXTURES / "promptfoo_qa.json").read_text())
+    data["results"]["results"][0]["provider"] = {"id": "x", "label": "bf\x0016"}
+    return json.dumps(data).encode()
+
+
 def _choices(value: Any) -> Callable[[dict[str, Any]], None]:
     def mutate(log: dict[str, Any]) -> None:
         log["samples"][0]["output"] = {"choices": value}
@@ -167,6 +173,7 @@ CASES: list[tuple[str, str, Callable[[Path], bytes], str]] = [
     ("inspect-score-1e308", "inspect_b.json", lambda t: _inspect(_score(1e308)), "beyond"),
     ("inspect-score--1e308", "inspect_b.json", lambda t: _inspect(_score(-1e308)), "beyond"),
     ("model-nul", "inspect_b.json", lambda t: _inspect(_model), "NUL"),
+    ("promptfoo-nul-provider", "promptfoo_b.json", lambda t: _promptfoo_nul(), "providers"),
     ("eval-header-100k-deep", "inspect_b.eval", lambda t: _eval(header=_deep(100_000).encode()),
      "nested more than"),
     ("eval-too-many-members", "inspect_b.eval", lambda t: _many_members(), "zip members"),
