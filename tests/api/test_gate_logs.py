@@ -254,3 +254,23 @@ def test_an_upload_is_bounded_like_any_run_a_worker_executes(
     local = Store.from_url(f"sqlite:///{tmp_path / 'local.db'}")
     local.ensure_ready(upgrade_fresh_sqlite=True)
     assert gate_logs(b, c, store=local)["candidates"][0]["suites"][0]["n"] == 60
+
+
+def test_a_worker_stops_an_upload_past_its_time_bound(
+    api: Api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """N5: gating an upload has a time bound; past it the run ends error and its files go."""
+    base, cand = _scores(40, lost=0)
+    files = _files("baseline", write_lmeval(tmp_path / "b", base)) + _files(
+        "candidate", write_lmeval(tmp_path / "c", cand)
+    )
+    with api.client("submit") as client:
+        run_id = client.post("/gate-logs", files=files).json()["id"]
+    monkeypatch.setattr(limits, "MAX_GATE_LOGS_SECONDS", 0.0)  # every stage is past it
+    claimed = api.store.claim_run(worker_id="w-test", lease_seconds=60)
+    assert claimed is not None and claimed.id == run_id
+    execute_upload_run(api.store, claimed, cancel=threading.Event(), worker_id="w-test")
+    run = api.store.get_run(run_id)
+    assert run is not None and run.status.value == "error"
+    assert run.error is not None and "took longer than 0 s" in run.error
+    assert api.store.log_uploads.manifest(run_id) is None
