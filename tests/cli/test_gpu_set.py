@@ -88,6 +88,11 @@ def test_the_gpu_set_runs_on_a_vllm_or_sglang_pair_with_nothing_local(
                 "--markdown", str(out["md"]))
     assert r.returncode == 3, r.stderr[-3000:]  # inconclusive: the stub's 0% baselines
     report = json.loads(out["json"].read_text())
+    import jsonschema
+
+    from evalsvc.reports import report_schema
+
+    jsonschema.Draft202012Validator(report_schema()).validate(report)  # `skipped` included
     prov = report["baseline"]["provenance"]
     assert prov["engine"] == engine and prov["capabilities"]["tokenize"]
     assert prov["capabilities"]["prompt_logprobs"] is (engine == "vllm")
