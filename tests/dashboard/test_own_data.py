@@ -183,3 +183,32 @@ def test_the_run_page_fits_1280px_and_the_runs_list_keeps_the_verdict_at_390px(
         _clean(phone, "runs list at 390 px")
     finally:
         phone.page.context.close()
+
+
+def test_a_stored_prompt_is_bounded_like_an_output() -> None:
+    import asyncio
+
+    from evalsvc.domain import Sample
+    from evalsvc.suites.kinds.dataset import _with_prompt
+
+    kept: list[Sample] = []
+
+    async def collect(sample: Sample) -> None:
+        kept.append(sample)
+
+    chat = [{"role": "system", "content": "s" * 10}, {"role": "user", "content": "u" * 10}]
+    emit = _with_prompt(collect, {"a": "short", "b": "x" * 50, "c": chat}, 20)
+
+    async def send() -> None:
+        for item, repeat in (("a", 0), ("a", 1), ("b", 0), ("c", 0)):
+            await emit(Sample(suite="s", item_id=item, endpoint="baseline", repeat=repeat,
+                              output="", data={"reference": "OK"}))
+
+    in_thread(asyncio.run, send())  # Playwright keeps a loop running on this thread
+    a0, a1, b, c = kept
+    assert a0.data == {"reference": "OK", "prompt": "short"}
+    assert "prompt" not in a1.data  # once per item: with its first answer
+    assert b.data["prompt"] == "x" * 20 and b.data["prompt_truncated"] is True
+    assert b.data["prompt_chars"] == 50
+    as_text = "[system] " + "s" * 10 + "\n\n[user] " + "u" * 10  # the views' layout
+    assert c.data["prompt"] == as_text[:20] and c.data["prompt_chars"] == len(as_text)

@@ -78,6 +78,7 @@ from evalsvc.suites._base import (
     first_divergent_token,
     flips,
     paired_scores,
+    prompt_text,
 )
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import ViewInput
@@ -725,7 +726,7 @@ class DatasetSuite(Suite):
             # the views show your own prompts without reading the dataset again (a hub dataset,
             # a file the server cannot see); once per item, not once per endpoint.
             prompts = {item.id: item.prompt for item in items}
-            emit = _with_prompt(emit, prompts)
+            emit = _with_prompt(emit, prompts, Settings().max_output_chars)
         await super().run(
             items, client, role=role, emit=emit, done=done, concurrency=concurrency
         )
@@ -874,14 +875,19 @@ class DatasetSuite(Suite):
         return analysis
 
 
-def _with_prompt(emit: Emit, prompts: dict[str, Any]) -> Emit:
-    """``emit`` that stores the item's prompt in the data of each first answer (repeat 0)."""
+def _with_prompt(emit: Emit, prompts: dict[str, Any], cap: int) -> Emit:
+    """``emit`` that stores the item's prompt in the data of each first answer (repeat 0). A
+    prompt longer than ``cap`` characters (``EVALSVC_MAX_OUTPUT_CHARS``, the bound on a stored
+    output) is stored as its text cut there, with ``prompt_truncated`` and ``prompt_chars``."""
 
     async def emit_with_prompt(sample: Sample) -> None:
         if sample.repeat == 0 and sample.item_id in prompts:
-            sample = sample.model_copy(
-                update={"data": {**sample.data, "prompt": prompts[sample.item_id]}}
-            )
+            prompt = prompts[sample.item_id]
+            extra: dict[str, Any] = {"prompt": prompt}
+            text = prompt if isinstance(prompt, str) else prompt_text(prompt) or ""
+            if len(text) > cap:
+                extra = {"prompt": text[:cap], "prompt_truncated": True, "prompt_chars": len(text)}
+            sample = sample.model_copy(update={"data": {**sample.data, **extra}})
         await emit(sample)
 
     return emit_with_prompt
