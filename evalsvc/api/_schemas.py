@@ -318,6 +318,17 @@ class SuiteRead(BaseModel):
     description: str | None = None
     suites: list[str] | None = None
     """Members, for a set."""
+    margin: float | None = None
+    """The gate's margin (or threshold); None when not gated (and for a set)."""
+    gate: str | None = None
+    """The gate in words (``accuracy, margin 0.05``; ``kld_mean < 0.05 (threshold)``)."""
+    needs: list[str] = []
+    """Capabilities every endpoint must have (a set: its suites' union)."""
+    calibrates: bool | None = None
+    """Whether a pilot on the baseline picks the difficulty first (suites only)."""
+    cost: dict[str, Any] | None = None
+    """Before any request: ``items`` and ``pilot_requests`` as ``[fewest, most]``, ``answers``
+    per endpoint, and ``text`` (``evalsvc suites list``'s cost column)."""
 
 
 # ---------------------------------------------------------------------------- schedules

@@ -210,6 +210,10 @@ def test_suites_lists_the_catalog(api: Api) -> None:
     assert [s["name"] for s in suites] == [r["name"] for r in suite_rows()]
     sets = [s for s in suites if s["kind"] == "set"]
     assert all(s["suites"] for s in sets)
+    # Each row's gate, needs and cost, as `evalsvc suites list --json` gives them.
+    assert by_name["gpu"]["needs"] == ["chat", "completions", "echo", "tokenize"]
+    assert by_name["reasoning-gpu"]["gate"] == "accuracy, margin 0.05"
+    assert by_name["reasoning-gpu"]["cost"]["items"] == [1260, 1260]
 
 
 def test_metrics_count_runs_by_status(api: Api) -> None:
