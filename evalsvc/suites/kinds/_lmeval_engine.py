@@ -44,9 +44,10 @@ class EngineTokenizer:
 
     def __init__(self, base_url: str, model: str | None, timeout: float = 60.0) -> None:
         root = base_url.rstrip("/")
-        for route in ("/completions", "/chat/completions"):
+        for route in ("/chat/completions", "/completions"):  # the longer first
             if root.endswith(route):
                 root = root[: -len(route)]
+                break
         if root.endswith("/v1"):
             root = root[: -len("/v1")]
         self.url = f"{root}/tokenize"
