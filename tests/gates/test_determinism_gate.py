@@ -58,9 +58,9 @@ def staged(
 ) -> Staged:
     """Run the staged retention gate ``sims`` times; each look tests at α/len(stages).
 
-    The decision is ``retention_test``'s: the t beyond its critical value *and* the exact
-    zero-loss floor below α/looks, ``(1 − δ)^G`` for a pass and ``δ^G`` for a fail over the G
-    prompts with a stable baseline answer (``test_the_simulation_decides_as_the_gate`` ties the
+    The decision is ``retention_test``'s: the t beyond its critical value *and* the exact floor
+    below α/looks: for a pass the binomial p of the prompts that kept no stable answer among the
+    G with a stable baseline answer (``(1 − δ)^G`` with none), for a fail ``δ^G`` (``test_the_simulation_decides_as_the_gate`` ties the
     two together)."""
     rng = np.random.default_rng(seed)
     looks = len(stages)
@@ -74,7 +74,8 @@ def staged(
         for g in stages:
             t, _ = retention_t(b[:g], c[:g], np.full(g, per), 1 - MARGIN)
             informative = int(np.count_nonzero(b[:g]))
-            if t > crits[g] and (1 - MARGIN) ** informative < ALPHA / looks:
+            lost = int(np.count_nonzero((b[:g] > 0) & (c[:g] == 0)))
+            if t > crits[g] and stats.binom.cdf(lost, informative, MARGIN) < ALPHA / looks:
                 verdict, stop = 1, g
                 break
             if t < -crits[g] and MARGIN**informative < ALPHA / looks:
@@ -98,7 +99,7 @@ def test_the_simulation_decides_as_the_gate() -> None:
     """``staged``'s shortcut (the t and the exact floor) gives ``retention_test``'s verdict."""
     rng = np.random.default_rng(7)
     per = 10
-    for q, alter in ((0.0, 0.0), (0.0, 0.125), (0.3, 0.0), (0.3, 0.3), (0.0, 0.6)):
+    for q, alter in ((0.0, 0.0), (0.0, 0.125), (0.3, 0.0), (0.3, 0.3), (0.0, 0.6), (0.0, 0.9)):
         for g in (12, 24, 48):
             b, c = _draw(rng, g, per, q, alter, 0.8)
             sb = np.concatenate([np.r_[np.ones(int(k)), np.zeros(per - int(k))] for k in b])
@@ -108,7 +109,8 @@ def test_the_simulation_decides_as_the_gate() -> None:
             t, _ = retention_t(b, c, np.full(g, per), 1 - MARGIN)
             crit = float(special.stdtrit(g - 1, 1 - ALPHA / 4))
             k = int(np.count_nonzero(b))
-            short = ("pass" if t > crit and (1 - MARGIN) ** k < ALPHA / 4
+            lost = int(np.count_nonzero((b > 0) & (c == 0)))
+            short = ("pass" if t > crit and stats.binom.cdf(lost, k, MARGIN) < ALPHA / 4
                      else "fail" if t < -crit and MARGIN**k < ALPHA / 4 else "inconclusive")
             assert res.verdict == short, (q, alter, g, res)
 
