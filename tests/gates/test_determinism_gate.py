@@ -60,8 +60,8 @@ def staged(
 
     The decision is ``retention_test``'s: the t beyond its critical value *and* the exact floor
     below α/looks: for a pass the binomial p of the prompts that kept no stable answer among the
-    G with a stable baseline answer (``(1 − δ)^G`` with none), for a fail ``δ^G`` (``test_the_simulation_decides_as_the_gate`` ties the
-    two together)."""
+    G with a stable baseline answer (``(1 − δ)^G`` with none), for a fail ``δ^G``
+    (``test_the_simulation_decides_as_the_gate`` ties the two together)."""
     rng = np.random.default_rng(seed)
     looks = len(stages)
     crits = {g: float(special.stdtrit(g - 1, 1 - ALPHA / looks)) for g in stages}
