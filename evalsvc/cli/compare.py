@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgress
 
 from evalsvc.cli._safe import term
@@ -167,6 +173,10 @@ def compare(
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        # The time left, from the bar's own recent rate (rich's estimate; "-:--:--" until the
+        # first items finish), so a long run says when it will end.
+        TextColumn("left"),
+        TimeRemainingColumn(),
     )
 
     created: list[str] = []  # the run's id, once the service has recorded it
