@@ -136,7 +136,7 @@ def test_cancel(api: Api) -> None:
             "verdict": "error",
             "exit_code": 4,
             "reasons": [{"code": "infrastructure_error", "suite": None, "candidate": None,
-                         "message": "the run is cancelled"}],
+                         "candidate_label": None, "message": "the run is cancelled"}],
         }
         assert client.get(f"/runs/{run_id}/report").status_code == 409
 

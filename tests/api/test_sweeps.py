@@ -41,7 +41,7 @@ def sweep_body(srv: Any, **speed: Any) -> dict[str, Any]:
             {"name": "flaky", "kind": "existing", "url": base_url(srv, "flaky")},
         ],
         "suites": ["determinism-smoke"],
-        "samples": 2,
+        "samples": 32,
         "speed": speed or {"enabled": False},
     }
 
@@ -273,11 +273,12 @@ def test_a_sweep_is_bounded_by_the_servers_item_setting_at_submission_and_in_the
         assert f"samples is {over}" in detail and "EVALSVC_MAX_ITEMS" in detail
         assert "`evalsvc sweep`" in detail  # the way out: run it in-process
         monkeypatch.setenv("EVALSVC_MAX_ITEMS", "2")
-        # A catalog suite's own size counts too (no samples override).
+        # A catalog suite's own size counts too (no samples override: its 4 probes).
         own = client.post("/sweeps", json={k: v for k, v in sweep_body(srv).items()
                                            if k != "samples"})
         assert own.status_code == 422 and "determinism-smoke plans" in own.json()["detail"]
-        at = client.post("/sweeps", json=sweep_body(srv))  # samples 2: at the bound
+        monkeypatch.setenv("EVALSVC_MAX_ITEMS", "32")
+        at = client.post("/sweeps", json=sweep_body(srv))  # samples 32: at the bound
         assert at.status_code == 202, at.text
     with pytest.raises(UsageError, match="EVALSVC_MAX_ITEMS"):
         registry.add_sweep_schedule(
@@ -289,7 +290,7 @@ def test_a_sweep_is_bounded_by_the_servers_item_setting_at_submission_and_in_the
     slipped = api.store.sweeps.create_sweep(
         SweepSpec.model_validate({**sweep_body(srv), "samples": over}).model_dump(mode="json")
     )
-    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "1")
+    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "31")
     assert Worker(api.store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 2
     for sweep_id in (slipped["id"], at.json()["id"]):
         sweep = api.store.sweeps.get_sweep(sweep_id)

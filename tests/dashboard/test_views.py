@@ -103,7 +103,16 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     code = {"pass": 0, "fail": 1, "inconclusive": 3, "error": 4}[report["verdict"]]
     assert as_json.returncode == code, as_json.stderr
     out = json.loads(as_json.stdout)
-    assert out["verdict"] == report["verdict"] and out["reasons"] == want
+    # Each reason as stored, plus the candidate's label (never its role) beside its role.
+    def stored(reasons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "candidate_label"} for r in reasons]
+
+    assert out["verdict"] == report["verdict"] and stored(out["reasons"]) == want
+    labelled = [r for r in out["reasons"] if r.get("candidate")]
+    assert labelled and all(
+        r["candidate_label"] and not r["candidate_label"].startswith("candidate:")
+        for r in labelled
+    ), out["reasons"]
     # The real entry point (see the module docstring).
     text = run_cli_process(*args)
     assert text.returncode == code
@@ -114,7 +123,10 @@ def test_runs_gate_gives_the_reasons_in_the_cli_and_rest(
     assert rest.status_code == 200, rest.text
     got = rest.json()
     assert got["exit_code"] == code
-    assert [{k: v for k, v in r.items() if v is not None} for r in got["reasons"]] == want
+    assert [{k: v for k, v in r.items() if v is not None} for r in stored(got["reasons"])] == want
+    assert [r.get("candidate_label") for r in got["reasons"]] == [
+        r.get("candidate_label") for r in out["reasons"]
+    ]
 
 
 # ---------------------------------------------------------------------------- all samples
