@@ -20,6 +20,11 @@ urls=$("$EVALSVC" local up "${up_args[@]}")
 baseline=$(printf '%s' "$urls" | python3 -c 'import json,sys; print(json.load(sys.stdin)["baseline"])')
 mapfile -t candidates < <(printf '%s' "$urls" | python3 -c 'import json,sys; [print(u) for u in json.load(sys.stdin)["candidates"].values()]')
 
+# The store (the embedded SQLite database unless EVALSVC_DATABASE_URL says otherwise) at the
+# schema of the evalsvc installed now: a demo re-run after an upgrade would otherwise stop at
+# "run `evalsvc db upgrade`". Idempotent, and quick when there is nothing to do.
+"$EVALSVC" db upgrade >&2
+
 set +e
 "$EVALSVC" compare "$baseline" "${candidates[@]}" --suite "$SUITE" \
   --json "$OUT/report.json" --junit "$OUT/junit.xml" --markdown "$OUT/report.md"
