@@ -21,7 +21,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-import scipy
 
 from evalsvc.gates._outcome import GateOutcome, Verdict
 from evalsvc.stats import (
@@ -751,6 +750,7 @@ def threshold_gate(
     ``ci`` are relative to the threshold (``candidate − threshold``), ``margin`` is 0 and
     ``details["ci_metric"]`` holds the interval on the metric's own scale.
     """
+    import scipy
     alpha = check_alpha(alpha)
     thr = float(threshold)
     if not math.isfinite(thr):

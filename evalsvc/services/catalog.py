@@ -128,7 +128,7 @@ def suite_rows() -> list[dict[str, Any]]:
     ``name``, ``kind="set"``, ``items=None``, ``description``, ``suites``, ``needs`` (the union
     of its suites') and ``cost`` (their sum).
     """
-    entries = catalog()
+    entries = catalog(for_listing=True)
     members = {e.name: _suite_row(e) for e in entries if isinstance(e, Suite)}
     return [
         _set_row(e, members) if isinstance(e, SuiteSet) else members[e.name] for e in entries

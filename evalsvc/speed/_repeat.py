@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-import scipy
 
 MIN_BLOCKS = 2
 """Two blocks are the fewest that give the repetitions' spread (df = 1, a wide interval)."""
@@ -103,6 +102,7 @@ def compare_repetitions(
 ) -> RatioEstimate:
     """Ratio candidate/baseline from ABBA measurements: ``baseline[2k], baseline[2k+1]`` and
     ``candidate[2k], candidate[2k+1]`` are block ``k``'s."""
+    import scipy
     if len(baseline) != len(candidate) or len(baseline) % 2:
         raise ValueError("ABBA needs two measurements per side per block")
     blocks = len(baseline) // 2

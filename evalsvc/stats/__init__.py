@@ -14,11 +14,11 @@ one-sided p-values, ``p_greater`` (H0: Δ ≤ null_value) and ``p_less`` (H0: Δ
 interval functions take a two-sided ``alpha`` (``1 − alpha`` coverage) whose ends are one-sided
 ``alpha/2`` bounds.
 
-scipy's submodules are reached as ``scipy.stats``, ``scipy.special`` and ``scipy.optimize``
-through scipy's own lazy loading (``import scipy`` only), never imported at module level: they
-load when a statistic is first computed, so a process that computes none (a refused command,
-``evalsvc runs list``, a server's start) does not pay the 2 CPU-seconds ``import scipy.stats``
-takes on a 2-core host (tests/test_layers.py keeps it so).
+scipy is imported inside the functions that compute with it (``import scipy``, whose own lazy
+loading reaches ``scipy.stats``, ``scipy.special`` and ``scipy.optimize`` on first use), never
+at module level: a process that computes no statistic (a refused command, ``evalsvc runs list``,
+``evalsvc suites list``, a server's start) does not pay the 2 CPU-seconds ``import scipy.stats``
+takes on a 2-core host (tests/test_layers.py and tests/cli/test_startup_imports.py keep it so).
 """
 
 from evalsvc.stats._binary import (

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._common import FloatArray, MarginTest, as_binary_vector
 
@@ -117,6 +116,7 @@ def mcnemar_exact(regressions: int, improvements: int) -> float:
     Analysis*, ch. on matched pairs). Returns 1.0 when there are no discordant pairs. This tests
     equality, not the margin; the gate reports it alongside the non-inferiority test.
     """
+    import scipy
     m = int(regressions) + int(improvements)
     if regressions < 0 or improvements < 0:
         raise ValueError("counts must be non-negative")
@@ -227,6 +227,7 @@ def tango_test(
     53:1422–1430 for the equivalent non-inferiority test). Inverting these tests at one-sided
     level α gives the bounds returned by :func:`tango_ci` at ``alpha = 2α`` (same ``corrected``).
     """
+    import scipy
     if n <= 0:
         raise ValueError("n must be positive")
     z = float(tango_statistic(improvements, regressions, n, delta0, corrected=corrected))
@@ -249,6 +250,7 @@ def _invert_decreasing(
     If the statistic never reaches the critical value inside ``[lo, hi]`` the interval extends
     to the parameter-space boundary.
     """
+    import scipy
     eps = 1e-12
     lo_in, hi_in = lo + eps, hi - eps
     if estimate <= lo_in or fn(lo_in) <= crit:
@@ -278,6 +280,7 @@ def tango_ci(
     ``±z²/(n + z²)``. Each limit is a one-sided ``alpha/2`` bound, so the gate calls this with
     ``alpha = 2α`` to get one-sided α bounds; ``corrected`` as in :func:`tango_statistic`.
     """
+    import scipy
     if n <= 0:
         raise ValueError("n must be positive")
     crit = float(scipy.stats.norm.isf(alpha / 2.0))
@@ -296,6 +299,7 @@ def tango_ci(
 
 def wilson_interval(successes: float, n: float, alpha: float = 0.05) -> tuple[float, float]:
     """Wilson score interval for one proportion (Wilson 1927, JASA 22:209–212), ``1 − alpha``."""
+    import scipy
     if n <= 0:
         raise ValueError("n must be positive")
     z = float(scipy.stats.norm.isf(alpha / 2.0))
@@ -420,6 +424,7 @@ def miettinen_nurminen_test(
     x1: float, n1: float, x2: float, n2: float, delta0: float
 ) -> MarginTest:
     """One-sided Miettinen–Nurminen score tests of H0: Δ ≤ Δ0 and H0: Δ ≥ Δ0, Δ = p1 − p2."""
+    import scipy
     if n1 <= 0 or n2 <= 0:
         raise ValueError("both samples must be non-empty")
     z = float(miettinen_nurminen_statistic(x1, n1, x2, n2, delta0))
@@ -441,6 +446,7 @@ def miettinen_nurminen_ci(
     Test inversion of :func:`miettinen_nurminen_statistic` (Miettinen & Nurminen 1985; the same
     interval as ``statsmodels`` ``confint_proportions_2indep(method="score", correction=True)``).
     """
+    import scipy
     if n1 <= 0 or n2 <= 0:
         raise ValueError("both samples must be non-empty")
     crit = float(scipy.stats.norm.isf(alpha / 2.0))

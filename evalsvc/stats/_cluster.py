@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._common import as_vector
 
@@ -68,6 +67,7 @@ def cluster_robust_mean(
     few clusters. With one item per cluster this reduces exactly to the paired t test; the estimate
     equals ``statsmodels`` OLS-on-a-constant with ``cov_type="cluster"`` (checked in the tests).
     """
+    import scipy
     x = as_vector(diffs, name="differences", allow_empty=False)
     ids, g = cluster_ids(clusters, x.size)
     n = x.size

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._common import FloatArray, as_vector
 
@@ -128,6 +127,7 @@ def _tail_z(sample: FloatArray, value: float, tol: float) -> float:
     taken from a normal approximation to the bootstrap distribution instead of being floored at
     ~1/B, which would otherwise cap the evidence a clear result can carry into Holm's correction.
     """
+    import scipy
     finite = sample[np.isfinite(sample)]
     big_b = sample.size
     below = float(np.sum(sample < value - tol) + 0.5 * np.sum(np.abs(sample - value) <= tol))
@@ -167,6 +167,7 @@ def bootstrap_mean(
 
     ``method="percentile"`` — plain percentile interval (Efron 1979).
     """
+    import scipy
     if method not in ("BCa", "percentile", "studentized"):
         raise ValueError("method must be 'BCa', 'percentile' or 'studentized'")
     x = as_vector(diffs, name="differences", allow_empty=False)
@@ -271,6 +272,7 @@ def _t_result(
     est: float, se: float, df: float, null_value: float, alpha: float, method: str
 ) -> MeanTest:
     """Student-t interval and one-sided p-values; zero or undefined SE handled explicitly."""
+    import scipy
     if not np.isfinite(se) or not np.isfinite(df) or df <= 0:
         # Fewer than two observations: nothing can be said; p = 1 is a valid (trivial) p-value.
         return MeanTest(est, float("nan"), df, (-np.inf, np.inf), null_value, 1.0, 1.0, method)
@@ -343,6 +345,7 @@ def wilcoxon_signed_rank(diffs: Any, *, null_value: float = 0.0) -> MeanTest | N
     ``None`` when every shifted difference is zero (no information). ``estimate`` is the
     Hodges–Lehmann pseudo-median (median of Walsh averages) for n ≤ 2000, else the median.
     """
+    import scipy
     x = as_vector(diffs, name="differences", allow_empty=False) - null_value
     nz = x[x != 0.0]
     if nz.size == 0:

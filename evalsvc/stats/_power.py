@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._binary import TANGO_CONTINUITY, _tango_restricted_q, tango_test
 from evalsvc.stats._common import check_alpha
@@ -42,6 +41,7 @@ def mde_mean(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> floa
     Normal approximation ``(z_{1−α} + z_{power}) · sd / √n`` (e.g. Chow, Shao & Wang, *Sample Size
     Calculations in Clinical Research*, 2nd ed., one-sample means). ``inf`` when n = 0.
     """
+    import scipy
     alpha = check_alpha(alpha)
     power = _check_power(power)
     if n <= 0:
@@ -62,6 +62,7 @@ def mde_paired_binary(
     it (the gate uses ``(discordant + 1)/(n + 2)``) so that a run with no flips does not report an
     MDE of zero.
     """
+    import scipy
     alpha = check_alpha(alpha)
     power = _check_power(power)
     if n <= 0:
@@ -76,6 +77,7 @@ def mde_two_proportions(
     n1: int, p1: float, n2: int, p2: float, alpha: float = 0.05, power: float = 0.8
 ) -> float:
     """MDE for an unpaired difference of two proportions (normal approximation, Wald variance)."""
+    import scipy
     alpha = check_alpha(alpha)
     power = _check_power(power)
     if n1 <= 0 or n2 <= 0:
@@ -124,6 +126,7 @@ def power_paired_binary(
     ``Φ((√n |Δ1 + δ| − cc/√n − z_{1−α} σ0) / σ1)``. The skewness correction is ignored (it is
     negligible at the n this returns).
     """
+    import scipy
     alpha = check_alpha(alpha)
     if margin < 0:
         raise ValueError("margin must be non-negative")
@@ -167,6 +170,7 @@ def required_n(
     items on which baseline and candidate disagree; estimate it from a pilot run or a previous
     release (the JSON report's ``details.discordance``).
     """
+    import scipy
     alpha = check_alpha(alpha)
     power = _check_power(power)
     if margin < 0:
@@ -195,6 +199,7 @@ def required_n_mean(
     *Sample Size Calculations in Clinical Research*); the t reference adds a few items at
     small n, so treat values below ~30 as optimistic.
     """
+    import scipy
     alpha = check_alpha(alpha)
     power = _check_power(power)
     if margin < 0:

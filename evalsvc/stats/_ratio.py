@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._common import FloatArray, as_vector, check_alpha
 
@@ -95,6 +94,7 @@ def fieller_ratio_ci(baseline: Any, candidate: Any, *, alpha: float = 0.05) -> R
     Needs n ≥ 2. Returns an unbounded interval (``bounded=False``) when the baseline mean is not
     significantly non-zero at level ``alpha``.
     """
+    import scipy
     a2 = 2.0 * check_alpha(alpha / 2.0)  # two-sided alpha, each tail in (0, 0.5)
     b, c = _paired(baseline, candidate)
     n = b.size
@@ -139,6 +139,7 @@ def ratio_test(baseline: Any, candidate: Any, null_value: float) -> RatioTest:
     Fieller's interval (Fieller 1954). A contrast with zero variance gives p = 0 or 1 by its sign
     (0.5 each when it is exactly 0).
     """
+    import scipy
     b, c = _paired(baseline, candidate)
     r0 = float(null_value)
     if not math.isfinite(r0):
@@ -185,6 +186,7 @@ def bootstrap_ratio_ci(
     degenerate (constant data, a resample with baseline mean 0) the percentile interval is used
     and the method says so. Reproducible given ``seed``.
     """
+    import scipy
     a2 = 2.0 * check_alpha(alpha / 2.0)
     b, c = _paired(baseline, candidate)
     n = b.size

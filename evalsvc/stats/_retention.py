@@ -57,7 +57,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._cluster import cluster_ids
 from evalsvc.stats._common import as_binary_vector, check_alpha
@@ -206,6 +205,7 @@ def retention_test(
     ``alpha/looks`` with the skewness-corrected cluster-robust t on ``G − 1`` df (see the module
     docstring). With no clusters every pair is its own cluster.
     """
+    import scipy
     alpha = check_alpha(alpha)
     if not 0.0 <= margin < 1.0 or not math.isfinite(margin):
         raise ValueError("margin must be a relative loss in [0, 1)")
@@ -363,6 +363,7 @@ def retention_mde(
 def _plan_moments(
     margin: float, discordance: float, alpha: float, power: float, looks: int
 ) -> tuple[float, float, float]:
+    import scipy
     if not 0.0 <= discordance <= 0.5:
         raise ValueError("discordance must be in [0, 0.5] for two endpoints of equal noise")
     q = (1.0 - math.sqrt(1.0 - 2.0 * discordance)) / 2.0

@@ -32,7 +32,6 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import numpy as np
-import scipy
 
 from evalsvc.stats._binary import tango_statistic
 from evalsvc.stats._common import FloatArray, as_vector, check_alpha
@@ -96,6 +95,7 @@ def _hoeffding_radius(v: FloatArray, alpha: float, rho: Any) -> FloatArray:
     ``s = u/√(v+ρ)`` by vectorised bisection; the root is bracketed by
     ``[0, √(2 log(1/α) + log((v+ρ)/ρ))]``.
     """
+    import scipy
     rho_a = np.asarray(rho, dtype=np.float64)
     log_target = math.log(1.0 / alpha)
     const = math.log(2.0) + 0.5 * np.log(rho_a / (v + rho_a))
@@ -243,6 +243,7 @@ def simulate_sample_use(
     ``n_max`` (default ``2·n_fixed``) and is inconclusive if it never decides. Both see the same
     item streams, so the comparison is paired.
     """
+    import scipy
     alpha = check_alpha(alpha)
     if n_fixed is None:
         n_fixed = required_n(margin, discordance, alpha=alpha)

@@ -27,6 +27,7 @@ Suites never open sockets or touch the database: they only use the client they a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 import sys
 from abc import ABC, abstractmethod
@@ -35,12 +36,11 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import (
     GateDefaults,
     GateLimits,
@@ -52,6 +52,20 @@ from evalsvc.gates import (
 from evalsvc.stats import mde_paired_binary, min_n_flip_free, required_n
 from evalsvc.suites._calibrate import CalibrationPolicy, Rung, pilot_name
 from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
+
+_LISTING: contextvars.ContextVar[bool] = contextvars.ContextVar("evalsvc_listing", default=False)
+
+
+def listing_only() -> bool:
+    """Whether the suite being built is only listed (``catalog(for_listing=True)``: ``suites
+    list``, ``GET /suites`` show its name, gate and cost), not run. A kind whose load-time
+    reading is expensive may then defer it, provided :meth:`Suite.item_count` stays exact and
+    everything else it is asked still works (built on demand)."""
+    return _LISTING.get()
+
 
 Emit = Callable[[Sample], Awaitable[None]]
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ValidationError
 
 from evalsvc import limits
 from evalsvc.settings import Settings
-from evalsvc.suites._base import Suite, SuiteSpec
+from evalsvc.suites._base import _LISTING, Suite, SuiteSpec
 from evalsvc.suites._paths import CatalogNotOnDisk, packaged_catalog_dir
 
 _KINDS: dict[str, type[Suite]] = {}
@@ -119,19 +119,25 @@ def _catalog_files() -> dict[str, Path]:
     return files
 
 
-def catalog() -> list[Suite | SuiteSet]:
+def catalog(*, for_listing: bool = False) -> list[Suite | SuiteSet]:
     """Every suite and set in the catalog, parsed. A file that cannot be loaded (bad YAML, an
     invalid spec, a missing data file) is skipped with a warning naming it and why, so one
     broken file in ``EVALSVC_SUITES_DIR`` never hides the others (``suites list``, ``GET
-    /suites``); loading it by name still raises its ``SuiteError``."""
+    /suites``); loading it by name still raises its ``SuiteError``. ``for_listing``: the
+    suites are only listed (``_base.listing_only``), so a kind may defer expensive reading
+    (the dataset kind counts a local JSON Lines or CSV file's rows without ``datasets``)."""
     loaded: list[Suite | SuiteSet] = []
-    for path in _catalog_files().values():
-        try:
-            loaded.append(_load_file(path))
-        except SuiteError as exc:
-            # SuiteError names the file (and line) already; say so only when it does not.
-            where = "" if str(path) in str(exc) else f"{path}: "
-            _log.warning("suite catalog: skipped %s%s (fix or remove the file)", where, exc)
+    token = _LISTING.set(for_listing)
+    try:
+        for path in _catalog_files().values():
+            try:
+                loaded.append(_load_file(path))
+            except SuiteError as exc:
+                # SuiteError names the file (and line) already; say so only when it does not.
+                where = "" if str(path) in str(exc) else f"{path}: "
+                _log.warning("suite catalog: skipped %s%s (fix or remove the file)", where, exc)
+    finally:
+        _LISTING.reset(token)
     return loaded
 
 

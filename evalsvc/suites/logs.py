@@ -30,13 +30,12 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._logread import (
@@ -48,6 +47,9 @@ from evalsvc.suites._logread import (
     read_member,
     zip_members,
 )
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 __all__ = [
     "EvalLogSide",

@@ -1,5 +1,5 @@
-"""The CLI starts fast: ``evalsvc --help`` and ``--version`` load no database, HTTP, web or
-data-science library (docs/benchmarks.md, "CLI start-up").
+"""The CLI starts fast: ``evalsvc --help``, ``--version`` and ``suites list`` load no database,
+HTTP, web or data-science library (docs/benchmarks.md, "CLI start-up").
 
 The test asserts the imports, not the time, so it holds on a busy host: each command runs in a
 fresh interpreter and reports which of the heavy top-level packages ended up in ``sys.modules``.
@@ -13,7 +13,9 @@ import sys
 
 import pytest
 
-HEAVY = ("sqlalchemy", "alembic", "aiohttp", "fastapi", "pandas", "datasets", "scipy")
+HEAVY = (
+    "sqlalchemy", "alembic", "aiohttp", "fastapi", "pandas", "pyarrow", "datasets", "scipy"
+)
 
 _PROBE = """
 import contextlib, io, json, sys
@@ -45,7 +47,15 @@ def _run(*args: str) -> dict[str, object]:
 
 @pytest.mark.parametrize(
     ("args", "expect"),
-    [(("--help",), "compare"), (("--version",), "evalsvc "), (("runs", "--help"), "gate")],
+    [
+        (("--help",), "compare"),
+        (("--version",), "evalsvc "),
+        (("runs", "--help"), "gate"),
+        # The catalog listed in full: every suite's gate and cost, the dataset suite's rows
+        # counted from its JSON Lines file without ``datasets``, the kinds without scipy.
+        (("suites", "list"), "dataset-qa"),
+        (("suites", "list", "--json"), '"gate": "accuracy, margin 0.05"'),
+    ],
 )
 def test_start_up_loads_no_heavy_library(args: tuple[str, ...], expect: str) -> None:
     result = _run(*args)

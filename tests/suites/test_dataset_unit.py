@@ -405,3 +405,45 @@ def test_from_requests_keeps_roles_and_limits(tmp_path: Path) -> None:
     assert item.prompt == [{"role": "system", "content": "Be brief."},
                            {"role": "user", "content": "Hi"}]
     assert item.metadata["max_tokens"] == 100  # capped at the suite's max_tokens
+
+
+def test_listing_counts_local_rows_as_a_full_load_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``suites list`` (``catalog(for_listing=True)``) counts a local JSON Lines or CSV file's
+    rows with the standard library: the same count as reading it with ``datasets`` (blank
+    lines skipped, JSON columns the union of the keys, a quoted line break inside a CSV field),
+    the same missing-column refusal, and the items built on first use are the full load's."""
+    from evalsvc.suites import catalog
+
+    rows = [json.loads(x) for x in QA.read_text().splitlines()][:37]
+    lines = [json.dumps(r) for r in rows]
+    lines[5] = json.dumps({**rows[5], "note": "only here"})
+    (tmp_path / "d.jsonl").write_text("\n".join(lines[:20]) + "\n\n   \n" + "\n".join(lines[20:]))
+    frame = pd.DataFrame(rows)
+    frame.loc[3, "question"] = "two\nlines?"
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "d.csv").write_text((tmp_path / "d.csv").read_text() + "\n")
+    base = {"id_column": "id", "prompt": {"template": "{question}"}, "reference": "answer"}
+    for data in ("d.jsonl", "d.csv"):
+        stem = data.replace(".", "-")
+        for n in (None, 10, 500):
+            write_yaml(tmp_path / f"{stem}-{n}.yaml", {**base, "path": data, "n": n},
+                       name=f"{stem}-{n}")
+    write_yaml(tmp_path / "broken.yaml", {**base, "path": "d.jsonl", "slices": ["topic"]},
+               name="broken")
+    monkeypatch.setenv("EVALSVC_SUITES_DIR", str(tmp_path))
+    listed = {e.name: e for e in catalog(for_listing=True) if e.name.startswith(("d-", "broken"))}
+    assert "broken" not in listed  # refused and skipped, as when loading it in full
+    assert len(listed) == 6
+    for name, suite in listed.items():
+        full = load_suite(str(tmp_path / f"{name}.yaml"), allow_paths=True)
+        n = int(name.rsplit("-", 1)[1]) if not name.endswith("None") else None
+        assert suite.item_count() == full.item_count() == min(37, n or 37), name
+        assert suite._built is None  # type: ignore[attr-defined]  # counted, not loaded
+        planned = asyncio.run(suite.plan(None, Provenance()))  # type: ignore[arg-type]
+        expected = asyncio.run(full.plan(None, Provenance()))  # type: ignore[arg-type]
+        assert [(i.id, i.prompt, i.expected) for i in planned] == [
+            (i.id, i.prompt, i.expected) for i in expected
+        ]
+        assert suite.load_warnings() == full.load_warnings()

@@ -38,7 +38,9 @@ answer in it (always for ``exact``/``normalized``); ``analyze`` computes the agr
 Contract: everything is read and checked when the suite is loaded (a missing file or column,
 an unreadable file, a bad template, a reference that cannot be scored, an unknown scorer):
 ``ValueError``, which the registry turns into a ``SuiteError`` naming the YAML file (exit 2),
-before any request. Relative paths resolve against the suite file's directory (or the catalog
+before any request. Listed only (``catalog(for_listing=True)``: ``suites list``), a local JSON
+Lines or CSV file's rows are counted and its columns checked with the standard library, and the
+items are built (and checked) on first use. Relative paths resolve against the suite file's directory (or the catalog
 directory for a spec built in code). ``plan()`` sends nothing. Slices: any column's value and
 ``prompt_length`` (quantile buckets of the prompt's characters, or fixed edges); items are
 independent rows, so no clusters. Hub datasets are fetched at load time; offline, the error
@@ -53,6 +55,7 @@ paired rates per slice dimension (``dataset.html``).
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -62,13 +65,12 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.settings import Settings
 from evalsvc.suites._base import (
@@ -77,12 +79,16 @@ from evalsvc.suites._base import (
     Suite,
     first_divergent_token,
     flips,
+    listing_only,
     paired_scores,
     prompt_text,
 )
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import ViewInput
 from evalsvc.suites.kinds._extract import answer_span, extract_number
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 Scorer = Literal["exact", "normalized", "numeric", "regex", "choice", "contains"]
 PROMPT_LENGTH = "prompt_length"
@@ -278,6 +284,43 @@ def load_rows(params: DatasetParams, base_dir: Path | None) -> Any:
             ) from None
         _CACHE[key] = ds
     return _CACHE[key]
+
+
+def _scan_json_lines(path: Path) -> tuple[list[str], int] | None:
+    """The columns (the union of the objects' keys, in first-seen order) and the rows of a JSON
+    Lines file, blank lines skipped as ``datasets`` skips them; None when a line is not a JSON
+    object."""
+    columns: dict[str, None] = {}
+    rows = 0
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                return None
+            columns.update(dict.fromkeys(row))
+            rows += 1
+    return list(columns), rows
+
+
+def _scan_csv(path: Path) -> tuple[list[str], int] | None:
+    """The header and the data rows of a CSV file (quoted line breaks inside a field; blank
+    lines skipped, as pandas' reader under ``datasets`` skips them); None for a line of blanks,
+    which only the full reader judges."""
+    with path.open(encoding="utf-8", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, None)
+        if header is None:
+            return None
+        rows = 0
+        for row in reader:
+            if not row:
+                continue
+            if len(row) == 1 and not row[0].strip():
+                return None
+            rows += 1
+    return header, rows
 
 
 def _load_saved(path: Path) -> Any:
@@ -530,7 +573,19 @@ class DatasetSuite(Suite):
         self.requires = frozenset({p.api})  # type: ignore[misc]
         self._scorer = _Scorer(p)
         self._warnings: list[str] = []
-        self._items = self._build_items()
+        self._built: list[Item] | None = None
+        # Listed, not run (``suites list``): a local JSON Lines or CSV file's rows are counted
+        # with the standard library (importing ``datasets`` brings pandas and pyarrow, about a
+        # CPU-second); the items are built on first use. Anything else is read in full now.
+        self._count = self._quick_count() if listing_only() else None
+        if self._count is None:
+            self._built = self._build_items()
+
+    @property
+    def _items(self) -> list[Item]:
+        if self._built is None:
+            self._built = self._build_items()
+        return self._built
 
     @property
     def agreement(self) -> bool:
@@ -542,10 +597,44 @@ class DatasetSuite(Suite):
         return _AGREEMENT_GATE if self.agreement else _ACCURACY_GATE
 
     def item_count(self) -> int:
+        if self._built is None and self._count is not None:
+            return self._count
         return len(self._items)
 
     def load_warnings(self) -> list[str]:
+        _ = self._items  # the warnings are found while building the items
         return list(self._warnings)
+
+    def _quick_count(self) -> int | None:
+        """The items a local ``.jsonl``/``.ndjson`` or ``.csv`` file yields, read with the
+        standard library, after the same column check as a full load; None (read it in full)
+        for any other source, and for a file the full load should judge (unreadable, empty,
+        a line that is not a JSON object, a CSV line of blanks), so its error is unchanged.
+        Rows as ``datasets`` counts them: blank lines skipped, JSON columns the union of
+        the keys."""
+        p = self.params
+        if p.path is None:
+            return None
+        path = resolve_path(p.path, self.spec_base_dir())
+        suffix = path.suffix.lower()
+        fmt = p.format or _FORMATS.get(suffix)
+        if fmt == "json" and suffix in (".jsonl", ".ndjson"):
+            scan = _scan_json_lines
+        elif fmt == "csv" and suffix == ".csv":
+            scan = _scan_csv
+        else:
+            return None
+        try:
+            if not path.is_file():
+                return None
+            scanned = scan(path)
+        except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError included
+            return None
+        if scanned is None or scanned[1] == 0:
+            return None
+        columns, total = scanned
+        self._check_columns(columns, p.path)
+        return min(total, p.n if p.n is not None else limits.MAX_ITEMS)
 
     # -- items
 
@@ -562,10 +651,9 @@ class DatasetSuite(Suite):
     def spec_base_dir(self) -> Path | None:
         return self.spec.base_dir
 
-    def _items_from(self, ds: Any) -> list[Item]:
+    def _check_columns(self, columns: list[str], where: str) -> None:
+        """Every column the params name is in the data (``DatasetError`` otherwise)."""
         p = self.params
-        columns = list(ds.column_names)
-        where = p.path if p.path is not None else f"hub:{p.hub}"
         needed: dict[str, str] = {}
         if p.prompt.messages is not None:
             needed[p.prompt.messages] = "prompt.messages"
@@ -590,6 +678,11 @@ class DatasetSuite(Suite):
                 f"{where}: missing column{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(missing)}; the data has columns: {', '.join(columns) or '(none)'}"
             )
+
+    def _items_from(self, ds: Any) -> list[Item]:
+        p = self.params
+        where = p.path if p.path is not None else f"hub:{p.hub}"
+        self._check_columns(list(ds.column_names), where)
         total = len(ds)
         if total == 0:
             raise DatasetError(f"{where}: the data has no rows")

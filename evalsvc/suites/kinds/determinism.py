@@ -62,13 +62,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import Completion, EndpointClient
 from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdict
 from evalsvc.stats import (
     retention_mde,
@@ -79,6 +78,9 @@ from evalsvc.stats import (
 from evalsvc.suites._base import Analysis, Emit, Suite, first_divergent_token
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, num, pct
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import Completion, EndpointClient
 
 Condition = Literal["mixed", "concurrency", "prefix"]
 REFERENCE = "ref"

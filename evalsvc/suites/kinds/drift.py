@@ -39,18 +39,20 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import ALPHA, LLAMA_CPP_KLD_SOURCE, GateDefaults
 from evalsvc.suites._base import LOGPROB_TOKENS_SHOWN, Analysis, Suite
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Chart, Finding, ViewInput, num, pct
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 #: Floor for a bucket's probability inside the log, so a bucket one side gives ~0 mass to
 #: yields a large but finite KLD instead of inf (logprobs are rounded to 1e-5 in storage).
@@ -266,6 +268,8 @@ class DriftSuite(Suite):
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, str)
+        from evalsvc.endpoints import EndpointError
+
         sample = Sample(suite=self.name, item_id=item.id, endpoint="")
         try:
             positions, n_tokens = await self._positions(item.prompt, client)
@@ -286,6 +290,8 @@ class DriftSuite(Suite):
         return sample
 
     async def _positions(self, text: str, client: EndpointClient) -> tuple[list[Position], int]:
+        from evalsvc.endpoints import EndpointError
+
         k = self.params.top_k
         if self.params.method == "prompt_logprobs":
             ids = await client.tokenize(text)

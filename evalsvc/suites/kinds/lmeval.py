@@ -48,20 +48,22 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.subprocess_env import child_env
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 #: The script lm-eval's Python runs for the engine-tokenizer model (never imported here).
 ENGINE_SCRIPT = Path(__file__).with_name("_lmeval_engine.py")
@@ -439,6 +441,8 @@ class LmevalSuite(Suite):
     async def _run_lmeval(
         self, python: str, client: EndpointClient, workdir: Path, n: int
     ) -> dict[int, dict[str, Any]]:
+        from evalsvc.endpoints import EndpointError
+
         output = workdir / "out"
         try:  # egress: lm-eval connects itself, so it gets the address the policy checked
             pinned = await client.pinned_base_url()

@@ -51,13 +51,12 @@ import re
 import string
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, GateDefaults, GateOutcome, ResolvedGate
 from evalsvc.stats import (
     EFFECTIVE_RATIO,
@@ -75,6 +74,9 @@ from evalsvc.suites._base import (
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._filler import LANGUAGES, filler, filler_names, filler_words
 from evalsvc.suites.kinds.needle import Tokenizes, local_tokenizer
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 Task = Literal["nolima", "common_words", "frequent_words", "variable_tracking"]
 

@@ -29,19 +29,21 @@ import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient, LocalTokenizer
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.stats import holm, mcnemar_exact
 from evalsvc.suites._base import Suite, SuiteSpec, lengths_over_context
 from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, pct
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient, LocalTokenizer
 
 # Tokens left for the chat template around the user message when an item is sized to a length.
 _TEMPLATE_HEADROOM = 64
@@ -166,6 +168,8 @@ def local_tokenizer(suite: Suite, path: str | None) -> LocalTokenizer | None:
     """The checkpoint tokenizer a suite counts tokens with instead of the endpoint's
     ``/tokenize`` (``params.tokenizer``), loaded now so that a bad path fails at load, not
     mid-run; with one the suite needs only ``chat`` from the endpoint. None without a path."""
+    from evalsvc.endpoints import LocalTokenizer
+
     if not path:
         return None
     local = LocalTokenizer(path)

@@ -31,13 +31,12 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.endpoints import EndpointClient
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
 from evalsvc.suites._base import (
     Analysis,
@@ -51,6 +50,9 @@ from evalsvc.suites._base import (
 from evalsvc.suites._calibrate import Rung, pilot_seed
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._extract import extract_choice, extract_number
+
+if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
+    from evalsvc.endpoints import EndpointClient
 
 Family = Literal["arithmetic", "variable_tracking", "dates", "lists"]
 AnswerType = Literal["number", "choice"]
