@@ -64,6 +64,7 @@ def slice_gates(
     keys: Sequence[str] | None = None,
     first_tokens: Sequence[tuple[str | None, str | None] | None] | None = None,
     seed: int = 0,
+    value_range: tuple[float, float] | None = None,
 ) -> GateOutcome:
     """The suite's outcome with its slices gated (``details["slices"]``).
 
@@ -105,6 +106,7 @@ def slice_gates(
                 clusters=cl,
                 paired=True,
                 seed=seed,
+                value_range=value_range,
             )
             row.update(
                 {

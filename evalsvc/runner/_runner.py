@@ -928,6 +928,7 @@ def _gate_one(
             keys=analysis.keys,
             first_tokens=analysis.first_tokens,
             seed=suite.spec.seed,
+            value_range=analysis.value_range if gate.kind == "continuous" else None,
         )
     gated = gate.gated
     details = dict(analysis.details)
@@ -1029,6 +1030,7 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
         clusters=analysis.clusters,
         paired=analysis.paired,
         seed=seed,
+        value_range=analysis.value_range if gate.kind == "continuous" else None,
     )
     if gate.kind == "binary":
         # An uninformative baseline (0%, or too few solved items to show a drop of the

@@ -150,6 +150,12 @@ class Analysis:
     """The kind's own non-inferiority test on these arrays, given the resolved gate and the
     seed (determinism: stable-answer retention, ``evalsvc.stats.retention_test``); ``None``:
     the generic ``evalsvc.gates.evaluate_gate`` of ``gate.kind``. Threshold gates ignore it."""
+    value_range: tuple[float, float] | None = None
+    """The per-pair scores' possible ``(lo, hi)`` (``(0, 1)`` for partial credit), for a
+    continuous gate: where every paired difference is the same (an endpoint against itself),
+    the exact bound for a bounded mean decides instead of a zero-width interval, so enough
+    identical pairs can pass (``evalsvc.gates.evaluate_gate``); ``None``: such a gate is
+    inconclusive whatever its size (an unbounded metric, KLD say)."""
 
 
 class LazyItems(Sequence[Item]):

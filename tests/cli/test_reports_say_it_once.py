@@ -93,6 +93,10 @@ def test_an_interrupted_compare_reports_its_run_id(tmp_path: Path) -> None:
             [sys.executable, "-m", "evalsvc.cli.main", "compare", url, url, "--suite",
              "reasoning-smoke", "--json", str(report)],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            # As in a terminal: a shell starts background jobs (CI under nohup, say) with SIGINT
+            # ignored, and an ignored disposition is inherited across exec, so the Ctrl-C below
+            # would never reach the CLI (it then hung for the whole timeout).
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         deadline = time.monotonic() + 300  # a loaded 2-core host starts the CLI in tens of s
         runs: list[Any] = []
