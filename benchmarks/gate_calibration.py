@@ -83,13 +83,16 @@ def _binary(n: int, cluster: int, aa: bool) -> Draw:
     return draw
 
 
-def _continuous01(n: int, cluster: int) -> Draw:
-    """0/1 scores through the continuous gate (a per-item mean that is often exactly 0 or 1)."""
+def _continuous01(n: int, cluster: int, bounded: bool = False) -> Draw:
+    """0/1 scores through the continuous gate (a per-item mean that is often exactly 0 or 1);
+    ``bounded``: with the scores' range (0, 1), as the runner gives a kind that states it
+    (``Analysis.value_range``), so identical pairs are decided by the exact bound."""
 
     def draw(rng: Rng, seed: int) -> str:
         b, c = _at_margin_binary(rng, n, cluster)
         return evaluate_gate(b, c, metric="score", kind="continuous", margin=MARGIN,
-                             clusters=_clusters(n, cluster), seed=seed).verdict
+                             clusters=_clusters(n, cluster), seed=seed,
+                             value_range=(0.0, 1.0) if bounded else None).verdict
 
     return draw
 
@@ -235,6 +238,11 @@ def cells() -> list[Cell]:
         out.append(Cell("continuous", f"0/1 scores n = {n}", fp, _continuous01(n, 1),
                         0.05 if n <= 13 else 1.0))
     out.append(Cell("continuous", "0/1 scores, 8 clusters × 5", fp, _continuous01(40, 5)))
+    for n in (30, 40):
+        out.append(Cell("continuous, range (0, 1)", f"0/1 scores n = {n}", fp,
+                        _continuous01(n, 1, bounded=True)))
+    out.append(Cell("continuous, range (0, 1)", "0/1 scores, 8 clusters × 5", fp,
+                    _continuous01(40, 5, bounded=True)))
     out.append(Cell("continuous", "pass@1 of 4 samples, n = 40", fp, _pass_at_1(40, 4, False)))
     out.append(Cell("continuous", "A/A pass@1 of 4, n = 40", ff, _pass_at_1(40, 4, True)))
     out.append(Cell("continuous", "A/A n = 10", ff, _continuous_aa(10, 1)))
