@@ -233,3 +233,16 @@ class RunInfo(BaseModel):
     schedule_id: str | None = None
     submitted_by: str | None = None
     """The name of the API token that queued it (REST ``POST /runs``), else None."""
+
+
+def prompt_text(prompt: Any) -> str | None:
+    """A prompt (a string or chat messages) as one text: ``[role] content`` per message (the
+    views, the export and the kinds show a stored prompt the same way)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt:
+        return "\n\n".join(
+            f"[{m.get('role', '?')}] {m.get('content', '')}" if isinstance(m, dict) else str(m)
+            for m in prompt
+        )
+    return None

@@ -20,6 +20,7 @@ import pandas as pd
 
 # egress: the one URL redaction helper (stdlib only, no I/O), so exports of runs stored before
 # the userinfo rule never show a credential (docs/security.md).
+from evalsvc.domain import prompt_text
 from evalsvc.endpoints._urls import redact_text, redact_url
 from evalsvc.textsafe import csv_cell
 
@@ -41,18 +42,6 @@ COLUMNS = [
 ]
 
 
-def _prompt_cell(prompt: Any) -> str | None:
-    """A stored prompt (text, or chat messages) as one text, in the dashboard's layout."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        return "\n\n".join(
-            f"[{m.get('role', '?')}] {m.get('content', '')}" if isinstance(m, dict) else str(m)
-            for m in prompt
-        )
-    return None
-
-
 def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
     """The samples of ``run_id`` as a DataFrame (``data`` left as dicts)."""
     snapshots = store.get_endpoint_snapshots(run_id)
@@ -60,7 +49,7 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
     prompts: dict[tuple[str, str], str] = {}
     for sample in store.get_samples(run_id):
         endpoint = snapshots.get(sample.endpoint)
-        prompt = _prompt_cell(sample.data.get("prompt"))
+        prompt = prompt_text(sample.data.get("prompt"))
         if prompt is not None:
             prompts[(sample.suite, sample.item_id)] = prompt
         records.append(

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.domain import prompt_text as prompt_text  # re-exported: the kinds' name for it
 from evalsvc.gates import (
     GateDefaults,
     GateLimits,
@@ -629,18 +630,6 @@ def lengths_over_context(
         f"answer ({max_tokens} tokens) and the chat template ({headroom}): lengths up to "
         f"{max(room, 0)} fit"
     ]
-
-
-def prompt_text(prompt: Any) -> str | None:
-    """A prompt (a string or chat messages) as one text: ``[role] content`` per message."""
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt:
-        return "\n\n".join(
-            f"[{m.get('role', '?')}] {m.get('content', '')}" if isinstance(m, dict) else str(m)
-            for m in prompt
-        )
-    return None
 
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
