@@ -93,12 +93,14 @@ def test_the_api_stores_inflating_uploads_in_bounded_memory(
         one_kb = _status_kb(pid, "VmHWM")
 
         health: list[float] = []
+        health_codes: list[int] = []
         stop = threading.Event()
 
         def probe() -> None:
+            # Recorded, asserted in the test's own thread (an assert here would be lost).
             while not stop.is_set():
                 t0 = time.monotonic()
-                assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
+                health_codes.append(httpx.get(f"{base}/healthz", timeout=30).status_code)
                 health.append(time.monotonic() - t0)
                 time.sleep(0.05)
 
@@ -119,7 +121,9 @@ def test_the_api_stores_inflating_uploads_in_bounded_memory(
           f"{grow['json']:.0f} MB; /healthz max {max(health):.2f} s over {len(health)} probes")
     assert codes == [202] * 16
     assert max(grow.values()) < BOUND_MB, grow
-    assert health and max(health) < 5.0
+    # The API kept answering while it stored them (how fast is a figure for the note, printed
+    # above: a latency bound would be one host's speed).
+    assert health_codes and set(health_codes) == {200}, health_codes
 
     # A real worker claims the first bomb and stops at the member budget: the run ends error.
     with Store.from_url(db_url) as store:
