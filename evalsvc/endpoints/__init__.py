@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         EndpointClient,
         EndpointError,
         TokenLogprob,
+        ToolCall,
         root_url,
         status_line,
     )
@@ -41,6 +42,7 @@ __all__ = [
     "EndpointError",
     "LocalTokenizer",
     "TokenLogprob",
+    "ToolCall",
     "UrlError",
     "check_endpoint_url",
     "literal_address",
@@ -59,6 +61,7 @@ _LAZY = {
     "EndpointClient": "_client",
     "EndpointError": "_client",
     "TokenLogprob": "_client",
+    "ToolCall": "_client",
     "root_url": "_client",
     "status_line": "_client",
     "EgressPolicy": "_egress",

@@ -23,6 +23,12 @@ Contract:
   names what went wrong, so that a run records the error as a sample and goes on.
 - Token-level logprobs are normalised into ``TokenLogprob`` lists whichever API shape the engine
   used (chat ``logprobs.content`` or completions ``logprobs.tokens``/``top_logprobs``).
+- Tool calls (``message.tool_calls``, or streamed ``delta.tool_calls`` merged by their
+  ``index``: the name from the first piece, the argument text concatenated) become
+  ``ToolCall`` lists on ``Completion.tool_calls`` with the arguments as the engine sent them
+  (a string, parsed by whoever scores them: a malformed argument string is the engine's fault
+  to be counted, not a transport error). ``chat`` passes ``tools``, ``tool_choice`` and
+  ``response_format`` through as given.
 """
 
 from __future__ import annotations
@@ -110,6 +116,17 @@ class TokenLogprob:
 
 
 @dataclass
+class ToolCall:
+    """One function call of a chat answer, as the engine's tool parser returned it."""
+
+    name: str
+    arguments: str
+    """The argument object as the JSON text the engine sent (an object sent instead is
+    re-serialised); parsing and validating it is the scorer's job."""
+    id: str | None = None
+
+
+@dataclass
 class Completion:
     """The normalised result of one generation request."""
 
@@ -126,6 +143,8 @@ class Completion:
     prompt_logprobs: list[TokenLogprob | None] | None = None
     error: str | None = None
     status_code: int | None = None
+    tool_calls: list[ToolCall] | None = None
+    """The answer's function calls (chat with ``tools``); ``None`` when it made none."""
 
     @property
     def ok(self) -> bool:
@@ -406,6 +425,9 @@ class EndpointClient:
         stop: list[str] | None = None,
         stream: bool = False,
         extra: dict[str, Any] | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        response_format: dict[str, Any] | None = None,
     ) -> Completion:
         body: dict[str, Any] = {
             "messages": messages,
@@ -420,6 +442,12 @@ class EndpointClient:
                 body["top_logprobs"] = top_logprobs
         if stop:
             body["stop"] = stop
+        if tools is not None:
+            body["tools"] = tools
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        if response_format is not None:
+            body["response_format"] = response_format
         body.update(extra or {})
         return await self._generate("chat/completions", body, stream=stream)
 
@@ -482,6 +510,7 @@ class EndpointClient:
         async def once() -> Completion:
             out = Completion()
             pieces: list[str] = []
+            calls: dict[int, dict[str, Any]] = {}
             last: float | None = None
             async with (
                 self._sem,
@@ -502,7 +531,9 @@ class EndpointClient:
                         last = now
                         pieces.append(delta_text)
                     _merge_chunk(out, chunk)
+                    _merge_tool_deltas(calls, chunk)
             out.text = "".join(pieces)
+            out.tool_calls = _assembled_calls(calls)
             return out
 
         try:
@@ -654,6 +685,58 @@ def _chunk_text(chunk: dict[str, Any]) -> str:
     return str(choice.get("text") or "")
 
 
+def _merge_tool_deltas(calls: dict[int, dict[str, Any]], chunk: dict[str, Any]) -> None:
+    """Fold one stream chunk's ``delta.tool_calls`` into ``calls`` (by ``index``): OpenAI's
+    streaming shape sends the id and name once and the argument text in pieces."""
+    for choice in chunk.get("choices") or []:
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        pieces = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if not isinstance(pieces, list):
+            continue
+        for position, piece in enumerate(pieces):
+            if not isinstance(piece, dict):
+                continue
+            index = piece.get("index", position)
+            call = calls.setdefault(int(index) if isinstance(index, int) else position,
+                                    {"id": None, "name": "", "arguments": []})
+            if piece.get("id"):
+                call["id"] = str(piece["id"])
+            fn = piece.get("function")
+            if isinstance(fn, dict):
+                if fn.get("name"):
+                    call["name"] += str(fn["name"])
+                args = fn.get("arguments")
+                if args is not None:
+                    call["arguments"].append(args if isinstance(args, str) else json.dumps(args))
+
+
+def _assembled_calls(calls: dict[int, dict[str, Any]]) -> list[ToolCall] | None:
+    if not calls:
+        return None
+    return [
+        ToolCall(name=c["name"], arguments="".join(c["arguments"]), id=c["id"])
+        for _, c in sorted(calls.items())
+    ]
+
+
+def _parse_tool_calls(raw: Any) -> list[ToolCall] | None:
+    """``message.tool_calls`` of a non-streamed answer (entries without a function skipped)."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for entry in raw:
+        fn = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        args = fn.get("arguments")
+        out.append(ToolCall(
+            name=str(fn.get("name") or ""),
+            arguments=args if isinstance(args, str) else json.dumps(args),
+            id=str(entry["id"]) if entry.get("id") else None,
+        ))
+    return out or None
+
+
 def _merge_chunk(out: Completion, chunk: dict[str, Any]) -> None:
     usage = chunk.get("usage")
     if isinstance(usage, dict):
@@ -680,8 +763,10 @@ def _parse_response(data: Any, status: int) -> Completion:
     choice = data["choices"][0]
     if not isinstance(choice, dict):
         return Completion(error="malformed response: choice is not an object", status_code=status)
+    calls = None
     if isinstance(choice.get("message"), dict):
         text = choice["message"].get("content") or ""
+        calls = _parse_tool_calls(choice["message"].get("tool_calls"))
     else:
         text = choice.get("text") or ""
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
@@ -692,6 +777,7 @@ def _parse_response(data: Any, status: int) -> Completion:
         completion_tokens=usage.get("completion_tokens"),
         logprobs=_parse_logprobs(choice.get("logprobs")),
         status_code=status,
+        tool_calls=calls,
     )
     raw_prompt_lp = choice.get("prompt_logprobs", data.get("prompt_logprobs"))
     if isinstance(raw_prompt_lp, list):
