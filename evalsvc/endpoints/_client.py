@@ -145,6 +145,12 @@ class Completion:
     status_code: int | None = None
     tool_calls: list[ToolCall] | None = None
     """The answer's function calls (chat with ``tools``); ``None`` when it made none."""
+    reasoning: str | None = None
+    """The engine's separate reasoning text (``reasoning_content`` or ``reasoning`` of a chat
+    message or of streamed deltas: vLLM, SGLang); ``None`` when it sent none. Markers inside
+    ``text`` are split by the suites (``evalsvc.suites._thinking``), not here."""
+    reasoning_tokens: int | None = None
+    """``usage.completion_tokens_details.reasoning_tokens`` when the engine reports it."""
 
     @property
     def ok(self) -> bool:
@@ -510,6 +516,7 @@ class EndpointClient:
         async def once() -> Completion:
             out = Completion()
             pieces: list[str] = []
+            thought: list[str] = []
             calls: dict[int, dict[str, Any]] = {}
             last: float | None = None
             async with (
@@ -523,7 +530,10 @@ class EndpointClient:
                 async for chunk in _sse_events(resp, self._max_stream):
                     now = time.perf_counter()
                     delta_text = _chunk_text(chunk)
-                    if delta_text:
+                    delta_thought = _chunk_reasoning(chunk)
+                    if delta_thought:
+                        thought.append(delta_thought)
+                    if delta_text or delta_thought:
                         if out.ttft_s is None:
                             out.ttft_s = now - start
                         elif last is not None:
@@ -533,6 +543,7 @@ class EndpointClient:
                     _merge_chunk(out, chunk)
                     _merge_tool_deltas(calls, chunk)
             out.text = "".join(pieces)
+            out.reasoning = "".join(thought) if thought else None
             out.tool_calls = _assembled_calls(calls)
             return out
 
@@ -737,9 +748,35 @@ def _parse_tool_calls(raw: Any) -> list[ToolCall] | None:
     return out or None
 
 
+def _reasoning_of(part: Any) -> str | None:
+    """A message's or delta's reasoning text: ``reasoning_content`` (SGLang, vLLM before 0.10)
+    or ``reasoning`` (vLLM since); non-text values are ignored."""
+    if not isinstance(part, dict):
+        return None
+    for key in ("reasoning_content", "reasoning"):
+        value = part.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _chunk_reasoning(chunk: dict[str, Any]) -> str:
+    choices = chunk.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return ""
+    return _reasoning_of(choices[0].get("delta")) or ""
+
+
+def _reasoning_tokens(usage: dict[str, Any]) -> int | None:
+    details = usage.get("completion_tokens_details")
+    value = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _merge_chunk(out: Completion, chunk: dict[str, Any]) -> None:
     usage = chunk.get("usage")
     if isinstance(usage, dict):
+        out.reasoning_tokens = _reasoning_tokens(usage) or out.reasoning_tokens
         out.prompt_tokens = usage.get("prompt_tokens", out.prompt_tokens)
         out.completion_tokens = usage.get("completion_tokens", out.completion_tokens)
     for choice in chunk.get("choices") or []:
@@ -764,9 +801,11 @@ def _parse_response(data: Any, status: int) -> Completion:
     if not isinstance(choice, dict):
         return Completion(error="malformed response: choice is not an object", status_code=status)
     calls = None
+    reasoning = None
     if isinstance(choice.get("message"), dict):
         text = choice["message"].get("content") or ""
         calls = _parse_tool_calls(choice["message"].get("tool_calls"))
+        reasoning = _reasoning_of(choice["message"])
     else:
         text = choice.get("text") or ""
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
@@ -778,6 +817,8 @@ def _parse_response(data: Any, status: int) -> Completion:
         logprobs=_parse_logprobs(choice.get("logprobs")),
         status_code=status,
         tool_calls=calls,
+        reasoning=reasoning,
+        reasoning_tokens=_reasoning_tokens(usage),
     )
     raw_prompt_lp = choice.get("prompt_logprobs", data.get("prompt_logprobs"))
     if isinstance(raw_prompt_lp, list):
