@@ -29,7 +29,12 @@ if TYPE_CHECKING:
         status_line,
     )
     from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
-    from evalsvc.endpoints._probe import CAPABILITIES, BaseUrlError, probe
+    from evalsvc.endpoints._probe import (
+        CAPABILITIES,
+        OPTIONAL_CAPABILITIES,
+        BaseUrlError,
+        probe,
+    )
     from evalsvc.endpoints._tokenizer import LocalTokenizer, under_root
 
 __all__ = [
@@ -41,6 +46,7 @@ __all__ = [
     "EndpointClient",
     "EndpointError",
     "LocalTokenizer",
+    "OPTIONAL_CAPABILITIES",
     "TokenLogprob",
     "ToolCall",
     "UrlError",
@@ -69,6 +75,7 @@ _LAZY = {
     "literal_address": "_egress",
     "BaseUrlError": "_probe",
     "CAPABILITIES": "_probe",
+    "OPTIONAL_CAPABILITIES": "_probe",
     "probe": "_probe",
     "LocalTokenizer": "_tokenizer",
     "under_root": "_tokenizer",

@@ -7,6 +7,14 @@ fails is recorded as ``capabilities[name] = False``, never guessed. Suites decla
 capabilities they need and the runner refuses them up front (lm-eval's known failure mode is
 scoring chance-level results from endpoints whose ``echo`` silently does nothing).
 
+``OPTIONAL_CAPABILITIES`` (``tools``, ``json_schema``) cost a generation each and are probed
+only when asked (``probe(client, optional=...)``: the runner asks for those its suites
+``require``). Each is judged by what came back, not by the status: ``tools`` needs a request
+with ``tools`` and ``tool_choice: auto`` accepted *and* ``tool_choice: required`` answered with
+a parsed call (llama.cpp with a chat template that has no tool support accepts both and returns
+plain text); ``json_schema`` needs a ``response_format`` JSON schema answered with JSON that
+holds to it (an engine that ignores the field answers free text).
+
 A server that answers but not at this base URL (no ``/v1``: ``http://host:8000``) is a
 ``BaseUrlError`` (a ``UrlError``: a usage error, exit 2) naming the base URL whose ``/models``
 does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable endpoint.
@@ -15,6 +23,8 @@ does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable en
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +37,35 @@ from evalsvc.endpoints._tokenizer import LocalTokenizer
 from evalsvc.endpoints._urls import UrlError, redact_url
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
+#: Probed only when a suite needs them (each costs a short generation).
+OPTIONAL_CAPABILITIES = ("tools", "json_schema")
+
+#: The probe's tool and schema: one enum value, so a constrained answer is a few tokens. Its
+#: prompt holds "Say OK." like the chat probe's (test proxies let the probe's requests pass).
+_PROBE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "say_ok",
+        "description": "Say OK.",
+        "parameters": {
+            "type": "object",
+            "properties": {"word": {"type": "string", "enum": ["OK"]}},
+            "required": ["word"],
+        },
+    },
+}
+_PROBE_SCHEMA = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "say_ok",
+        "schema": {
+            "type": "object",
+            "properties": {"word": {"type": "string", "enum": ["OK"]}},
+            "required": ["word"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 #: A fixed sentence whose token ids fingerprint the tokenizer (pairing by text still holds when
 #: tokenizers differ, but per-token comparisons such as drift do not).
@@ -37,8 +76,9 @@ class BaseUrlError(EndpointError, UrlError):
     """The server answered, but ``/v1`` is missing from the base URL; ``str()`` names the fix."""
 
 
-async def probe(client: EndpointClient) -> Provenance:
-    """Probe ``client``'s endpoint and fill ``client.model`` if it was not given."""
+async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Provenance:
+    """Probe ``client``'s endpoint and fill ``client.model`` if it was not given; the
+    ``OPTIONAL_CAPABILITIES`` named in ``optional`` are probed too."""
     try:
         models = await client.models()  # raises EndpointError when unreachable
     except EndpointError as exc:
@@ -132,8 +172,43 @@ async def probe(client: EndpointClient) -> Provenance:
         _apply_metrics(prov, metrics)
     if prov.engine in (None, "vllm") and metrics and "vllm:cache_config_info" in metrics:
         prov.engine = "vllm"
+    if "tools" in optional:
+        caps["tools"] = await _serves_tools(client)
+    if "json_schema" in optional:
+        caps["json_schema"] = await _serves_json_schema(client)
     prov.capabilities = caps
     return prov
+
+
+async def _serves_tools(client: EndpointClient) -> bool:
+    """Whether the endpoint takes ``tools`` with ``tool_choice: auto`` and answers
+    ``tool_choice: required`` with a parsed call (see the module contract)."""
+    messages = [{"role": "user", "content": "Say OK. Call the say_ok tool."}]
+    auto = await client.chat(messages, max_tokens=8, tools=[_PROBE_TOOL], tool_choice="auto")
+    _raise_if_timed_out(client, "tools", auto)
+    if not auto.ok:
+        return False
+    forced = await client.chat(
+        messages, max_tokens=64, tools=[_PROBE_TOOL], tool_choice="required"
+    )
+    _raise_if_timed_out(client, "tools", forced)
+    return bool(forced.ok and forced.tool_calls and forced.tool_calls[0].name == "say_ok")
+
+
+async def _serves_json_schema(client: EndpointClient) -> bool:
+    """Whether a ``response_format`` JSON schema comes back as JSON that holds to it."""
+    out = await client.chat(
+        [{"role": "user", "content": "Say OK. Answer in JSON."}],
+        max_tokens=32,
+        response_format=_PROBE_SCHEMA,
+    )
+    _raise_if_timed_out(client, "json_schema", out)
+    if not out.ok:
+        return False
+    try:
+        return bool(json.loads(out.text) == {"word": "OK"})
+    except ValueError:
+        return False
 
 
 async def _answering_base_url(client: EndpointClient, failure: EndpointError) -> str | None:

@@ -36,12 +36,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalsvc.domain import EndpointRef, Item, Provenance, RunOptions, Sample
 from evalsvc.endpoints import (
+    OPTIONAL_CAPABILITIES,
     BaseUrlError,
     EgressPolicy,
     EndpointClient,
@@ -183,6 +184,7 @@ async def probe_all(
     *,
     concurrency: int | None = None,
     egress: EgressPolicy | None = None,
+    optional: Collection[str] = (),
 ) -> tuple[list[EndpointClient], list[Provenance]]:
     """Open a client per endpoint and probe them all; unreachable endpoints raise InfrastructureError.
 
@@ -196,7 +198,9 @@ async def probe_all(
         EndpointClient(ref, concurrency=limit, timeout_s=options.request_timeout_s, egress=egress)
         for ref in refs
     ]
-    results = await asyncio.gather(*(probe(c) for c in clients), return_exceptions=True)
+    results = await asyncio.gather(
+        *(probe(c, optional=optional) for c in clients), return_exceptions=True
+    )
     failures = []
     wrong_urls = []
     provs: list[Provenance] = []
@@ -252,6 +256,16 @@ CAPABILITY_FIXES: dict[str, str] = {
     "logprobs": "serve it with token logprobs enabled (vLLM: `--max-logprobs` at least the suite's top_k)",
     "completions": "serve /v1/completions (vLLM and SGLang do; chat-only APIs do not)",
     "chat": "serve /v1/chat/completions with a chat template (vLLM: `--chat-template`)",
+    "tools": (
+        "serve it with tool calling on and a chat template that renders tools (vLLM: "
+        "`--enable-auto-tool-choice --tool-call-parser NAME` for the model's template; "
+        "llama.cpp: `--jinja` and a template whose /props `chat_template_caps` say "
+        "supports_tools); the probe needs `tool_choice: required` answered with a parsed call"
+    ),
+    "json_schema": (
+        "serve it with structured outputs (`response_format` with a JSON schema: vLLM and "
+        "llama.cpp do by default; SGLang with a grammar backend)"
+    ),
 }
 
 
@@ -452,8 +466,10 @@ async def execute(
             suite.bind_gate(options)
     limit = max([options.concurrency, *(suite_concurrency(s, options) for s in suites)])
     output_cap = Settings().max_output_chars if max_output_chars is None else max_output_chars
+    # Capabilities that cost a generation to probe (tools, json_schema): only those asked for.
+    optional = {c for s in suites for c in s.requires} & set(OPTIONAL_CAPABILITIES)
     clients, provs = await probe_all(
-        baseline, candidates, options, concurrency=limit, egress=egress
+        baseline, candidates, options, concurrency=limit, egress=egress, optional=optional
     )
     try:
         refs = [baseline, *candidates]
@@ -577,16 +593,19 @@ async def execute(
                     )
 
             stages = suite.stage_sizes()
+            resumed = _resumed(items, done_by_role) if stages or options.sequential else 0
             if stages:  # the kind's own staged design (also under --sequential)
                 staged[suite.name] = await _run_staged(
                     suite, items, stages, run_batch, collected, roles, options,
                     suite_stored if stored or stored_pages else None, columns.get(suite.name),
+                    resumed,
                 )
                 plans[suite.name] = items[: staged[suite.name]["items_used"]]
             elif options.sequential and suite.sequential_ok:
                 sequential[suite.name] = await _run_sequential(
                     suite, items, run_batch, collected, roles, options,
                     suite_stored if stored or stored_pages else None, columns.get(suite.name),
+                    resumed,
                 )
                 # Items never sent are not missing: the design stopped. Gate on what was sent.
                 plans[suite.name] = items[: sequential[suite.name]["items_used"]]
@@ -634,6 +653,7 @@ async def _run_sequential(
     options: RunOptions,
     stored: Callable[[], Awaitable[list[Sample]]] | None,
     columns: PairedColumns | None = None,
+    resumed: int = 0,
 ) -> dict[str, Any]:
     """Send items in batches; stop once every candidate's always-valid decision is reached.
 
@@ -657,29 +677,22 @@ async def _run_sequential(
         }
     margin, alpha = gate.margin, gate.alpha
     batch = max(10, len(items) // 10)
-    look = await _looks(suite, collected, stored, columns)
-    used = 0
-    decisions: dict[str, str | None] = {}
-    for start in range(0, len(items), batch):
-        await run_batch(items[start : start + batch])
-        used = min(len(items), start + batch)
-        analyses = look(roles[1:])
-        for role in roles[1:]:
-            analysis = analyses[role]
-            sign = 1.0 if gate.higher_is_better else -1.0
-            diffs = [
-                sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)
-            ]
-            verdict, _, _ = sequential_decision(diffs, margin, alpha)
-            decisions[role] = verdict
-        if all(v is not None for v in decisions.values()):
-            break
+    sign = 1.0 if gate.higher_is_better else -1.0
+
+    def decide(analysis: Analysis) -> str | None:
+        diffs = [sign * (c - b) for b, c in zip(analysis.baseline, analysis.candidate, strict=True)]
+        return sequential_decision(diffs, margin, alpha)[0]
+
+    sizes = [*range(batch, len(items), batch), len(items)] if len(items) else []
+    used, history, _ = await _run_looks(
+        suite, items, sizes, decide, run_batch, collected, roles, stored, columns, resumed
+    )
     return {
         "items_used": used,
         "items_planned": len(items),
         "batch": batch,
         "stopped_early": used < len(items),
-        "decisions": decisions,
+        "decisions": history[-1]["verdicts"] if history else {},
     }
 
 
@@ -693,6 +706,7 @@ async def _run_staged(
     options: RunOptions,
     stored: Callable[[], Awaitable[list[Sample]]] | None,
     columns: PairedColumns | None = None,
+    resumed: int = 0,
 ) -> dict[str, Any]:
     """Send a kind's planned stages (``Suite.stage_sizes``) until every candidate's gate decides.
 
@@ -705,31 +719,22 @@ async def _run_staged(
     gate = suite.gate
     if gate.margin is None:  # a threshold gate tests once, at the first stage's size
         stages = stages[:1]
-    look = await _looks(suite, collected, stored, columns)
-    used = 0
-    history: list[dict[str, Any]] = []
-    reason = "cap"
-    for size in stages:
-        size = min(size, len(items))
-        if size > used:
-            await run_batch(items[used:size])
-            used = size
-        analyses = look(roles[1:])
-        verdicts: dict[str, str] = {}
-        for role in roles[1:]:
-            analysis = analyses[role]
-            verdicts[role] = gate_outcome(gate, analysis, seed=suite.spec.seed).verdict
-        history.append({"items": used, "verdicts": verdicts})
-        if all(v in ("pass", "fail") for v in verdicts.values()):
-            reason = "decided"
-            break
-        if used >= len(items):
-            break
+
+    def decide(analysis: Analysis) -> str | None:
+        verdict = gate_outcome(gate, analysis, seed=suite.spec.seed).verdict
+        return verdict if verdict in ("pass", "fail") else None
+
+    used, history, decided = await _run_looks(
+        suite, items, [min(s, len(items)) for s in stages], decide, run_batch, collected, roles,
+        stored, columns, resumed,
+    )
+    for look in history:  # the staged record names every verdict, undecided ones included
+        look["verdicts"] = {r: v or "inconclusive" for r, v in look["verdicts"].items()}
     cap = min(stages[-1], len(items))
     undecided = [r for r, v in history[-1]["verdicts"].items() if v not in ("pass", "fail")]
     why = (
         f"stopped after {used} of at most {cap} items: every candidate's gate decided"
-        if reason == "decided"
+        if decided
         else f"stopped at the cap of {cap} items with {', '.join(undecided)} still undecided"
     )
     return {
@@ -738,10 +743,66 @@ async def _run_staged(
         "cap": cap,
         "looks": len(stages),
         "alpha_per_look": gate.alpha / len(stages),
-        "stopped": reason,
+        "stopped": "decided" if decided else "cap",
         "reason": why,
         "history": history,
     }
+
+
+async def _run_looks(
+    suite: Suite,
+    items: Sequence[Item],
+    sizes: Sequence[int],
+    decide: Callable[[Analysis], str | None],
+    run_batch: Callable[[Sequence[Item]], Awaitable[None]],
+    collected: list[Sample],
+    roles: list[str],
+    stored: Callable[[], Awaitable[list[Sample]]] | None,
+    columns: PairedColumns | None,
+    resumed: int,
+) -> tuple[int, list[dict[str, Any]], bool]:
+    """The one loop of a design that looks as it goes (``--sequential``'s batches, a kind's
+    stages): send ``items`` up to each of ``sizes`` in turn, then ask ``decide`` of each
+    candidate's analysis of everything sent so far; stop at the first look where every
+    candidate decided (a non-``None`` verdict), else after the last size.
+
+    ``resumed``: the leading items a previous attempt stored on every endpoint. The looks
+    before it are not taken again (they would see that attempt's samples past their own
+    size; each was undecided then, or that attempt would have stopped there), so a resumed
+    run stops at the look an uninterrupted one stops at.
+
+    Returns (items sent, one ``{"items", "verdicts"}`` per look taken, whether all decided).
+    """
+    look = await _looks(suite, collected, stored, columns)
+    used = 0
+    history: list[dict[str, Any]] = []
+    for size in sizes:
+        if size > used:
+            await run_batch(items[used:size])
+            used = size
+        if used < min(resumed, sizes[-1]):
+            continue
+        analyses = look(roles[1:])
+        verdicts = {role: decide(analyses[role]) for role in roles[1:]}
+        history.append({"items": used, "verdicts": verdicts})
+        if all(v is not None for v in verdicts.values()):
+            return used, history, True
+        if used >= len(items):
+            break
+    return used, history, False
+
+
+def _resumed(items: Sequence[Item], done_by_role: dict[str, set[tuple[str, int]]]) -> int:
+    """How many leading items of the plan a previous attempt stored on every endpoint (their
+    first sample; a fresh run: 0, found at the first item)."""
+    if not all(done_by_role.values()):
+        return 0
+    n = 0
+    for item in items:
+        if not all((item.id, 0) in done for done in done_by_role.values()):
+            break
+        n += 1
+    return n
 
 
 def _expected(suite: Suite, items: Sequence[Item]) -> int:
