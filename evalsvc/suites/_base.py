@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -53,6 +53,7 @@ from evalsvc.gates import (
 from evalsvc.stats import mde_paired_binary, min_n_flip_free, required_n
 from evalsvc.suites._calibrate import CalibrationPolicy, Rung, pilot_name
 from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
+from evalsvc.suites._thinking import ThinkingPolicy
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -114,6 +115,9 @@ class SuiteSpec(BaseModel):
     calibrate: CalibrationPolicy | None = None
     """``auto`` (or a block with ``band``, ``pilot_n``, ``max_rungs``): pick the difficulty from
     a pilot on the baseline first (``evalsvc.suites._calibrate``; calibratable kinds only)."""
+    thinking: ThinkingPolicy | None = None
+    """How thinking is split from the answer, counted and optionally gated (kinds that score
+    answers only; ``evalsvc.suites._thinking``). Unset: ``<think>`` markers, no gates."""
     _base_dir: Path | None = PrivateAttr(default=None)
 
     @property
@@ -246,11 +250,21 @@ class Suite(ABC):
     view_template: ClassVar[str | None] = None
     """The kind's dashboard template, a file name resolved beside the kind's module (package
     data); ``None``: the page shows the generic parts only."""
+    scores_answers: ClassVar[bool] = False
+    """The kind scores a generated answer: ``sample`` splits thinking from it first (the
+    endpoint's reasoning field or the suite's markers) and records the trace in the sample's
+    ``data["thinking"]``; the report gets ``details["thinking"]`` (``evalsvc.suites._thinking``)."""
 
     def __init__(self, spec: SuiteSpec) -> None:
         self.spec = spec
         self.params = self.Params.model_validate(spec.params)
         self._gate: ResolvedGate | None = None
+        if spec.thinking is not None and not self.scores_answers:
+            raise ValueError(
+                f"thinking: kind {self.kind!r} scores no generated answer, so it has no thinking "
+                "to split; remove the block (kinds that score answers: docs/suites.md, "
+                "'Thinking traces')"
+            )
         if spec.calibrate is not None and spec.calibrate.enabled and not self.calibratable():
             raise ValueError(
                 f"calibrate: kind {self.kind!r} declares no difficulty ladder, so it cannot "
@@ -322,6 +336,41 @@ class Suite(ABC):
         the run's ``warnings``."""
         return []
 
+    # ------------------------------------------------------------------ after both answered
+    # A kind that scores a pair of answers together (a judge sees both; a similarity needs the
+    # baseline's answer) declares it here: the runner calls ``after_pairs`` once every endpoint
+    # has answered a batch of items, with clients for the helper endpoints the suite named
+    # (``helper_endpoints``: a judge, an embedding model), resolved by the service layer.
+
+    def helper_endpoints(self) -> dict[str, str]:
+        """Endpoints besides the baseline and the candidates that this suite uses, as
+        ``{purpose: registered endpoint name (or URL, in a local compare)}``. Default: none."""
+        return {}
+
+    def wants_after_pairs(self) -> bool:
+        """Whether the runner calls :meth:`after_pairs` after each batch. Default: no."""
+        return False
+
+    async def after_pairs(
+        self,
+        items: Sequence[Item],
+        samples: Sequence[Sample],
+        helpers: dict[str, EndpointClient],
+        *,
+        emit: Emit,
+        concurrency: int,
+    ) -> None:
+        """Score pairs that need both sides' answers: ``samples`` are this suite's samples so
+        far (every role, earlier attempts' included); emit a changed copy of a sample to
+        replace it (same key; the store keeps the last). ``helpers`` holds a client per
+        ``helper_endpoints`` purpose. Default: nothing."""
+        return None
+
+    def snapshot_extra(self) -> dict[str, Any]:
+        """What the run's suite snapshot records besides the spec (a judge's full prompt and
+        fingerprint, so a verdict can be traced to what judged it). Default: nothing."""
+        return {}
+
     @abstractmethod
     async def plan(self, client: EndpointClient, provenance: Provenance) -> Sequence[Item]:
         """Generate the items, deterministically from ``self.spec.seed``: a list, or a
@@ -330,6 +379,26 @@ class Suite(ABC):
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         """Send one item and score the response. Kinds with per-item work override this."""
         raise NotImplementedError
+
+    @property
+    def thinking_policy(self) -> ThinkingPolicy:
+        """The suite's ``thinking`` block, or the default (``<think>`` markers, no gates)."""
+        return self.spec.thinking or ThinkingPolicy()
+
+    async def sample(self, item: Item, client: EndpointClient) -> Sample:
+        """``solve`` one item: every send loop calls this, never ``solve`` directly. A kind that
+        ``scores_answers`` solves through ``evalsvc.suites._answers.AnswerClient``, so it
+        scores the answer alone, and the trace goes into ``data["thinking"]``: the one place
+        thinking is split from every answer-scoring kind's answers."""
+        if not self.scores_answers:
+            return await self.solve(item, client)
+        from evalsvc.suites._answers import AnswerClient
+
+        answers = AnswerClient(client, self.thinking_policy)
+        sample = await self.solve(item, cast("EndpointClient", answers))
+        if answers.record is not None and sample.error is None:
+            sample.data["thinking"] = answers.record
+        return sample
 
     async def run(
         self,
@@ -353,7 +422,7 @@ class Suite(ABC):
 
         async def worker() -> None:
             for item in pending:
-                sample = await self.solve(item, client)
+                sample = await self.sample(item, client)
                 sample.endpoint = role
                 sample.suite = self.name
                 await emit(sample)
@@ -607,6 +676,35 @@ class Suite(ABC):
         """``analyze`` of the baseline against ``role`` from the columns (streaming kinds)."""
         return columns.analysis(role)
 
+    def thinking_summary(
+        self,
+        baseline: Sequence[Sample],
+        candidate: Sequence[Sample],
+        *,
+        columns: PairedColumns | None = None,
+        role: str = "",
+    ) -> dict[str, Any] | None:
+        """The report's ``details["thinking"]`` for a kind that ``scores_answers`` (the runner
+        calls it for every candidate, from samples or, for a streaming kind, ``columns``):
+        thinking length ratio, truncation, loops and leaks, paired by item, with the suite's
+        bounds tested (``evalsvc.suites._thinking.paired_summary``). ``None`` for other kinds."""
+        if not self.scores_answers:
+            return None
+        from evalsvc.suites._thinking import paired_summary
+
+        pairs = (
+            columns.thinking_pairs(role) if columns is not None
+            else thinking_pairs(baseline, candidate)
+        )
+        policy = self.thinking_policy
+        alpha = self.gate.alpha if self.gate_bound else 0.05
+        return paired_summary(
+            pairs,
+            alpha=alpha,
+            max_length_ratio=policy.max_length_ratio,
+            max_truncation_increase=policy.max_truncation_increase,
+        )
+
 
 LOGPROB_TOKENS_SHOWN = 64
 """Token logprobs a samples-browser row shows at most (``Suite.sample_logprobs``): a drift
@@ -646,6 +744,26 @@ def first_divergent_token(a: str, b: str) -> tuple[str | None, str | None] | Non
         if x != y:
             return x, y
     return None
+
+
+THINKING_FIELDS = ("tokens", "tokens_source", "budget_exhausted", "loop", "leaked")
+"""The fields of a sample's ``data["thinking"]`` the paired summary reads."""
+
+
+def thinking_pairs(
+    baseline: Sequence[Sample], candidate: Sequence[Sample]
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The thinking records of the pairs both sides scored (by item and repeat, in key order)."""
+    base = {(s.item_id, s.repeat): s for s in baseline}
+    cand = {(s.item_id, s.repeat): s for s in candidate}
+    out = []
+    for key in sorted(base.keys() & cand.keys()):
+        sb, sc = base[key], cand[key]
+        tb, tc = sb.data.get("thinking"), sc.data.get("thinking")
+        if sb.score is None or sc.score is None or not isinstance(tb, dict) or not isinstance(tc, dict):
+            continue
+        out.append((tb, tc))
+    return out
 
 
 def paired_scores(
@@ -752,6 +870,7 @@ class PairedColumns:
         }
         self._outputs: dict[str, dict[int, str]] = {r: {} for r in self.roles}
         self._errors: dict[str, list[str]] = {r: [] for r in self.roles}
+        self._thinking: dict[str, dict[int, dict[str, Any]]] = {r: {} for r in self.roles}
         self._shared: dict[Any, Any] = {}
         self.samples = 0
 
@@ -788,6 +907,12 @@ class PairedColumns:
         self._scores[role][i] = float(score) if score is not None else 0.0
         if sample.error:
             self._keep_error(role, sample.error)
+        trace = sample.data.get("thinking")
+        if scored and isinstance(trace, dict):
+            # What the thinking summary reads (a few numbers and flags), not the text.
+            self._thinking[role][i] = {k: trace.get(k) for k in THINKING_FIELDS}
+        else:
+            self._thinking[role].pop(i, None)
         if role == "baseline" and scored:
             # What paired_scores reads of a gated pair's baseline sample, and only then.
             data = sample.data
@@ -868,6 +993,11 @@ class PairedColumns:
     def fields(self, slots: Sequence[int]) -> list[dict[str, Any]]:
         """The baseline's ``fields`` of each slot (empty when the baseline sample had none)."""
         return [self._data[i] or {} for i in slots]
+
+    def thinking_pairs(self, role: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """``thinking_pairs`` of the baseline's and ``role``'s samples, from the columns."""
+        base, mine = self._thinking["baseline"], self._thinking.get(role, {})
+        return [(base[i], mine[i]) for i in self.pairs(role) if i in base and i in mine]
 
     def analysis(self, role: str) -> Analysis:
         """The same ``Analysis`` as :func:`paired_scores` on the baseline's and ``role``'s

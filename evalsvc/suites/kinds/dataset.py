@@ -557,6 +557,7 @@ _AGREEMENT_GATE = GateDefaults.paired_noninferiority(
 
 class DatasetSuite(Suite):
     kind = "dataset"
+    scores_answers = True
     version = "1"
     Params = DatasetParams
     requires = frozenset({"chat"})

@@ -568,6 +568,7 @@ _TEMPLATE_HEADROOM = 64
 
 class LongContextSuite(Suite):
     kind = "longctx"
+    scores_answers = True
     version = "1"
     Params = LongContextParams
     requires = frozenset({"chat", "tokenize"})

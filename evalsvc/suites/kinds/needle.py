@@ -179,6 +179,7 @@ def local_tokenizer(suite: Suite, path: str | None) -> LocalTokenizer | None:
 
 class NeedleSuite(Suite):
     kind = "needle"
+    scores_answers = True
     version = "2"
     Params = NeedleParams
     requires = frozenset({"chat", "tokenize"})

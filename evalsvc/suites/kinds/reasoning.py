@@ -367,6 +367,7 @@ def _allocate(n: int, weights: list[int]) -> list[int]:
 
 class ReasoningSuite(Suite):
     kind = "reasoning"
+    scores_answers = True
     version = "1"
     Params = ReasoningParams
     requires = frozenset({"chat"})
