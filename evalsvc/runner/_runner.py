@@ -442,6 +442,7 @@ async def execute(
     on_probed: Callable[[str, EndpointRef, Provenance], None] | None = None,
     egress: EgressPolicy | None = None,
     max_output_chars: int | None = None,
+    helpers: dict[str, dict[str, EndpointRef]] | None = None,
 ) -> RunResult:
     """Run ``suites`` on the baseline and every candidate and gate each candidate.
 
@@ -449,7 +450,10 @@ async def execute(
     are merged with this attempt's samples before analysis, so a resumed run's verdict equals an
     uninterrupted one's. ``stored_pages(suite)``, when given, reads them instead one suite at a
     time in pages (the service layer's; ``stored`` then serves only a calibration pilot's
-    samples): with it, memory does not grow with the run's size. ``egress`` is the
+    samples): with it, memory does not grow with the run's size. ``helpers`` are the endpoints
+    the suites named besides the endpoints under test (``Suite.helper_endpoints``: a judge, an
+    embedding model), ``{suite: {purpose: ref}}``, resolved by the service layer; each is probed
+    and handed to the suite's ``after_pairs``. ``egress`` is the
     connection/credential policy of every client (None: local); samples reach ``sink`` with
     their output cut at ``max_output_chars`` (default ``EVALSVC_MAX_OUTPUT_CHARS``,
     ``data.output_truncated`` set) after they were scored.
@@ -471,7 +475,9 @@ async def execute(
     clients, provs = await probe_all(
         baseline, candidates, options, concurrency=limit, egress=egress, optional=optional
     )
+    helper_clients: dict[str, dict[str, EndpointClient]] = {}
     try:
+        helper_clients = await _open_helpers(helpers or {}, options, limit, egress)
         refs = [baseline, *candidates]
         roles = ["baseline", *(role_of(i) for i in range(len(candidates)))]
         for role, ref, prov in zip(roles, refs, provs, strict=True):
@@ -498,6 +504,31 @@ async def execute(
                 collected.append(sample)
             await sink(sample)
             progress.advance(sample.suite, sample.endpoint)
+
+        async def emit_again(sample: Sample) -> None:
+            # A sample scored again after both sides answered (``Suite.after_pairs``): it
+            # replaces the earlier one (same key, later wins) and advances no progress bar.
+            if cancel is not None and cancel.is_set():
+                raise CancelledRun("run cancelled")
+            _cap_output(sample, output_cap)
+            cols = columns.get(sample.suite)
+            if cols is not None:
+                cols.add(sample)
+            else:
+                collected.append(sample)
+            await sink(sample)
+
+        async def after_pairs(s: Suite, its: Sequence[Item]) -> None:
+            mine = [x for x in collected if x.suite == s.name]
+            if any(k[1] == s.name for k in done):  # resumed: earlier attempts' samples too
+                mine = [*await stored_of(s.name), *mine]
+            await s.after_pairs(
+                its,
+                list({x.key: x for x in mine}.values()),
+                helper_clients.get(s.name, {}),
+                emit=emit_again,
+                concurrency=suite_concurrency(s, options),
+            )
 
         async def stored_of(name: str) -> list[Sample]:
             """The samples of suite ``name`` stored by earlier attempts (all pages)."""
@@ -591,6 +622,8 @@ async def execute(
                     await asyncio.gather(
                         *(run_on(r, c, its) for r, c in zip(roles, clients, strict=True))
                     )
+                if s.wants_after_pairs():  # scoring that needs both sides' answers
+                    await after_pairs(s, its)
 
             stages = suite.stage_sizes()
             resumed = _resumed(items, done_by_role) if stages or options.sequential else 0
@@ -640,8 +673,41 @@ async def execute(
                     sres.details["calibration"] = calibrations[sres.suite]
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+        await asyncio.gather(*(c.aclose() for m in helper_clients.values() for c in m.values()))
     result.duration_s = time.perf_counter() - started
     return result
+
+
+async def _open_helpers(
+    helpers: dict[str, dict[str, EndpointRef]],
+    options: RunOptions,
+    concurrency: int,
+    egress: EgressPolicy | None,
+) -> dict[str, dict[str, EndpointClient]]:
+    """A probed client per helper endpoint (``execute``'s ``helpers``), under the same egress
+    policy as the endpoints under test; one that cannot be reached is an infrastructure error
+    (exit 4) before any item is sent."""
+    opened: dict[str, dict[str, EndpointClient]] = {}
+    pending: list[tuple[str, str, EndpointClient]] = []
+    for suite, refs in helpers.items():
+        for purpose, ref in refs.items():
+            client = EndpointClient(
+                ref, concurrency=max(1, concurrency), timeout_s=options.request_timeout_s,
+                egress=egress,
+            )
+            opened.setdefault(suite, {})[purpose] = client
+            pending.append((suite, purpose, client))
+    results = await asyncio.gather(*(probe(c) for _, _, c in pending), return_exceptions=True)
+    failures = [
+        f"{purpose} endpoint {client.endpoint.name or redact_url(client.endpoint.url)} of suite "
+        f"{suite} unreachable: {res}"
+        for (suite, purpose, client), res in zip(pending, results, strict=True)
+        if isinstance(res, BaseException)
+    ]
+    if failures:
+        await asyncio.gather(*(c.aclose() for _, _, c in pending))
+        raise InfrastructureError("; ".join(failures))
+    return opened
 
 
 async def _run_sequential(

@@ -145,9 +145,10 @@ def test_staged_design_runs_to_the_cap_when_undecided() -> None:
     spec = SuiteSpec(name="r", kind="reasoning", seed=SEED,
                      params={"n": 80, "tasks": TASKS, "max_tokens": 16})
     with level_server(GOOD, [SEED], per_level=100) as srv:
-        # At the default 5-point margin 80 flip-free items cannot pass (plan's minimum is
-        # larger), so no stage decides: the design goes to its cap and says who is undecided.
-        result, kept = _run(srv.url, srv.url, StagedReasoning(spec), RunOptions(concurrency=4))
+        # At a 2-point margin 80 flip-free items cannot pass (plan's minimum is 169), so no
+        # stage decides: the design goes to its cap and says who is undecided.
+        result, kept = _run(srv.url, srv.url, StagedReasoning(spec),
+                            RunOptions(concurrency=4, margin=0.02))
         res = result.candidates[0].suites[0]
         stages = res.details["stages"]
         assert stages["stopped"] == "cap" and stages["items_used"] == 80
