@@ -18,6 +18,7 @@ non-inferiority p-value (small ⇒ pass), ``details["p_inferiority"]`` the infer
 (small ⇒ fail, used by Holm).
 """
 
+from evalsvc.gates._bounds import apply_bounds
 from evalsvc.gates._combine import (
     REASON_CODES,
     CandidateDecision,
@@ -59,6 +60,7 @@ from evalsvc.gates._slices import slice_gates
 
 __all__ = [
     "ALPHA",
+    "apply_bounds",
     "REASON_CODES",
     "CandidateDecision",
     "Reason",

@@ -50,6 +50,7 @@ ReasonCode = Literal[
     "passed",  # a gate (or every gate of a candidate) passed
     "failed_gate",  # the suite as a whole is worse than the margin allows
     "failed_slice",  # a slice (family, length, condition) is worse than the margin allows
+    "failed_bound",  # a suite's bound (thinking length ratio, truncation rise) is exceeded
     "holm_adjusted",  # a fail call that does not survive a multiplicity correction
     "underpowered",  # the MDE at this n is above the margin: this size can rarely pass
     "uninformative_baseline",  # the baseline cannot show a drop of the margin
@@ -181,7 +182,9 @@ def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
         failed = [r for r in slices if r.get("verdict") == "fail" and r.get("finding")]
         overall_adj = (d.get("slices") or {}).get("p_inferiority_overall_holm")
         overall_p = d.get("p_inferiority_overall", d.get("p_inferiority"))
-        if not failed or (overall_adj is not None and overall_adj < o.alpha):
+        bounds = [str(x) for x in d.get("failed_bounds") or []]
+        own_failed = d.get("verdict_before_bounds", "fail") == "fail"
+        if own_failed and (not failed or (overall_adj is not None and overall_adj < o.alpha)):
             out.append(
                 Reason(
                     "failed_gate",
@@ -192,6 +195,8 @@ def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
             )
         for row in failed:
             out.append(Reason("failed_slice", f"slice {row['finding']}", suite))
+        for bound in bounds:
+            out.append(Reason("failed_bound", bound, suite))
     else:
         if "verdict_before_guard" in d or (
             (d.get("baseline_guard") or {}).get("informative") is False

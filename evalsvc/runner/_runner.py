@@ -55,6 +55,7 @@ from evalsvc.gates import (
     Reason,
     ResolvedGate,
     SuiteGate,
+    apply_bounds,
     apply_guard,
     baseline_guard,
     combine_candidates,
@@ -958,6 +959,9 @@ def _gate_all(
             else:
                 analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
                 errors = sorted({s.error for s in cand_s + base_s if s.error})[:5]
+            thinking = suite.thinking_summary(base_s, cand_s, columns=cols, role=role)
+            if thinking is not None:  # kinds that score answers (evalsvc.suites._thinking)
+                analysis.details["thinking"] = thinking
             planned = suite.gated_pairs(plans[suite.name])
             res = _gate_one(suite, analysis, options, planned, base_s, cand_s, errors)
             cres.suites.append(res)
@@ -1057,6 +1061,8 @@ def _gate_one(
             seed=suite.spec.seed,
             value_range=analysis.value_range if gate.kind == "continuous" else None,
         )
+    # The suite's bounds beside its margin (thinking length, truncation): only add fail calls.
+    outcome = apply_bounds(outcome, (analysis.details.get("thinking") or {}).get("bounds"))
     gated = gate.gated
     details = dict(analysis.details)
     details["gate"] = gate.to_dict()

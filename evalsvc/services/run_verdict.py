@@ -268,7 +268,7 @@ def _next_step(
         return {"text": f"the baseline solves too few items of {suite} to show a drop of the "
                         "margin: use more items, or a suite (level) the baseline solves",
                 "command": None}
-    if code in ("failed_gate", "failed_slice") and suite:
+    if code in ("failed_gate", "failed_slice", "failed_bound") and suite:
         return {"text": f"do not ship this candidate: open {suite}'s details and flips to see "
                         "where it breaks", "command": None,
                 "href": f"/runs/{run.id}/suites/{suite}?candidate={role or 'candidate:0'}"}

@@ -231,11 +231,13 @@ def paired_summary(
     - ``truncation`` and ``loops``: each side's rate and the paired Δ (candidate − baseline)
       with Tango's interval (``evalsvc.stats.tango_ci``, at ``2α``);
     - ``leaks``: samples whose answer carries special-token markup, per side, with examples;
-    - ``bounds``: the suite's optional bounds, each tested one-sided at ``alpha`` (``fail``
-      when the data show the candidate beyond it): ``max_length_ratio`` by Fieller's dual t
-      test (``evalsvc.stats.ratio_test``, H0 ratio ≤ bound), ``max_truncation_increase`` by
-      Tango's corrected score test (``evalsvc.stats.tango_test``, H0 Δ ≤ bound). A bound only
-      ever adds a fail call, like a slice; ``ok`` means not shown to be beyond it.
+    - ``bounds``: the suite's optional bounds, each tested one-sided (``fail`` when the data
+      show the candidate beyond it): ``max_length_ratio`` by Fieller's dual t test
+      (``evalsvc.stats.ratio_test``, H0 ratio ≤ bound), ``max_truncation_increase`` by Tango's
+      corrected score test (``evalsvc.stats.tango_test``, H0 Δ ≤ bound). With ``k`` bounds set
+      each p-value is multiplied by ``k + 1`` (Bonferroni over the bounds and the suite's own
+      gate, valid under any dependence) before it is compared with ``alpha``. A bound only ever
+      adds a fail call, like a slice; ``ok`` means not shown to be beyond it.
     """
     from evalsvc.stats import fieller_ratio_ci, ratio_test, tango_ci, tango_test
 
@@ -278,16 +280,18 @@ def paired_summary(
         cflags = [bool(c.get(field)) for _, c in pairs]
         out[key] = _rates(bflags, cflags, alpha, tango_ci)
     bounds: list[dict[str, Any]] = []
+    family = 1 + (max_length_ratio is not None) + (max_truncation_increase is not None)
     if max_length_ratio is not None:
         row: dict[str, Any] = {"bound": "max_length_ratio", "value": max_length_ratio}
         if length.get("ratio") is not None:
             test = ratio_test([b for b, _ in counted], [c for _, c in counted], max_length_ratio)
             row["p"] = test.p_greater
-            row["verdict"] = "fail" if test.p_greater < alpha else "ok"
+            row["p_adjusted"] = min(1.0, test.p_greater * family)
+            row["verdict"] = "fail" if row["p_adjusted"] < alpha else "ok"
             row["finding"] = (
                 f"thinking length ×{length['ratio']:.2f} of the baseline's "
                 f"(CI {_ci_text(length.get('ci'))}) is above the bound ×{max_length_ratio:g} "
-                f"(p = {test.p_greater:.2g} < α {alpha:g})"
+                f"(adjusted p = {row['p_adjusted']:.2g}, α {alpha:g})"
             )
         else:
             row["verdict"] = "not tested"
@@ -301,11 +305,12 @@ def paired_summary(
             lost = sum(1 for b, c in pairs if b.get("budget_exhausted") and not c.get("budget_exhausted"))
             test2 = tango_test(gained, lost, n, max_truncation_increase, corrected=True)
             row["p"] = test2.p_greater
-            row["verdict"] = "fail" if test2.p_greater < alpha else "ok"
+            row["p_adjusted"] = min(1.0, test2.p_greater * family)
+            row["verdict"] = "fail" if row["p_adjusted"] < alpha else "ok"
             row["finding"] = (
                 f"answers cut at the token budget {tr['baseline']:.0%} → {tr['candidate']:.0%} "
                 f"(Δ {tr['delta']:+.2f}, CI {_ci_text(tr.get('ci'))}), more than the bound "
-                f"+{max_truncation_increase:g} (p = {test2.p_greater:.2g} < α {alpha:g})"
+                f"+{max_truncation_increase:g} (adjusted p = {row['p_adjusted']:.2g}, α {alpha:g})"
             )
         else:
             row["verdict"] = "not tested"

@@ -134,8 +134,10 @@ def test_paired_summary_matches_scipy_and_gates() -> None:
     assert length["ci"][0] < length["ratio"] < length["ci"][1]
     # Fieller's dual test: the contrasts c − 1.5 b against 0, one-sided (scipy).
     p = scipy.stats.ttest_1samp(c - 1.5 * b, 0.0, alternative="greater").pvalue
+    # Two bounds and the suite's own gate: Bonferroni over three.
     bound = {r["bound"]: r for r in out["bounds"]}
     assert bound["max_length_ratio"]["p"] == pytest.approx(p)
+    assert bound["max_length_ratio"]["p_adjusted"] == pytest.approx(min(1.0, 3 * p))
     assert bound["max_length_ratio"]["verdict"] == "fail"
     assert out["truncation"]["candidate"] == pytest.approx(0.3)
     assert out["truncation"]["delta"] == pytest.approx(0.3)
