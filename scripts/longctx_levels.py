@@ -1,5 +1,5 @@
 """Score one ``longctx`` task on one or more endpoints, by length and language (the figures of
-docs/suites.md, "Measured on SmolLM2-135M").
+docs/benchmarks.md, "Suite measurements", `longctx`).
 
 Usage: ``python scripts/longctx_levels.py PARAMS_JSON URL[,URL...] [SEED]``. The items are
 planned on the first endpoint (its ``/tokenize``) and solved on each, with the kind's own

@@ -3,7 +3,7 @@ with llama.cpp's ``/tokenize``, answered by SmolLM2-135M, scored, analysed and g
 runner. An endpoint against itself never fails (its scores are the host's: never asserted).
 
 Kept small (four items at 256 and 512 tokens) so that it stays well under two minutes; the
-measured levels of the catalog's ``longctx-4k`` suites are in docs/suites.md.
+measured levels of the catalog's ``longctx-4k`` suites are in docs/benchmarks.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The ``dataset`` kind against the real local vLLM-CPU endpoints, through the runner.
 
-Host-independent assertions only (docs/suites.md, "Host differences"): an endpoint against
+Host-independent assertions only (docs/benchmarks.md, "Suite measurements", `dataset`): an endpoint against
 itself never fails (the file-backed suites on the spare endpoint, ``tests/fixtures/spare.py``;
 the replay on the bf16 baseline); the replay against fp8-kv reaches a verdict on agreement with
 every pair counted, whatever the verdict is on this host's kernels. Sizes keep each test under
 about a minute on 2 shared cores; the figures printed (``pytest -rA``) are the ones in
-docs/suites.md.
+docs/benchmarks.md, "Suite measurements".
 """
 
 from __future__ import annotations

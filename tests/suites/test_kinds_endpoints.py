@@ -4,7 +4,7 @@ A kind against itself runs on the spare endpoint (``tests/fixtures/spare.py``), 
 baseline: what it asserts holds for any endpoint, and the baseline's core is the tier's bottleneck.
 
 Sizes are small (2 cores shared by several servers); the catalog's own sizes are measured in
-docs/suites.md. Each test runs the suite through ``evalsvc.runner.execute`` with an in-memory
+docs/benchmarks.md. Each test runs the suite through ``evalsvc.runner.execute`` with an in-memory
 sink, as ``evalsvc compare`` does.
 """
 
@@ -53,7 +53,7 @@ def run(
             sink=sink,
         )
     )
-    # The figures behind docs/suites.md: shown by `pytest -rA` in the captured output.
+    # The figures behind docs/benchmarks.md ("Suite measurements"): shown by `pytest -rA` in the captured output.
     print(f"run took {time.perf_counter() - started:.1f} s")
     for c in result.candidates:
         for r in c.suites:

