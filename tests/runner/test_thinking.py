@@ -1,0 +1,124 @@
+"""Thinking traces end to end on real loopback servers with planted thinking
+(``tests/runner/thinking_server.py``): the client reads ``reasoning_content`` / ``reasoning``
+whole and streamed, the runner splits ``<think>`` blocks, scores the answer only, and reports
+the paired thinking-length ratio, truncation, loops and leaks; the suite's bounds fail a
+candidate that thinks twice as long or is cut at the budget on 30% of its answers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from evalsvc.domain import EndpointRef, RunOptions, Sample
+from evalsvc.endpoints import EndpointClient
+from evalsvc.runner import execute
+from evalsvc.runner._runner import RunResult
+from evalsvc.suites import Suite, SuiteSpec, suite_kinds
+from tests.runner.thinking_server import thinking_server
+
+SEED = 5
+ACC = dict.fromkeys(range(1, 6), 0.7)
+TASKS = [{"family": "arithmetic", "level": 1}, {"family": "lists", "level": 1}]
+
+
+def _suite(n: int = 60, thinking: dict[str, Any] | None = None) -> Suite:
+    spec = SuiteSpec(name="r", kind="reasoning", seed=SEED, thinking=thinking,
+                     params={"n": n, "tasks": TASKS, "max_tokens": 64})
+    suite = suite_kinds()["reasoning"](spec)
+    suite.bind_gate()
+    return suite
+
+
+def _run(base: str, cand: str, suite: Suite) -> tuple[RunResult, list[Sample]]:
+    kept: list[Sample] = []
+
+    async def sink(sample: Sample) -> None:
+        kept.append(sample)
+
+    result = asyncio.run(execute(
+        run_id="t", baseline=EndpointRef(url=base), candidates=[EndpointRef(url=cand)],
+        suites=[suite], options=RunOptions(concurrency=4), sink=sink, done=set(),
+    ))
+    return result, kept
+
+
+def _entry(result: RunResult) -> Any:
+    return result.candidates[0].suites[0]
+
+
+@pytest.mark.parametrize("mode", ["reasoning_content", "reasoning", "markers"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_reads_the_trace(mode: str, stream: bool) -> None:
+    with thinking_server(ACC, [SEED], mode=mode, think_words=20, usage_reasoning=True) as srv:
+        words = len(srv.plant("hello", "")[0].split())
+
+        async def ask() -> Any:
+            async with EndpointClient(EndpointRef(url=srv.url)) as client:
+                return await client.chat([{"role": "user", "content": "hello"}],
+                                         max_tokens=50, stream=stream)
+
+        out = asyncio.run(ask())
+    assert out.ok and out.finish_reason == "stop"
+    if mode == "markers":  # the transport does not split markers: the suites do
+        assert out.reasoning is None and out.text.startswith("<think>t")
+    else:
+        assert out.reasoning is not None and len(out.reasoning.split()) == words
+        assert out.text == "I do not know."
+    assert out.reasoning_tokens == words and out.completion_tokens == words + 4
+
+
+def test_twice_the_thinking_at_equal_accuracy_is_reported_and_fails_the_bound() -> None:
+    with (
+        thinking_server(ACC, [SEED], think_words=40) as base,
+        thinking_server(ACC, [SEED], think_words=80, mode="markers") as cand,
+    ):
+        result, kept = _run(base.url, cand.url, _suite())
+        bounded, _ = _run(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
+    res = _entry(result)
+    # Scored on the answer alone: the markers' trace does not change a single score.
+    assert res.outcome.baseline == res.outcome.candidate == pytest.approx(0.7)
+    length = res.details["thinking"]["length"]
+    # Tokens are estimated from characters (the answer's share included), so about 2.
+    assert length["ratio"] == pytest.approx(2.0, rel=0.06)
+    assert 1.7 < length["ci"][0] < length["ratio"] < length["ci"][1] < 2.3
+    assert length["n"] == 60 and length["tokens_source"] == ["estimate"]
+    assert result.verdict != "fail"
+    cand_samples = [s for s in kept if s.endpoint != "baseline"]
+    assert all("<think>" not in s.output for s in cand_samples)
+    assert {s.data["thinking"]["tokens_source"] for s in cand_samples} == {"estimate"}
+    # The bound on: the same pair fails, and says why.
+    assert bounded.verdict == "fail"
+    reasons = [r for r in bounded.candidates[0].reasons if r.code == "failed_bound"]
+    assert reasons and "above the bound ×1.5" in reasons[0].message
+
+
+def test_truncating_thirty_percent_at_the_budget_fails_the_truncation_bound() -> None:
+    with (
+        thinking_server(ACC, [SEED]) as base,
+        thinking_server(ACC, [SEED], truncate_wrong=True) as cand,
+    ):
+        result, kept = _run(base.url, cand.url, _suite(thinking={"max_truncation_increase": 0.1}))
+    res = _entry(result)
+    tr = res.details["thinking"]["truncation"]
+    assert tr["baseline"] == 0 and tr["candidate"] == pytest.approx(0.3)
+    assert tr["ci"][0] > 0.1
+    assert result.verdict == "fail"
+    codes = {r.code for r in result.candidates[0].reasons}
+    assert "failed_bound" in codes and "failed_gate" not in codes
+    cut = [s for s in kept if s.endpoint != "baseline" and s.data["thinking"]["budget_exhausted"]]
+    assert len(cut) == 18 and all(s.data["thinking"]["finish_reason"] == "length" for s in cut)
+
+
+def test_leaked_markup_and_loops_are_counted() -> None:
+    with (
+        thinking_server(ACC, [SEED]) as base,
+        thinking_server(ACC, [SEED], leak=True, loop=True, think_words=300) as cand,
+    ):
+        result, kept = _run(base.url, cand.url, _suite(n=20))
+    t = _entry(result).details["thinking"]
+    assert t["leaks"] == {"baseline": 0, "candidate": 20,
+                          "examples": ["<|channel|>", "<|message|>"]}
+    assert t["loops"]["baseline"] == 0 and t["loops"]["candidate"] == 1.0
+    assert t["loops"]["ci"][0] > 0
