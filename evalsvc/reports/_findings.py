@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsvc.suites import Finding, Suite, suite_kinds
+from evalsvc.suites import Finding, Suite, suite_kinds, thinking_finding, thinking_headline
 
 from ._text import md_text  # egress: a reason may quote an endpoint
 
@@ -189,6 +189,9 @@ def suite_findings(suite: dict[str, Any]) -> list[Finding]:
                            severity="fail" if failed else "info",
                            data=dict(d.get("slices") or {})))
     out += _kind_findings(suite)
+    thinking = thinking_finding(d)  # any kind that scores answers (details["thinking"])
+    if thinking is not None:
+        out.append(thinking)
     if d.get("underpowered"):
         out.append(Finding(title="underpowered", markdown=[f"Note: {d['underpowered']}.", ""],
                            severity="warn"))
@@ -224,7 +227,7 @@ def headline(suite: dict[str, Any]) -> str | None:
         line = kind_class(suite.get("kind")).headline(suite)
     except Exception:  # noqa: BLE001 - a plugin's bug must not lose the verdict table
         line = None
-    recovery = recovery_text(d)
-    if recovery is not None:
-        return f"{line}; {recovery}" if line else recovery
+    for extra in (recovery_text(d), thinking_headline(d)):
+        if extra is not None:
+            line = f"{line}; {extra}" if line else extra
     return line

@@ -55,8 +55,11 @@ from evalsvc.suites._registry import (
     resolve,
     suite_kinds,
 )
+from evalsvc.suites._thinking_view import thinking_finding, thinking_headline
 
 __all__ = [
+    "thinking_finding",
+    "thinking_headline",
     "PILOT_SUFFIX",
     "CalibrationPolicy",
     "GroupChoice",

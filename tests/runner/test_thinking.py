@@ -122,3 +122,36 @@ def test_leaked_markup_and_loops_are_counted() -> None:
                           "examples": ["<|channel|>", "<|message|>"]}
     assert t["loops"]["baseline"] == 0 and t["loops"]["candidate"] == 1.0
     assert t["loops"]["ci"][0] > 0
+
+
+def test_every_view_shows_the_traces() -> None:
+    import xml.etree.ElementTree as ET
+
+    import jsonschema
+
+    from evalsvc.cli._common import err
+    from evalsvc.cli._report import print_headlines
+    from evalsvc.reports import build_report, report_schema, to_junit, to_markdown
+
+    with (
+        thinking_server(ACC, [SEED], think_words=40) as base,
+        thinking_server(ACC, [SEED], think_words=80, leak=True) as cand,
+    ):
+        result, _ = _run(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
+    report = build_report(result)
+    jsonschema.validate(report, report_schema())
+    entry = report["candidates"][0]["suites"][0]
+    found = {f["title"]: f for f in entry["findings"]}
+    assert found["thinking traces"]["severity"] == "fail"
+    assert found["thinking traces"]["data"]["leaks"]["candidate"] == 60
+    assert "thinking ×" in entry["headline"] and "leaked markup in 60 answers" in entry["headline"]
+    assert [r["code"] for r in entry["reasons"] if r["code"] == "failed_bound"]
+    md = to_markdown(report)
+    assert "**Thinking traces**" in md and "`<|channel|>`" in md and "failed_bound" in md
+    root = ET.fromstring(to_junit(report).split("\n", 1)[1])
+    failure = root.find(".//failure")
+    assert failure is not None and "above the bound ×1.5" in (failure.get("message") or "")
+    with err.capture() as captured:
+        print_headlines(report)
+    text = captured.get()
+    assert "thinking ×" in text and "failed_bound" in text

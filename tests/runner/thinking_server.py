@@ -123,7 +123,8 @@ class ThinkingServer(LevelServer):
 def thinking_server(
     accuracy: dict[int, float], seeds: list[int], **kw: Any
 ) -> Iterator[ThinkingServer]:
-    server = ThinkingServer(accuracy, seeds, **kw)
+    # Items k < 40 of each level are known: the tests plan at most 30 per task (fast start).
+    server = ThinkingServer(accuracy, seeds, **{"per_level": 40, **kw})
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                               daemon=True)
     thread.start()
