@@ -9,7 +9,8 @@ import pytest
 
 from evalsvc.suites import _registry, broken_kinds, catalog, suite_kinds
 
-BUILTIN = {"dataset", "determinism", "drift", "lmeval", "needle", "reasoning", "speed"}
+BUILTIN = {"dataset", "determinism", "drift", "lmeval", "needle", "reasoning", "speed", "structured",
+           "toolcalls"}
 
 
 def test_builtin_kinds_are_entry_points() -> None:

@@ -297,10 +297,15 @@ class StructuredSuite(Suite):
         if gates:
             rows = [[n, g.get("verdict"), pct(g.get("baseline")), pct(g.get("candidate")),
                      g.get("n")] for n, g in gates.items()]
+            failed = [n for n, g in gates.items() if g.get("verdict") == "fail"]
+            head = ("Failed: " + ", ".join(
+                f"{n} ({pct(gates[n].get('baseline'))} → {pct(gates[n].get('candidate'))})"
+                for n in failed) + ".") if failed else "Gates: " + ", ".join(
+                f"{n} {g.get('verdict')}" for n, g in gates.items()) + "."
             out.append(Finding(
                 title="gates: " + ", ".join(f"{n} {g.get('verdict')}" for n, g in gates.items()),
-                markdown=[*markdown_table(["gate", "verdict", "baseline", "candidate", "n"], rows),
-                          ""],
+                markdown=[head, "", *markdown_table(["gate", "verdict", "baseline", "candidate",
+                                                     "n"], rows), ""],
                 severity="fail" if any(g.get("verdict") == "fail" for g in gates.values())
                 else "info",
                 data={"gates": gates},

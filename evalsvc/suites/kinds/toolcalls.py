@@ -19,7 +19,8 @@ Method:
   expected behaviour, and, where a call is expected, every call names an offered tool, its
   arguments are a JSON object valid against that tool's schema (the ``jsonschema`` package,
   ``_jsonschema``), the names are the expected ones and each expected argument has the expected
-  value. ``data`` keeps each part, the calls, the markup that leaked into ``content`` and whether
+  value, and no tool-call markup leaked into ``content``. ``data`` keeps each part, the calls,
+  the markup that leaked into ``content`` and whether
   a call was dropped (``finish_reason`` ``tool_calls`` without a parsed call, or call markup in
   the text with none parsed).
 - **Gated** (``Analysis.gate_test``) on two paired binary non-inferiority tests, both at the
@@ -59,6 +60,7 @@ if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run sta
     from evalsvc.endpoints import EndpointClient
 
 CallType = Literal["single", "choice", "parallel", "chitchat", "missing"]
+Domain = Literal["weather", "calendar", "shop", "travel", "mail", "home"]
 CALL_TYPES: tuple[CallType, ...] = ("single", "choice", "parallel", "chitchat", "missing")
 #: Call types whose expected behaviour is a call.
 CALLING: frozenset[str] = frozenset({"single", "choice", "parallel"})
@@ -286,23 +288,31 @@ _MISSING: dict[str, str] = {
 }
 
 
-def scenario(seed: int, call_type: str, k: int) -> Scenario:
-    """Item ``k`` of ``call_type``: a pure function of its arguments."""
+_PARALLEL = ("get_weather", "convert_currency", "get_forecast", "set_thermostat")
+
+
+def scenario(
+    seed: int, call_type: str, k: int, domains: Sequence[str] | None = None
+) -> Scenario:
+    """Item ``k`` of ``call_type`` over the tools of ``domains`` (default: all six): a pure
+    function of its arguments."""
     rng = random.Random(f"{seed}:{call_type}:{k}")
-    tools = sorted(TOOLS)
+    chosen = sorted(domains) if domains else sorted(DOMAINS)
+    tools = sorted(t for d in chosen for t in DOMAINS[d])
     if call_type == "single":
         tool = tools[k % len(tools)]
         user, args = _one_call(rng, tool)
         return Scenario(user, (tool,), ((tool, args),), tool, tool)
     if call_type == "choice":
         tool = tools[k % len(tools)]
-        others = [d for d in sorted(DOMAINS) if d != _DOMAIN_OF[tool]]
-        pool = sorted({t for d in rng.sample(others, 2) for t in DOMAINS[d]}
+        others = [d for d in chosen if d != _DOMAIN_OF[tool]]
+        pool = sorted({t for d in rng.sample(others, min(2, len(others))) for t in DOMAINS[d]}
                       | set(DOMAINS[_DOMAIN_OF[tool]]))
         user, args = _one_call(rng, tool)
         return Scenario(user, tuple(rng.sample(pool, len(pool))), ((tool, args),), tool, tool)
     if call_type == "parallel":
-        tool = ("get_weather", "convert_currency", "get_forecast", "set_thermostat")[k % 4]
+        able = [t for t in _PARALLEL if t in tools] or tools
+        tool = able[k % len(able)]
         u1, a1 = _one_call(rng, tool)
         u2, a2 = _one_call(rng, tool)
         while a2 == a1:
@@ -310,11 +320,11 @@ def scenario(seed: int, call_type: str, k: int) -> Scenario:
         user = f"Two things, please. {u1} And also: {u2}"
         return Scenario(user, (tool,), ((tool, a1), (tool, a2)), tool, f"{tool} x2")
     if call_type == "chitchat":
-        offered = tuple(rng.sample(tools, 3))
+        offered = tuple(rng.sample(tools, min(3, len(tools))))
         line = _CHITCHAT[k % len(_CHITCHAT)]
         return Scenario(line, offered, (), offered[0], "chitchat")
     if call_type == "missing":
-        names = sorted(_MISSING)
+        names = sorted(t for t in _MISSING if t in tools) or sorted(_MISSING)
         tool = names[k % len(names)]
         return Scenario(_MISSING[tool], (tool,), (), tool, f"missing {tool}")
     raise ValueError(f"unknown call type {call_type!r}")
@@ -424,6 +434,10 @@ def trigger_f1(reference: Sequence[bool], endpoint: Sequence[bool]) -> dict[str,
 
 # ---- the kind -------------------------------------------------------------------------------
 
+def _all_domains() -> list[Domain]:
+    return ["calendar", "home", "mail", "shop", "travel", "weather"]
+
+
 def _default_mix() -> dict[str, int]:
     return {"single": 3, "choice": 3, "parallel": 2, "chitchat": 2, "missing": 2}
 
@@ -437,6 +451,9 @@ class ToolCallParams(BaseModel):
     """Total items, spread over ``mix`` (``--samples``)."""
     mix: dict[CallType, int] = Field(default_factory=_default_mix)  # type: ignore[arg-type]
     """Relative weight of each call type (0 leaves one out)."""
+    domains: list[Domain] = Field(default_factory=_all_domains, min_length=1)
+    """The tool domains items are drawn from (the missing-information items fall back to every
+    domain's tools when the chosen ones have none)."""
     tool_choice: Literal["auto", "required"] = "auto"
     """``auto``: the endpoint decides whether to call (every call type); ``required``: it must
     call, so only the call types that expect one are planned."""
@@ -525,7 +542,7 @@ class ToolCallSuite(Suite):
             for (call_type, _), count in zip(types, counts, strict=True):
                 if i >= count:
                     continue
-                sc = scenario(self.spec.seed, call_type, i)
+                sc = scenario(self.spec.seed, call_type, i, self.params.domains)
                 items.append(Item(
                     id=f"{call_type}-{i}",
                     prompt=self._messages(sc),
@@ -560,7 +577,10 @@ class ToolCallSuite(Suite):
         if out.ok:
             s = score_answer(expected, meta["tools"], out.text, out.finish_reason, out.tool_calls)
             agree = s.triggered == bool(expected)
-            correct = agree and (not expected or bool(s.schema_ok and s.names_ok and s.args_ok))
+            # Leaked markup makes the answer wrong even beside parsed calls: a client shows
+            # that content to the user (gpt-oss's channel tokens, AIPerf PR #1318).
+            correct = agree and not s.leaked and (
+                not expected or bool(s.schema_ok and s.names_ok and s.args_ok))
             score = float(correct)
             data.update(
                 triggered=s.triggered, trigger_agree=agree, schema_ok=s.schema_ok,
@@ -620,7 +640,8 @@ class ToolCallSuite(Suite):
         m = _ID.match(item_id)
         if not m:
             return None
-        return prompt_text(self._messages(scenario(self.spec.seed, m.group(1), int(m.group(2)))))
+        sc = scenario(self.spec.seed, m.group(1), int(m.group(2)), self.params.domains)
+        return prompt_text(self._messages(sc))
 
     @classmethod
     def findings(cls, entry: dict[str, Any]) -> list[Finding]:
@@ -631,10 +652,15 @@ class ToolCallSuite(Suite):
             rows = [[name, g.get("verdict"), pct(g.get("baseline")), pct(g.get("candidate")),
                      g.get("n")] for name, g in gates.items()]
             failed = [n for n, g in gates.items() if g.get("verdict") == "fail"]
+            head = [("Failed: " + ", ".join(
+                f"{n} ({pct(gates[n].get('baseline'))} → {pct(gates[n].get('candidate'))})"
+                for n in failed) + ".") if failed else
+                "Gates: " + ", ".join(f"{n} {g.get('verdict')}" for n, g in gates.items()) + ".",
+                ""]
             out.append(Finding(
                 title="gates: " + ", ".join(f"{n} {g.get('verdict')}" for n, g in gates.items()),
-                markdown=[*markdown_table(["gate", "verdict", "baseline", "candidate", "n"], rows),
-                          ""],
+                markdown=[*head, *markdown_table(["gate", "verdict", "baseline", "candidate",
+                                                  "n"], rows), ""],
                 severity="fail" if failed else "info",
                 data={"tool_gates": gates},
             ))
@@ -661,12 +687,19 @@ class ToolCallSuite(Suite):
             worse = [r for r in faults.get("rows") or []
                      if r.get("candidate", 0) > r.get("baseline", 0)
                      and r["fault"] in ("leaked markup", "dropped call", "schema error")]
-            title = "faults: " + (", ".join(
-                f"{r['fault']} on {r['tool']} ({r.get('candidate', 0)})" for r in worse[:4])
-                or "as many on the candidate as on the baseline")
+            said = ", ".join(
+                f"{r['fault']} on {r['tool']} ({r.get('candidate', 0)} items, baseline "
+                f"{r.get('baseline', 0)})" for r in worse[:6])
+            title = "faults: " + (said or "as many on the candidate as on the baseline")
+            lines = [f"Candidate faults beyond the baseline's: {said}." if said else
+                     "The candidate has no tool-call fault the baseline does not have.", ""]
+            markers = faults.get("leaked_markers") or []
+            if markers:
+                lines += ["Markup leaked into the candidate's content: "
+                          + ", ".join(f"`{m}`" for m in markers) + ".", ""]
             out.append(Finding(
                 title=title,
-                markdown=[*markdown_table(
+                markdown=[*lines, *markdown_table(
                     ["tool", "fault", "baseline", "candidate", "candidate items"], rows), ""],
                 severity="warn" if worse else "info",
                 data={"faults": faults.get("rows") or []},
