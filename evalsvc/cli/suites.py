@@ -112,16 +112,29 @@ def suites_from_requests(
     scorer: Annotated[
         str, typer.Option(help="How answers are compared: exact, normalized, numeric, choice.")
     ] = "exact",
+    judge: Annotated[
+        str | None,
+        typer.Option(help="A registered endpoint that judges the answers pairwise (gates on it)."),
+    ] = None,
+    similarity: Annotated[
+        str, typer.Option(help="Without --judge: the similarity gated (rouge_l, token_f1).")
+    ] = "rouge_l",
+    compare: Annotated[
+        str | None,
+        typer.Option(help="Override what is gated: judge, similarity or agreement (exact)."),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Turn a log of OpenAI chat requests into a replay suite gated on agreement with the baseline."""
+    """Turn a log of OpenAI chat requests into a replay suite, gated on a judge's verdicts
+    (--judge) or else on the answers' similarity with the baseline's own."""
     from evalsvc.services.replay import suite_from_requests
     from evalsvc.services.runs import UsageError
 
     try:
         summary = suite_from_requests(
-            log, out, n=n, seed=seed, name=name, max_tokens=max_tokens, scorer=scorer, force=force
+            log, out, n=n, seed=seed, name=name, max_tokens=max_tokens, scorer=scorer,
+            force=force, judge=judge, similarity=similarity, compare=compare,
         )
     except UsageError as exc:
         raise exit_for(exc) from exc
@@ -138,6 +151,12 @@ def suites_from_requests(
     if summary.dropped_fields:
         fields = ", ".join(f"{k} ({v})" for k, v in summary.dropped_fields.items())
         err.print(f"  dropped fields: {fields}", highlight=False)
+    gated = {
+        "judge": f"the judge {summary.judge}'s pairwise verdicts",
+        "similarity": f"{similarity} similarity with the baseline's answers (no --judge given)",
+        "agreement": "exact agreement with the baseline's answers",
+    }[summary.compare]
+    err.print(f"  gated on {gated}; changed answers are reported", highlight=False)
     err.print(f"run it: evalsvc compare BASELINE CANDIDATE --suite {summary.suite}", highlight=False)
 
 

@@ -419,6 +419,31 @@ class EndpointClient:
             raise EndpointError(f"/tokenize answered {status_line(status)} without token ids")
         return ids
 
+    async def embeddings(self, texts: list[str]) -> list[list[float]]:
+        """One vector per text, in order, from the OpenAI ``POST /embeddings`` route (vLLM with
+        an embedding model, llama.cpp with ``--embeddings``, TEI). Raises ``EndpointError``."""
+        body = {"model": self.model, "input": texts}
+        status, data = await self.request_json("POST", f"{self.base_url}/embeddings", body=body)
+        rows = data.get("data") if status == 200 and isinstance(data, dict) else None
+        if not isinstance(rows, list) or len(rows) != len(texts):
+            raise EndpointError(
+                f"/embeddings answered {status_line(status)} without {len(texts)} vectors",
+                status=status,
+            )
+        out: list[list[float]] = [[] for _ in texts]
+        for pos, row in enumerate(rows):
+            index = row.get("index", pos) if isinstance(row, dict) else None
+            vector = row.get("embedding") if isinstance(row, dict) else None
+            if (
+                not isinstance(index, int)
+                or not 0 <= index < len(texts)
+                or not isinstance(vector, list)
+                or not all(isinstance(x, int | float) for x in vector)
+            ):
+                raise EndpointError("/embeddings answered a malformed vector", status=status)
+            out[index] = [float(x) for x in vector]
+        return out
+
     async def chat(
         self,
         messages: list[dict[str, str]],

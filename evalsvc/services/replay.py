@@ -17,8 +17,12 @@ is sent anywhere.
   kept messages); ``occurrences`` records how often each appeared.
 - ``n`` conversations are sampled with ``Random(seed)`` (all when there are fewer), in the
   order of the log.
-- The suite has no reference column: it gates **agreement** with the baseline's own answers
-  (``evalsvc.suites.kinds.dataset``), with the ``exact`` scorer unless another is given.
+- The suite has no reference column, so it compares the candidate's answers with the
+  baseline's own (``evalsvc.suites.kinds.dataset``): with a ``judge`` endpoint (a registered
+  name) it gates on the judge's pairwise verdicts (``compare: judge``), else on the answers'
+  similarity (``compare: similarity``, ROUGE-L unless ``similarity`` says otherwise). Exact
+  agreement (under ``scorer``) is reported beside either as the share of changed answers; a
+  suite gates on it only when asked (``compare: agreement``). The summary says which.
 
 A line that is not JSON, a line nested more than ``MAX_DEPTH`` levels deep (Python's ``json``
 recurses: a line ``{"messages": [[[…]]]}`` 100,000 deep, or a ``content`` nested 990 deep under
@@ -44,6 +48,19 @@ from evalsvc import limits
 from evalsvc.services.runs import UsageError
 
 _KEPT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
+_COMPARES = ("judge", "similarity", "agreement")
+_TEXT_SIMILARITY = ("rouge_l", "token_f1")
+_GATED_ON = {
+    "judge": (
+        "Gated on the judge {judge}'s pairwise verdicts against the baseline's own answers "
+        "(both orders); changed answers are reported."
+    ),
+    "similarity": (
+        "Gated on the {similarity} similarity of the answers with the baseline's own, against "
+        "the baseline's second pass; changed answers are reported."
+    ),
+    "agreement": "Gated on exact agreement with the baseline's own answers.",
+}
 _AGREEMENT_SCORERS = ("exact", "normalized", "numeric", "choice")
 _TEXT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 #: Nesting depth of one request line. A chat request nests about six levels (body, messages,
@@ -69,6 +86,9 @@ class ReplaySummary:
     written: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     dropped_fields: dict[str, int] = field(default_factory=dict)
+    compare: str = "similarity"
+    """What the written suite gates on: ``judge``, ``similarity`` or ``agreement``."""
+    judge: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +101,8 @@ class ReplaySummary:
             "written": self.written,
             "skipped": dict(self.skipped),
             "dropped_fields": dict(self.dropped_fields),
+            "compare": self.compare,
+            "judge": self.judge,
         }
 
 
@@ -191,6 +213,9 @@ def suite_from_requests(
     max_tokens: int = 256,
     scorer: str = "exact",
     force: bool = False,
+    judge: str | None = None,
+    similarity: str = "rouge_l",
+    compare: str | None = None,
 ) -> ReplaySummary:
     """Write a replay suite (``out``) and its data (``out`` with ``.jsonl``) from a request log."""
     if n is not None and not 1 <= n <= limits.MAX_ITEMS:
@@ -202,6 +227,16 @@ def suite_from_requests(
             f"--scorer {scorer!r}: a replay has no reference; use one of "
             f"{', '.join(_AGREEMENT_SCORERS)}"
         )
+    mode = compare or ("judge" if judge else "similarity")
+    if mode not in _COMPARES:
+        raise UsageError(f"--compare {mode!r}: use one of {', '.join(_COMPARES)}")
+    if mode == "judge" and not judge:
+        raise UsageError("--compare judge needs --judge NAME (a registered judge endpoint)")
+    if similarity not in _TEXT_SIMILARITY:
+        raise UsageError(
+            f"--similarity {similarity!r}: use one of {', '.join(_TEXT_SIMILARITY)} (embedding "
+            "similarity needs an embeddings endpoint in the suite's params)"
+        )
     if out.suffix not in (".yaml", ".yml"):
         raise UsageError(f"{out}: the suite file must end in .yaml or .yml")
     data_path = out.with_suffix(".jsonl")
@@ -210,7 +245,9 @@ def suite_from_requests(
             raise UsageError(f"{target} exists; pass --force to overwrite it")
     if data_path.resolve() == log.resolve():
         raise UsageError(f"{data_path} is the request log itself; choose another -o")
-    summary = ReplaySummary(suite=out, data=data_path, name=_slug(name or out.stem))
+    summary = ReplaySummary(
+        suite=out, data=data_path, name=_slug(name or out.stem), compare=mode, judge=judge
+    )
     dropped: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
     unique: dict[str, dict[str, Any]] = {}
@@ -284,8 +321,8 @@ def suite_from_requests(
         "kind": "dataset",
         "description": (
             f"Replay of {summary.written} of {summary.unique} distinct conversations from "
-            f"{summary.requests} requests in {log.name} (seed {seed}){skipped_text}. Gated on "
-            "agreement with the baseline's own answers."
+            f"{summary.requests} requests in {log.name} (seed {seed}){skipped_text}. "
+            + _GATED_ON[mode].format(similarity=similarity, judge=judge)
         ),
         "seed": seed,
         "params": {
@@ -297,6 +334,9 @@ def suite_from_requests(
             "max_tokens": max_tokens,
             "max_tokens_column": "max_tokens",
             "slices": ["prompt_length"],
+            "compare": mode,
+            **({"similarity": similarity} if mode == "similarity" else {}),
+            **({"judge": {"endpoint": judge}} if judge else {}),
         },
     }
     out.write_text(

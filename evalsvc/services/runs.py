@@ -80,6 +80,29 @@ def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
     return found
 
 
+def resolve_helpers(
+    suites: Sequence[Suite], store: Store | None, *, server: bool
+) -> dict[str, dict[str, EndpointRef]]:
+    """The helper endpoints the suites name (``Suite.helper_endpoints``: a judge, an embedding
+    model) as refs, ``{suite: {purpose: ref}}``: a registered name, or (not on a server, where
+    every endpoint must be registered) a URL. An unknown one is a ``UsageError`` (exit 2)
+    before anything is sent."""
+    out: dict[str, dict[str, EndpointRef]] = {}
+    for suite in suites:
+        for purpose, name in suite.helper_endpoints().items():
+            if server and "://" in name:
+                raise UsageError(
+                    f"suite {suite.name}: its {purpose} endpoint must be a registered endpoint "
+                    f"name on a server, not a URL (register it: evalsvc endpoints add NAME URL)"
+                )
+            try:
+                ref = resolve_endpoint(name, store)
+            except UsageError as exc:
+                raise UsageError(f"suite {suite.name}: {purpose} endpoint: {exc}") from None
+            out.setdefault(suite.name, {})[purpose] = ref
+    return out
+
+
 def gate_limits() -> GateLimits:
     """The server's bounds on every suite's gate policy (``EVALSVC_GATE_MAX_MARGIN``/``_ALPHA``)."""
     settings = Settings()
@@ -124,6 +147,7 @@ def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> R
     ``submitted_by`` is the caller's token name (who may cancel it besides admins)."""
     suites = load_suites(spec, allow_paths=False)  # unknown suites: at submission, not later
     check_server_items(spec, suites)
+    resolve_helpers(suites, store, server=True)  # an unknown judge: at submission, not later
     check_server_spec(spec, store=store)
     return store.create_run(spec, status=RunStatus.queued, submitted_by=submitted_by)
 
@@ -311,6 +335,7 @@ def compare(
     ``InfrastructureError`` / ``CapabilityError`` after recording the run as ``error``.
     """
     suites = load_suites(spec, allow_paths=allow_paths)
+    helpers = resolve_helpers(suites, store, server=egress is not None)
     # Runs left "running" by a compare that was killed (or by lost workers) are settled first.
     settings = Settings()
     with contextlib.suppress(Exception):
@@ -343,6 +368,7 @@ def compare(
                 cancel=lost,
                 worker_id=None,
                 egress=egress,
+                helpers=helpers,
             )
     except CancelledRun:
         raise InfrastructureError(
@@ -369,6 +395,7 @@ def execute_stored_run(
         check_server_items(run.spec, suites)
         policy = server_policy()
         check_server_spec(run.spec, store=store, policy=policy, names=False)
+        helpers = resolve_helpers(suites, store, server=True)
     except UsageError as exc:
         store.finish_run(
             run.id, status=RunStatus.error, verdict="error", error=str(exc), worker_id=worker_id
@@ -383,6 +410,7 @@ def execute_stored_run(
             cancel=cancel,
             worker_id=worker_id,
             egress=policy,
+            helpers=helpers,
         )
     except (InfrastructureError, CapabilityError):
         pass  # already recorded by _execute
@@ -399,6 +427,7 @@ def _execute(
     cancel: threading.Event | None,
     worker_id: str | None,
     egress: EgressPolicy | None = None,
+    helpers: dict[str, dict[str, EndpointRef]] | None = None,
 ) -> dict[str, Any]:
     spec = run.spec
     for suite in suites:
@@ -412,6 +441,7 @@ def _execute(
             spec={
                 **suite.spec.model_dump(mode="json"),
                 "resolved_gate": suite.gate.to_dict(),
+                **suite.snapshot_extra(),
             },
         )
     writer = SampleWriter(store, run.id)
@@ -454,6 +484,7 @@ def _execute(
                 cancel=cancel,
                 on_probed=on_probed,
                 egress=egress,
+                helpers=helpers,
             )
         )
     except (InfrastructureError, CapabilityError) as exc:

@@ -318,8 +318,8 @@ def sample(role: str, item: str, output: str, repeat: int = 0, answer: Any = "x"
 def test_agreement_pairs_second_baseline_pass_with_candidate(tmp_path: Path) -> None:
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"q": f"q{i}"}) + "\n" for i in range(4)))
     suite = load_suite(str(write_yaml(tmp_path / "s.yaml", {
-        "path": "d.jsonl", "prompt": {"template": "{q}"}, "slices": ["prompt_length"]})),
-        allow_paths=True)
+        "path": "d.jsonl", "prompt": {"template": "{q}"}, "slices": ["prompt_length"],
+        "compare": "agreement"})), allow_paths=True)
     assert suite.default_gate().metric == "agreement"
     base = [sample("baseline", f"row-{i}", f"a{i}", answer=f"a{i}") for i in range(4)]
     # The baseline repeats itself on rows 0-2; the candidate on rows 0, 1 and 3.
@@ -378,7 +378,8 @@ def test_from_requests_writes_a_loadable_replay_suite(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in data.splitlines()]
     assert len(rows) == 20 and len({r["id"] for r in rows}) == 20
     suite = load_suite(str(out), allow_paths=True)
-    assert suite.default_gate().metric == "agreement" and suite.item_count() == 20
+    assert suite.default_gate().metric == "rouge_l" and suite.item_count() == 20
+    assert summary["compare"] == "similarity" and suite.params.mode == "similarity"
     # Seeded: the same sample again; another seed, another sample.
     assert cli(*cmd, "--force").exit_code == 0
     assert out.with_suffix(".jsonl").read_text() == data

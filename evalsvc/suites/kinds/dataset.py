@@ -71,7 +71,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults, evaluate_gate
 from evalsvc.settings import Settings
 from evalsvc.suites._base import (
     Analysis,
@@ -86,6 +86,9 @@ from evalsvc.suites._base import (
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import ViewInput
 from evalsvc.suites.kinds._extract import answer_span, extract_number
+from evalsvc.suites.kinds._judge import Judge, JudgeSpec, guard_outcome
+from evalsvc.suites.kinds._judge import summary as judge_summary
+from evalsvc.suites.kinds._similarity import PAIR_FIELD, score_pairs, similarity
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -122,6 +125,15 @@ class PromptSpec(BaseModel):
         if (self.messages is None) == (self.template is None):
             raise ValueError("give exactly one of prompt.messages (a column) or prompt.template")
         return self
+
+
+class EmbeddingSpec(BaseModel):
+    """The suite's ``params.embeddings``: an OpenAI-compatible ``/embeddings`` endpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str = Field(min_length=1, max_length=500)
+    """A registered endpoint name (``evalsvc endpoints add``), or a URL for a local compare."""
 
 
 class DatasetParams(BaseModel):
@@ -167,6 +179,25 @@ class DatasetParams(BaseModel):
     max_tokens: int = Field(default=64, ge=1, le=limits.MAX_TOKENS)
     max_tokens_column: str | None = None
     """Column with a per-row ``max_tokens`` (replayed requests); capped at ``max_tokens``."""
+    compare: Literal["similarity", "judge", "agreement"] | None = None
+    """Without a reference: what the gate tests against the baseline's own answers (module
+    docstring). Default: ``judge`` when a judge is set, else ``similarity``."""
+    similarity: Literal["rouge_l", "token_f1", "embedding"] = "rouge_l"
+    """``compare: similarity``: the measure the gate tests (``embedding`` needs ``embeddings``)."""
+    embeddings: EmbeddingSpec | None = None
+    """An embedding endpoint: adds embedding similarity to the reported measures."""
+    judge: JudgeSpec | None = None
+    """A judge endpoint (``evalsvc.suites.kinds._judge``): ``compare: judge`` gates on it."""
+
+    @property
+    def mode(self) -> Literal["reference", "similarity", "judge", "agreement"]:
+        """How answers are scored: against the reference column, or one of the reference-free
+        comparisons with the baseline's answers."""
+        if self.reference is not None:
+            return "reference"
+        if self.compare is not None:
+            return self.compare
+        return "judge" if self.judge is not None else "similarity"
 
     @model_validator(mode="after")
     def _check(self) -> DatasetParams:
@@ -183,6 +214,17 @@ class DatasetParams(BaseModel):
             raise ValueError(f"pattern is only used by scorer 'regex', not {self.scorer!r}")
         if self.scorer == "contains" and self.reference is None:
             raise ValueError("scorer 'contains' needs a reference column")
+        if self.reference is not None and (self.compare or self.judge):
+            raise ValueError(
+                "compare and judge are for suites without a reference column (the reference "
+                "scores the answers); remove them or the reference"
+            )
+        if self.compare == "judge" and self.judge is None:
+            raise ValueError("compare 'judge' needs a judge (judge: {endpoint: NAME})")
+        if self.similarity == "embedding" and self.embeddings is None:
+            raise ValueError(
+                "similarity 'embedding' needs an embedding endpoint (embeddings: {endpoint: NAME})"
+            )
         if self.api == "completions" and self.prompt.messages is not None:
             raise ValueError("api 'completions' needs prompt.template (messages are chat)")
         if len(set(self.labels)) != len(self.labels):
@@ -555,6 +597,52 @@ _AGREEMENT_GATE = GateDefaults.paired_noninferiority(
 )
 
 
+_SIMILARITY_SOURCE = (
+    "Lin 2004, 'ROUGE: A Package for Automatic Evaluation of Summaries' (ROUGE-1/ROUGE-L "
+    "F-measure; rouge-score, Google Research); Rajpurkar et al. 2016, arXiv 1606.05250 (token F1)"
+)
+_JUDGE_SOURCE = (
+    "Zheng et al. 2023, 'Judging LLM-as-a-Judge with MT-Bench and Chatbot Arena', arXiv "
+    "2306.05685: pairwise comparison in both orders, an inconsistent pair a tie; GPT-4 agrees "
+    "with human experts on 66% of pairs with ties, as often as experts agree with each other"
+)
+
+
+def _similarity_gate(measure: str) -> GateDefaults:
+    return GateDefaults.paired_noninferiority(
+        "dataset",
+        metric=measure,
+        kind="continuous",
+        margin=0.05,
+        rationale=(
+            f"No reference column: the mean {measure} of each answer with the baseline's first "
+            "answer, the candidate's paired with the baseline's own second pass (its similarity "
+            "with itself, 1 where it repeats itself), so an unchanged model is centred on a zero "
+            "difference; 5 points of mean similarity, the agreement gate's margin. A measure of "
+            "wording, not of quality: a changed but equally good answer scores lower (use a "
+            "judge for quality)."
+        ),
+        sources=(_SIMILARITY_SOURCE,),
+    )
+
+
+_JUDGE_GATE = GateDefaults.paired_noninferiority(
+    "dataset",
+    metric="judge_not_worse",
+    margin=0.10,
+    rationale=(
+        "No reference column, a judge: the share of items judged not worse than the baseline's "
+        "answer (both orders, an order-inconsistent pair a tie), paired with the share where "
+        "the baseline was not judged worse, so Δ is the net share judged better minus worse and "
+        "an equally good candidate is centred on 0. 10 points, twice the accuracy gates': a "
+        "judge is a noisier instrument than a reference (it agrees with human experts about as "
+        "often as they agree with each other, two pairs in three). A judge that is position-"
+        "inconsistent or cannot tell a cut answer from a whole one makes the gate inconclusive."
+    ),
+    sources=(_JUDGE_SOURCE,),
+)
+
+
 class DatasetSuite(Suite):
     kind = "dataset"
     scores_answers = True
@@ -594,8 +682,53 @@ class DatasetSuite(Suite):
         return self.params.reference is None
 
     def default_gate(self) -> GateDefaults:
-        # The metric depends on the params: accuracy with a reference column, else agreement.
-        return _AGREEMENT_GATE if self.agreement else _ACCURACY_GATE
+        # The metric depends on the params: accuracy with a reference column, else the
+        # reference-free comparison the suite asks for (module docstring).
+        mode = self.params.mode
+        if mode == "judge":
+            return _JUDGE_GATE
+        if mode == "similarity":
+            return _similarity_gate(self.params.similarity)
+        return _AGREEMENT_GATE if mode == "agreement" else _ACCURACY_GATE
+
+    # -- scoring that needs both sides' answers (``_similarity``, ``_judge``)
+
+    def helper_endpoints(self) -> dict[str, str]:
+        p = self.params
+        out = {}
+        if p.judge is not None:
+            out["judge"] = p.judge.endpoint
+        if p.embeddings is not None:
+            out["embeddings"] = p.embeddings.endpoint
+        return out
+
+    def wants_after_pairs(self) -> bool:
+        return self.agreement
+
+    def snapshot_extra(self) -> dict[str, Any]:
+        p = self.params
+        return {"judge": p.judge.snapshot()} if p.judge is not None else {}
+
+    async def after_pairs(
+        self,
+        items: Sequence[Item],
+        samples: Sequence[Sample],
+        helpers: dict[str, EndpointClient],
+        *,
+        emit: Emit,
+        concurrency: int,
+    ) -> None:
+        # Here, not in ``run``: a comparison needs the baseline's answer and the other one,
+        # which exist together only once every endpoint has answered the batch.
+        changed = await score_pairs(items, samples, self._scorer.same, helpers.get("embeddings"))
+        for sample in changed:
+            await emit(sample)
+        judge = self.params.judge
+        if judge is None or "judge" not in helpers:
+            return
+        merged = list({s.key: s for s in [*samples, *changed]}.values())
+        controls = sum("judge_control" in s.data for s in merged)
+        await Judge(judge, helpers["judge"], concurrency).judge(items, merged, emit, controls)
 
     def item_count(self) -> int:
         if self._built is None and self._count is not None:
@@ -927,6 +1060,10 @@ class DatasetSuite(Suite):
         return self._agreement(baseline, candidate)
 
     def _agreement(self, baseline: list[Sample], candidate: list[Sample]) -> Analysis:
+        """The reference-free analysis: per item the baseline's second answer and the
+        candidate's, each compared with the baseline's first (agreement, similarity or the
+        judge's preference, as ``params.mode`` says); the other comparisons are reported."""
+        mode = self.params.mode
         first = {s.item_id: s for s in baseline if s.repeat == 0}
         second = {s.item_id: s for s in baseline if s.repeat == 1}
         cand = {s.item_id: s for s in candidate if s.repeat == 0}
@@ -935,6 +1072,11 @@ class DatasetSuite(Suite):
         keys: list[str] = []
         tokens: list[tuple[str | None, str | None] | None] = []
         slices: dict[str, list[str]] = {}
+        agree: tuple[list[float], list[float]] = ([], [])
+        measures: dict[str, tuple[list[float], list[float]]] = {}
+        judged: list[dict[str, Any]] = []
+        aa: list[dict[str, Any]] = []
+        examples: list[dict[str, Any]] = []
         errors = 0
         for item_id in sorted(set(first) | set(second) | set(cand)):
             ref, again, other = first.get(item_id), second.get(item_id), cand.get(item_id)
@@ -942,9 +1084,39 @@ class DatasetSuite(Suite):
                 errors += 1
                 continue
             assert ref is not None and again is not None and other is not None
-            ref_key = ref.data.get("answer")
-            b.append(float(self._scorer.same(again.data.get("answer"), ref_key)))
-            c.append(float(self._scorer.same(other.data.get("answer"), ref_key)))
+            pair_b, pair_c = pair_scores(ref, again, self._scorer.same), pair_scores(
+                ref, other, self._scorer.same
+            )
+            verdict = other.data.get("judge")
+            if mode == "judge":
+                if not isinstance(verdict, dict) or verdict.get("error"):
+                    errors += 1  # the judge failed on this pair (or never saw it)
+                    continue
+                pref = int(verdict["preference"])
+                b.append(0.0 if pref > 0 else 1.0)
+                c.append(0.0 if pref < 0 else 1.0)
+                judged.append(verdict)
+                aa_verdict = again.data.get("judge")
+                if isinstance(aa_verdict, dict) and not aa_verdict.get("error"):
+                    aa.append(aa_verdict)
+            elif mode == "similarity":
+                vb, vc = pair_b.get(self.params.similarity), pair_c.get(self.params.similarity)
+                if vb is None or vc is None:
+                    errors += 1  # no embedding for one of the answers
+                    continue
+                b.append(float(vb))
+                c.append(float(vc))
+            else:
+                b.append(float(pair_b["same_answer"]))
+                c.append(float(pair_c["same_answer"]))
+            agree[0].append(float(pair_b["same_answer"]))
+            agree[1].append(float(pair_c["same_answer"]))
+            for m in ("rouge_l", "token_f1", "embedding"):
+                if pair_b.get(m) is not None and pair_c.get(m) is not None:
+                    measures.setdefault(m, ([], []))[0].append(float(pair_b[m]))
+                    measures[m][1].append(float(pair_c[m]))
+            if not pair_c["same_answer"] or (isinstance(verdict, dict) and verdict.get("preference")):
+                examples.append(pair_example(item_id, ref, other, pair_c, verdict))
             keys.append(item_id)
             tokens.append(first_divergent_token(ref.output, other.output))
             for dim, label in self.slice_of(ref).items():
@@ -957,16 +1129,95 @@ class DatasetSuite(Suite):
             slices={d: v for d, v in slices.items() if len(v) == len(b)} or None,
             keys=keys,
             first_tokens=tokens,
+            value_range=(0.0, 1.0) if mode == "similarity" else None,
         )
-        analysis.details["scorer"] = self.params.scorer
-        analysis.details["reference"] = "baseline (agreement)"
-        analysis.details["baseline_self_agreement"] = sum(b) / len(b) if b else None
-        analysis.details["candidate_agreement"] = sum(c) / len(c) if c else None
-        # "lost": the baseline repeated its answer and the candidate did not; "gained" the other
-        # way round.
-        analysis.details["flips"] = flips(b, c)
-        analysis.details["by_slice"] = by_slice(analysis)
+        d = analysis.details
+        d["scorer"] = self.params.scorer
+        d["reference"] = f"baseline ({mode})"
+        d["compare"] = mode
+        d["baseline_self_agreement"] = _mean(agree[0])
+        d["candidate_agreement"] = _mean(agree[1])
+        # The "flips" of the literature (arXiv 2407.09141) without a reference: answers that
+        # changed (by the scorer's extraction) from the baseline's first answer.
+        d["changed_answers"] = {
+            "candidate": sum(x < 0.5 for x in agree[1]),
+            "baseline_second_pass": sum(x < 0.5 for x in agree[0]),
+            "n": len(agree[1]),
+            "share": 1 - d["candidate_agreement"] if agree[1] else None,
+        }
+        d["similarity"] = {
+            m: {"baseline": _mean(v[0]), "candidate": _mean(v[1])} for m, v in measures.items()
+        }
+        if self.params.judge is not None:
+            controls = [
+                s.data["judge_control"]
+                for s in first.values()
+                if isinstance(s.data.get("judge_control"), dict)
+                and not s.data["judge_control"].get("error")
+            ]
+            d["judge"] = judge_summary(self.params.judge, judged, aa, controls)
+        if mode == "judge":
+            summary = d["judge"]
+            analysis.gate_test = lambda gate, seed: guard_outcome(
+                evaluate_gate(
+                    b, c, metric=gate.metric, kind="binary", margin=gate.margin or 0.0,
+                    alpha=gate.alpha, higher_is_better=True, paired=True, seed=seed,
+                ),
+                summary,
+            )
+        # Worst first: judged worse, then the least similar changed answers.
+        examples.sort(key=lambda e: (e.get("preference") or 0, e.get("rouge_l") or 0.0))
+        d["pair_examples"] = examples[:PAIR_EXAMPLES]
+        # "lost": the baseline kept its answer and the candidate did not (agreement, similarity),
+        # or the candidate was judged worse (judge); "gained" the other way round.
+        d["flips"] = flips(b, c) if mode != "similarity" else flips(agree[0], agree[1])
+        d["by_slice"] = by_slice(analysis)
         return analysis
+
+
+PAIR_EXAMPLES = 20
+"""Changed or judged answers the report shows with their prompt (worst first)."""
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def pair_scores(first: Sample, other: Sample, same: Any) -> dict[str, Any]:
+    """``other``'s comparison with the baseline's ``first`` answer: as the post-pass stored it
+    (``data["vs_baseline"]``), else computed from the outputs (samples of a run stored before
+    the post-pass existed; no embedding then)."""
+    stored = other.data.get(PAIR_FIELD)
+    if isinstance(stored, dict) and "same_answer" in stored:
+        return stored
+    return {
+        "same_answer": bool(same(other.data.get("answer"), first.data.get("answer"))),
+        "rouge_l": similarity("rouge_l", first.output, other.output),
+        "token_f1": similarity("token_f1", first.output, other.output),
+    }
+
+
+def pair_example(
+    item_id: str, first: Sample, other: Sample, pair: dict[str, Any], verdict: Any
+) -> dict[str, Any]:
+    """One changed (or judged) item as the report shows it: prompt, both answers, the
+    similarities and the judge's verdicts with its reasons, each text cut to 600 characters."""
+    cut = 600
+    example: dict[str, Any] = {
+        "item": item_id,
+        "prompt": (prompt_text(first.data.get("prompt")) or "")[:cut],
+        "baseline": first.output[:cut],
+        "candidate": other.output[:cut],
+        "same_answer": pair.get("same_answer"),
+        "rouge_l": pair.get("rouge_l"),
+        "token_f1": pair.get("token_f1"),
+    }
+    if isinstance(verdict, dict):
+        example["preference"] = verdict.get("preference")
+        example["consistent"] = verdict.get("consistent")
+        example["verdicts"] = verdict.get("verdicts")
+        example["reasons"] = [str(r)[-cut:] for r in verdict.get("reasons") or []]
+    return example
 
 
 def _with_prompt(emit: Emit, prompts: dict[str, Any], cap: int) -> Emit:

@@ -1,0 +1,122 @@
+"""A real OpenAI-compatible server on loopback with planted behaviour, for the reference-free
+``dataset`` modes (the kind of fake the house rules allow: a server with known behaviour).
+
+Paths (each one a behaviour; ``/v1/models`` answers on all of them):
+
+- ``/base/v1/chat/completions``: answers ``Question i ...`` with ``Answer i: the full answer.``
+- ``/cand/v1/...``: the same answer, except on items ``i`` with ``i % 10 < worse_tenths``
+  where it answers ``Answer i: a worse answer.`` (the planted regression);
+- ``/judge/v1/...``: a consistent judge: it reads answers A and B from the prompt (the default
+  judge prompt's ``[Answer A]``/``[Answer B]`` sections) and prefers the one *without* "worse",
+  or, when one answer is a strict prefix of the other (the discrimination control), the longer;
+  else ``[[C]]``; with a reason line before the verdict;
+- ``/position/v1/...``: a pure position-bias judge: ``[[A]]`` whatever it reads;
+- ``/embed/v1/embeddings``: a bag-of-letters embedding (26 counts of a-z per text).
+
+``server.judged`` counts the judge requests that compare two answers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_QUESTION = re.compile(r"Question (\d+)")
+_ANSWERS = re.compile(r"\[Answer A\]\n(.*?)\n\n\[Answer B\]\n(.*?)\n\nWhich answer", re.DOTALL)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: JudgeServer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _reply(self, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        role = self.path.strip("/").split("/")[0]
+        self._reply({"data": [{"id": f"{role}-model", "max_model_len": 4096}]})
+
+    def do_POST(self) -> None:  # noqa: N802
+        size = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(size) or b"{}")
+        role = self.path.strip("/").split("/")[0]
+        if self.path.endswith("/embeddings"):
+            texts = body["input"]
+            self._reply({"data": [{"index": i, "embedding": _letters(t)}
+                                  for i, t in enumerate(texts)]})
+            return
+        if "messages" not in body:  # the probe's other routes (tokenize, completions)
+            self._reply({})
+            return
+        content = str(body["messages"][-1]["content"])
+        text = self.server.answer(role, content)
+        self._reply({
+            "choices": [{"message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        })
+
+
+def _letters(text: str) -> list[float]:
+    low = text.lower()
+    return [float(low.count(ch)) for ch in "abcdefghijklmnopqrstuvwxyz"]
+
+
+class JudgeServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, worse_tenths: int = 0) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.worse_tenths = worse_tenths
+        self.lock = threading.Lock()
+        self.judged = 0
+
+    def url(self, role: str) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/{role}/v1"
+
+    def answer(self, role: str, content: str) -> str:
+        if role in ("judge", "position"):
+            if "[Answer A]" in content:  # not the probe's own chat request
+                with self.lock:
+                    self.judged += 1
+            if role == "position":
+                return "The first answer reads better.\n[[A]]"
+            found = _ANSWERS.search(content)
+            if found is None:
+                return "I cannot read the answers."
+            a, b = found.group(1), found.group(2)
+            if ("worse" in a) != ("worse" in b):
+                return "One answer is worse.\n" + ("[[B]]" if "worse" in a else "[[A]]")
+            if a != b and (a.startswith(b) or b.startswith(a)):
+                return "One answer is cut short.\n" + ("[[A]]" if len(a) > len(b) else "[[B]]")
+            return "They say the same.\n[[C]]"
+        match = _QUESTION.search(content)
+        i = int(match.group(1)) if match else -1
+        if role == "cand" and i % 10 < self.worse_tenths:
+            return f"Answer {i}: a worse answer."
+        return f"Answer {i}: the full and careful answer."
+
+
+@contextmanager
+def judge_server(worse_tenths: int = 0) -> Iterator[JudgeServer]:
+    server = JudgeServer(worse_tenths)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()

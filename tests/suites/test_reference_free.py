@@ -1,0 +1,198 @@
+"""The ``dataset`` kind without a reference: similarity scorers checked against ``rouge-score``,
+and the similarity and judge gates driven through the runner by a loopback server with planted
+behaviour (``tests/suites/judge_server.py``): a planted share of worse answers beyond the margin
+fails, a position-biased judge is reported inconsistent and never passes, an A/A with a
+consistent judge passes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rouge_score import rouge_scorer
+
+from evalsvc.domain import EndpointRef, RunOptions, Sample
+from evalsvc.runner import execute
+from evalsvc.services.runs import UsageError, resolve_helpers
+from evalsvc.suites import load_suite
+from evalsvc.suites.kinds._judge import combine, degraded, parse_verdict
+from evalsvc.suites.kinds._similarity import embedding_similarity, similarity
+from tests.suites.judge_server import judge_server
+
+PAIRS = [
+    ("The cat sat on the mat.", "A cat was sitting on the mat"),
+    ("Paris is the capital of France.", "The capital of France is Paris."),
+    ("42", "The answer is 42."),
+    ("one two three four five", "five four three two one"),
+    ("the the the cat", "the cat cat"),
+    ("Completely different words here", "nothing shared at all"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), PAIRS)
+def test_text_similarity_matches_rouge_score(a: str, b: str) -> None:
+    """On ASCII text our tokenizer and rouge-score's agree, so the scores are the package's."""
+    ref = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=False).score(a, b)
+    assert similarity("rouge_l", a, b) == pytest.approx(ref["rougeL"].fmeasure)
+    assert similarity("token_f1", a, b) == pytest.approx(ref["rouge1"].fmeasure)
+    # Token F1 is SQuAD's bag-of-tokens F1 (without its normalization): counted independently.
+    ta, tb = Counter(a.lower().replace(".", " ").split()), Counter(b.lower().replace(".", " ").split())
+    common = sum((ta & tb).values())
+    f1 = 0.0 if common == 0 else 2 * common / (sum(ta.values()) + sum(tb.values()))
+    assert similarity("token_f1", a, b) == pytest.approx(f1)
+    assert similarity("rouge_l", a, b) == pytest.approx(similarity("rouge_l", b, a))
+
+
+def test_similarity_edges_and_unicode() -> None:
+    assert similarity("rouge_l", "", "") == 1.0 and similarity("token_f1", "x", "") == 0.0
+    # rouge-score's own tokenizer keeps [a-z0-9] only: Cyrillic would be empty to it.
+    assert similarity("rouge_l", "Привет, мир", "привет мир") == 1.0
+    assert similarity("token_f1", "Привет мир", "привет") == pytest.approx(2 / 3)
+    assert embedding_similarity([1.0, 0.0], [1.0, 0.0]) == pytest.approx(1.0)
+    assert embedding_similarity([1.0, 0.0], [-1.0, 0.0]) == 0.0  # clipped: not "less than unrelated"
+    assert embedding_similarity([0.0, 0.0], [1.0, 0.0]) is None
+
+
+def test_judge_verdicts_combine_over_both_orders() -> None:
+    assert parse_verdict("reasons... [[A]] no wait [[B]]") == "B"
+    assert parse_verdict("no verdict") is None
+    # First order: the baseline is A; second: the baseline is B. Preference of the other answer.
+    assert combine("B", "A") == (1, True) and combine("A", "B") == (-1, True)
+    assert combine("C", "C") == (0, True)
+    assert combine("A", "A") == (0, False)  # position bias: a tie, counted inconsistent
+    assert combine(None, "A") == (0, False)
+    assert degraded("one two three four five six") == "one two" and degraded("Paris") == ""
+
+
+def test_unknown_judge_endpoint_is_a_usage_error(tmp_path: Path) -> None:
+    suite = load_suite(str(write_suite(tmp_path, 4, judge={"endpoint": "no-such-judge"})),
+                       allow_paths=True)
+    assert suite.helper_endpoints() == {"judge": "no-such-judge"}
+    with pytest.raises(UsageError, match="judge endpoint: 'no-such-judge' is neither"):
+        resolve_helpers([suite], None, server=False)
+    url_suite = load_suite(str(write_suite(tmp_path, 4, judge={"endpoint": "http://x:1/v1"})),
+                           allow_paths=True)
+    with pytest.raises(UsageError, match="must be a registered endpoint name on a server"):
+        resolve_helpers([url_suite], None, server=True)
+
+
+def test_params_refuse_what_cannot_run(tmp_path: Path) -> None:
+    from evalsvc.suites import SuiteError
+
+    with pytest.raises(SuiteError, match="compare 'judge' needs a judge"):
+        load_suite(str(write_suite(tmp_path, 4, compare="judge")), allow_paths=True)
+    with pytest.raises(SuiteError, match="needs an embedding endpoint"):
+        load_suite(str(write_suite(tmp_path, 4, similarity="embedding")), allow_paths=True)
+    with pytest.raises(SuiteError, match=r"must contain \{answer_b\}"):
+        load_suite(str(write_suite(tmp_path, 4, judge={"endpoint": "j", "prompt": "{question} "
+                                                        "{answer_a}"})), allow_paths=True)
+
+
+# ---- through the runner, against the loopback server ------------------------------------------
+
+
+def write_suite(tmp_path: Path, n: int, **params: Any) -> Path:
+    rows = [{"id": f"q{i:02d}", "messages": [{"role": "user", "content": f"Question {i}: why?"}]}
+            for i in range(n)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"name": "rf", "kind": "dataset", "params": {
+        "path": "d.jsonl", "prompt": {"messages": "messages"}, "id_column": "id", "n": n,
+        "max_tokens": 32, **params}}
+    path = tmp_path / f"rf-{len(list(tmp_path.glob('rf-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def run(base: str, cand: str, suite_path: Path, helpers: dict[str, str]) -> tuple[Any, list[Sample]]:
+    suite = load_suite(str(suite_path), allow_paths=True)
+    stored: dict[tuple[str, str, str, int], Sample] = {}
+
+    async def sink(sample: Sample) -> None:
+        stored[sample.key] = sample  # the store keeps the last sample of a key
+
+    refs = {purpose: EndpointRef(url=url) for purpose, url in helpers.items()}
+    result = asyncio.run(execute(
+        run_id="t", baseline=EndpointRef(url=base), candidates=[EndpointRef(url=cand)],
+        suites=[suite], options=RunOptions(concurrency=4), sink=sink,
+        helpers={suite.name: refs} if refs else None,
+    ))
+    return result.candidates[0].suites[0], list(stored.values())
+
+
+def test_planted_worse_share_beyond_the_margin_fails(tmp_path: Path) -> None:
+    with judge_server(worse_tenths=3) as srv:
+        path = write_suite(tmp_path, 40, judge={"endpoint": "judge", "controls": 10})
+        res, samples = run(srv.url("base"), srv.url("cand"), path, {"judge": srv.url("judge")})
+    assert res.outcome.metric == "judge_not_worse" and res.n_errors == 0 and res.outcome.n == 40
+    assert res.verdict == "fail", res.outcome
+    assert res.outcome.delta == pytest.approx(-0.30)  # 12 of 40 judged worse, none better
+    j = res.details["judge"]
+    assert j["candidate"]["worse"] == 12 and j["candidate"]["better"] == 0
+    assert j["consistency"] == 1.0 and j["discrimination"] == 1.0 and j["informative"]
+    assert j["aa"]["n"] == 40 and j["aa"]["same"] == 40  # the baseline against its second pass
+    assert j["controls"] == 10 and j["model"] == "judge-model"
+    # Every judged-worse item is in the report with its prompt, both answers and the reasons.
+    worse = [e for e in res.details["pair_examples"] if e.get("preference") == -1]
+    assert len(worse) == 12
+    assert worse[0]["prompt"].startswith("[user] Question") and "worse" in worse[0]["candidate"]
+    assert worse[0]["reasons"] and "One answer is worse." in worse[0]["reasons"][0]
+    # The stored candidate samples carry the judgement; the judged-worse ones score 0.
+    cand = [s for s in samples if s.endpoint == "candidate:0"]
+    assert sum(s.score == 0.0 for s in cand) == 12
+    assert all(s.data["judge"]["verdicts"] in (["C", "C"], ["A", "B"]) for s in cand)
+    assert res.details["changed_answers"]["candidate"] == 12
+
+
+def test_position_biased_judge_is_inconsistent_and_never_passes(tmp_path: Path) -> None:
+    with judge_server() as srv:
+        path = write_suite(tmp_path, 40, judge={"endpoint": "position", "controls": 10})
+        # A/A: the candidate is the baseline itself, so every pair is a tie to a sound judge.
+        res, _ = run(srv.url("base"), srv.url("base"), path, {"judge": srv.url("position")})
+    j = res.details["judge"]
+    assert j["consistency"] == 0.0 and j["candidate"]["inconsistent"] == 40
+    assert j["discrimination"] == 0.0 and not j["informative"] and len(j["problems"]) == 2
+    assert res.verdict == "inconclusive"
+    # The interval alone would pass (every pair a tie); the judge's guard says why it did not.
+    assert "would read pass" in res.outcome.details["judge_overrode"]
+
+
+def test_aa_with_a_consistent_judge_passes(tmp_path: Path) -> None:
+    with judge_server() as srv:
+        path = write_suite(tmp_path, 40, judge={"endpoint": "judge", "controls": 5})
+        res, _ = run(srv.url("base"), srv.url("base"), path, {"judge": srv.url("judge")})
+        judged = srv.judged
+    assert res.verdict == "pass", res.outcome
+    assert res.details["judge"]["informative"] and res.details["judge"]["candidate"]["same"] == 40
+    # Both orders of the candidate pair and of the A/A pair per item, and of each control.
+    assert judged == 40 * 4 + 5 * 2
+
+
+def test_similarity_gate_with_embeddings(tmp_path: Path) -> None:
+    """Without a judge the suite gates on similarity: the A/A passes, the planted worse
+    answers fail; agreement is reported (changed answers), and an embedding endpoint adds
+    embedding similarity."""
+    with judge_server(worse_tenths=3) as srv:
+        # 60 items: an A/A with no spread passes a 5-point margin on the exact bound from
+        # about 59 (at 40 the bound is 7 points: evalsvc.gates.exact_constant_bounds).
+        path = write_suite(tmp_path, 60, embeddings={"endpoint": "embed"})
+        helpers = {"embeddings": srv.url("embed")}
+        same, _ = run(srv.url("base"), srv.url("base"), path, helpers)
+        worse, samples = run(srv.url("base"), srv.url("cand"), path, helpers)
+    assert same.outcome.metric == "rouge_l" and same.verdict == "pass", same.outcome
+    assert worse.verdict == "fail", worse.outcome
+    # ROUGE-L of "Answer i: a worse answer." against the full answer: LCS 3 of 5 and 7 tokens.
+    assert worse.outcome.candidate == pytest.approx(0.7 + 0.3 * 0.5)
+    sims = worse.details["similarity"]
+    assert set(sims) == {"rouge_l", "token_f1", "embedding"}
+    assert sims["embedding"]["baseline"] == pytest.approx(1.0)
+    assert 0 < sims["embedding"]["candidate"] < 1
+    assert worse.details["changed_answers"] == {
+        "candidate": 18, "baseline_second_pass": 0, "n": 60, "share": pytest.approx(0.3)}
+    assert worse.details["flips"]["correct_to_incorrect"] == 18
+    cand = [s for s in samples if s.endpoint == "candidate:0"]
+    assert sum(s.score == 0.0 for s in cand) == 18  # the flips page lists the changed answers
