@@ -45,7 +45,14 @@ class Settings(BaseSettings):
     token: SecretStr | None = None
     """Bearer token that ``evalsvc compare --server`` sends."""
     lmeval_python: str = ""
-    """A Python that can ``import lm_eval`` (else the local endpoints' vLLM venv)."""
+    """A Python that can ``import lm_eval`` (else evalsvc's own when lm-eval is installed beside
+    it, else the managed venv ``<home>/venvs/lmeval``)."""
+    lmeval_auto_install: bool | None = None
+    """Whether the lmeval kind prepares its managed venv (``<home>/venvs/lmeval``, lm-eval from
+    the package index) on first use when no Python with lm-eval is found; off, such a suite is
+    skipped with the ways to get one. Unset: on for an in-process run (``evalsvc compare``,
+    ``sweep``), off for a run a worker executes (server mode: a worker installs nothing from a
+    package index unless its operator sets this to 1)."""
     local_eager: str = ""
     """Local endpoints: ``1``/``0`` forces vLLM's eager mode on/off (empty: the catalog default)."""
     local_bind: str = "spread"

@@ -76,6 +76,8 @@ SLOW: dict[str, str] = {
     "the whole gpu set (determinism's staged load included) per engine shape: 25-29 s each",
     "tests/cli/test_gpu_set.py::test_lm_eval_runs_with_the_engines_own_tokenizer": "runs lm-eval "
     "(three processes) against the stub",
+    "tests/suites/test_lmeval_prepare.py::test_first_use_prepares_once_for_two_processes_then_compare_runs_lm_eval":
+    "installs lm-eval from the package index into a fresh home (16-42 s), then runs it",
     "tests/benchmarks/test_store_scale_smoke.py": "runs the benchmark script as a process (a real "
     "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
@@ -576,24 +578,15 @@ def smoke_run(local_endpoints: Any, real_runs_db_url: str) -> SmokeRun:
 @pytest.fixture(scope="session")
 def lmeval_python() -> str:
     """A Python with lm-eval, for tests that run lm-eval against a stub and need no server: the
-    ``lmeval`` kind's own (``$EVALSVC_LMEVAL_PYTHON``, else the managed vLLM venv's, where the
-    kind installs lm-eval on first use). Such a test needs no endpoint group: a prepared venv is
-    used at once; an unprepared one is prepared under the state lock (after a background start's
-    own preparation); on a host whose vLLM tier is skipped the test skips with that reason."""
-    from evalsvc.local._paths import Layout
-    from evalsvc.local._prepare import Preparer
-    from evalsvc.local._state import state_lock
-    from evalsvc.settings import Settings
-    from evalsvc.suites.kinds._lmeval_python import lmeval_python
+    ``lmeval`` kind's own (``$EVALSVC_LMEVAL_PYTHON``, lm-eval beside evalsvc, else the managed
+    ``venvs/lmeval``, prepared on first use: 16-42 s with uv, docs/benchmarks.md). Where it
+    cannot be had (no package index), the test skips with the reason."""
+    from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
-    layout = Layout.current()
-    if not Settings().lmeval_python.strip() and not Preparer(layout).vllm_venv_ready():
-        reason = _slow_host_reason()
-        if reason:
-            pytest.skip(reason)
-        with state_lock(layout.lock_file):
-            Preparer(layout).vllm_venv()
-    return lmeval_python()
+    try:
+        return lmeval_python()
+    except LmevalError as exc:
+        pytest.skip(str(exc))
 
 
 LLAMACPP_TEST_CANDIDATES = ("q8_0-kv",)

@@ -2,7 +2,8 @@
 llama.cpp (``--engine llamacpp``: F16 GGUF baseline + Q8_0/Q4_K_M/q8_0-KV candidates).
 
 Contract: ``up`` / ``status`` / ``down``, each with ``--engine {vllm,llamacpp}`` (``down`` without
-it stops every engine's servers). Human output goes to stderr; with ``--json``, ``up`` and
+it stops every engine's servers); ``lmeval`` prepares the lmeval kind's own lm-eval venv
+(``evalsvc.local._lmeval``) and prints its Python on stdout. Human output goes to stderr; with ``--json``, ``up`` and
 ``status`` print exactly ``{"baseline": URL, "candidates": {NAME: URL, ...}}`` on stdout.
 Exit status: 0 ok; 1 ``status`` found no healthy baseline; 2 unknown candidate name;
 4 infrastructure failure (a preparation step or a server that would not start).
@@ -102,6 +103,19 @@ def up(
         console.print(f"  candidate {name}: {url}")
     if json_output:
         typer.echo(endpoints.to_json())
+
+
+@app.command("lmeval")
+def lmeval() -> None:
+    """Prepare (once) evalsvc's own lm-eval venv, which the lmeval suites use when lm-eval is not
+    installed beside evalsvc, and print its Python on stdout (for EVALSVC_LMEVAL_PYTHON)."""
+    from evalsvc.local._lmeval import prepare_lmeval_venv
+
+    try:
+        python = prepare_lmeval_venv()
+    except LocalError as err:
+        _fail(err)
+    typer.echo(str(python))
 
 
 @app.command()

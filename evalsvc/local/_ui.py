@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -151,7 +152,7 @@ def run_logged(
         stamp = datetime.now(UTC).isoformat(timespec="seconds")
         fh.write(f"\n=== {stamp} {label}\n$ {' '.join(map(str, argv))}\n")
         fh.flush()
-        with console.status(f"{label} (log: {log})") as status:
+        with _status(label, log, expected_s) as status:
             # A new session lets a timeout or Ctrl-C take down pip's/torch's children too.
             proc = subprocess.Popen(
                 list(argv),
@@ -176,6 +177,43 @@ def run_logged(
         print_log_tail(log)
         raise LocalError(f"{label}: failed with exit status {rc} (log: {log})")
     return elapsed
+
+
+#: Seconds between progress lines when a spinner cannot be drawn (see ``_status``).
+LINE_EVERY_S = 15.0
+
+
+class _Lines:
+    """A spinner's stand-in that prints lines: the first at once, then at most one every
+    ``every`` seconds (none after the first when ``every`` is None)."""
+
+    def __init__(self, every: float | None) -> None:
+        self.every = every
+        self.last = time.monotonic()
+
+    def update(self, text: str) -> None:
+        if self.every is not None and time.monotonic() - self.last >= self.every:
+            self.last = time.monotonic()
+            console.print(text, markup=False, highlight=False)
+
+
+@contextlib.contextmanager
+def _status(label: str, log: Path, expected_s: float | None) -> Iterator[Any]:
+    """A spinner on stderr; lines instead when another live display owns the terminal (rich
+    then redirects ``sys.stderr`` through a ``FileProxy``: ``compare``'s progress bars while a
+    suite prepares what it needs, where a second spinner would garble both) or when stderr is no
+    terminal (a log, CI: a spinner draws nothing there, so the step says once what it does and
+    how long it usually takes)."""
+    from rich.file_proxy import FileProxy
+
+    live_elsewhere = isinstance(sys.stderr, FileProxy)
+    if not live_elsewhere and console.is_terminal:
+        with console.status(f"{label} (log: {log})") as status:
+            yield status
+        return
+    usual = f", usually {eta_text(expected_s, None)}" if expected_s else ""
+    console.print(f"{label} (log: {log}{usual})", markup=False, highlight=False)
+    yield _Lines(LINE_EVERY_S if live_elsewhere else None)
 
 
 def eta_text(elapsed: float, expected_s: float | None) -> str:

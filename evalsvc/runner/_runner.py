@@ -76,6 +76,7 @@ from evalsvc.runner._common import (
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, PairedColumns, Suite, flips, pilot_name
+from evalsvc.suites._base import _SERVER_RUN
 
 
 class SampleSink(Protocol):
@@ -466,6 +467,10 @@ async def execute(
     progress = progress or NullProgress()
     done = done or set()
     started = time.perf_counter()
+    # Server mode, for the suites (evalsvc.suites.server_run): a kind prepares nothing from a
+    # package index on a worker unless its operator allowed it. The run is its own asyncio task
+    # (asyncio.run), so this holds for its suites and threads and never leaks to the caller.
+    _SERVER_RUN.set(egress is not None)
     for suite in suites:
         if not suite.gate_bound:
             suite.bind_gate(options)

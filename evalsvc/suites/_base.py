@@ -69,6 +69,18 @@ def listing_only() -> bool:
     return _LISTING.get()
 
 
+_SERVER_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "evalsvc_server_run", default=False
+)
+
+
+def server_run() -> bool:
+    """Whether the suite runs in server mode: a worker executing a queued run under the
+    server's egress policy (set by the runner's ``execute``), not the user's own in-process
+    ``compare``. A kind that would install something on first use asks before it does."""
+    return _SERVER_RUN.get()
+
+
 Emit = Callable[[Sample], Awaitable[None]]
 
 

@@ -4,9 +4,11 @@ a fresh ``EVALSVC_HOME`` (no checkpoint, no managed venv) and no ``EVALSVC_LMEVA
 
 - Every suite of the set runs on both engine shapes (the tokenizer is the engine's
   ``/tokenize``; drift reads logprobs through ``echo``, which SGLang has where it lacks vLLM's
-  ``prompt_logprobs``); the lm-eval suite, with no Python that has lm-eval, is skipped with the
-  reason in the terminal, the JSON report (``skipped``), the Markdown and JUnit (a skipped
-  testcase), and every candidate's reasons.
+  ``prompt_logprobs``); the lm-eval suite, with no Python that has lm-eval and its first-use
+  preparation turned off (``EVALSVC_LMEVAL_AUTO_INSTALL=0``; with it on, evalsvc prepares its
+  own lm-eval venv: ``tests/suites/test_lmeval_prepare.py``), is skipped with the reason in the
+  terminal, the JSON report (``skipped``), the Markdown and JUnit (a skipped testcase), and every
+  candidate's reasons.
 - A skipped suite never passes a verdict silently: the pass says it does not cover it;
   ``--strict`` refuses the same run (exit 2) naming the suite, its fix and what would run.
 - A missing capability is named once, with the endpoints that lack it, the fix and the suites
@@ -60,12 +62,14 @@ def engines() -> Iterator[dict[str, list[str]]]:
 
 @pytest.fixture
 def fresh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Nothing local: an empty EVALSVC_HOME, no lm-eval Python named, a fresh store."""
+    """Nothing local: an empty EVALSVC_HOME, no lm-eval Python named (and none prepared on first
+    use: that needs the package index), a fresh store."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("EVALSVC_HOME", str(home))
     monkeypatch.setenv("EVALSVC_DATABASE_URL", f"sqlite:///{tmp_path / 'store.db'}")
     monkeypatch.delenv("EVALSVC_LMEVAL_PYTHON", raising=False)
+    monkeypatch.setenv("EVALSVC_LMEVAL_AUTO_INSTALL", "0")
     return home
 
 

