@@ -1,0 +1,55 @@
+"""The thinking-traces finding on the dashboard's suite page and the samples' stored traces,
+for a run produced by the real runner (``evalsvc.services.runs.compare``) against loopback
+servers with planted thinking (``tests/runner/thinking_server.py``), stored on each backend."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+from evalsvc.db import Store
+from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+from tests.runner.thinking_server import thinking_server
+
+SUITE = """name: thinking-r
+kind: reasoning
+seed: 5
+params:
+  n: 20
+  tasks: [{family: arithmetic, level: 1}, {family: lists, level: 1}]
+  max_tokens: 64
+thinking: {max_length_ratio: 1.5}
+"""
+
+
+def test_suite_page_shows_the_thinking_finding(db_url: str, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from evalsvc.services import runs
+    from evalsvc.webapp import create_app
+
+    path = tmp_path / "thinking-r.yaml"
+    path.write_text(SUITE)
+    acc = dict.fromkeys(range(1, 6), 0.7)
+    with (
+        thinking_server(acc, [5], think_words=40) as base,
+        thinking_server(acc, [5], think_words=80, mode="markers", leak=True) as cand,
+        Store.from_url(db_url) as store,
+    ):
+        spec = RunSpec(baseline=EndpointRef(url=base.url, name="bf16"),
+                       candidates=[EndpointRef(url=cand.url, name="int4")],
+                       suites=[str(path)], options=RunOptions(concurrency=4))
+        report = runs.compare(spec, store=store)
+        run_id = report["run_id"]
+        stored = store.get_samples(run_id, suite="thinking-r")
+    assert report["verdict"] == "fail"
+    cand_samples = [s for s in stored if s.endpoint == "candidate:0"]
+    assert len(cand_samples) == 20
+    assert all(s.data["thinking"]["tokens"] > 0 and "<think>" not in s.output for s in cand_samples)
+    with TestClient(create_app(db_url, auth=False)) as client:
+        page = client.get(f"/runs/{run_id}/suites/thinking-r?candidate=candidate:0")
+    assert page.status_code == 200
+    text = html.unescape(page.text)
+    assert "Thinking traces" in text and "bound max_length_ratio exceeded" in text
+    # The leaked markup is shown as text, never as markup.
+    assert "<|channel|>" in text and "&lt;|channel|&gt;" in page.text
