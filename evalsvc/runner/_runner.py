@@ -50,6 +50,7 @@ from evalsvc.endpoints import (
     probe,
     redact_url,
 )
+from evalsvc.endpoints._probe import NO_TOKENIZER
 from evalsvc.gates import (
     GateOutcome,
     Reason,
@@ -297,8 +298,24 @@ def capability_gaps(
     return gaps
 
 
+def _fix(cap: str, provs: Sequence[Provenance] = ()) -> str:
+    """How to give an endpoint ``cap`` (``CAPABILITY_FIXES``); for ``tokenize``, also why the
+    probe's last resort, the served model's tokenizer from the hub, gave none (the first
+    endpoint's reason: ``tokenizer_source`` ``none: ...``)."""
+    fix = CAPABILITY_FIXES.get(cap, "use an endpoint that has it")
+    if cap == "tokenize":
+        for prov in provs:
+            source = prov.tokenizer_source or ""
+            if source.startswith(NO_TOKENIZER + "; "):
+                why = source[len(NO_TOKENIZER) + 2 :]
+                fix += (f" (the served model's tokenizer from the Hugging Face hub was tried: "
+                        f"{why}; HF_ENDPOINT names a mirror, HF_TOKEN a gated model's access)")
+                break
+    return fix
+
+
 def _capability_lines(
-    gaps: dict[str, dict[str, list[str]]]
+    gaps: dict[str, dict[str, list[str]]], provs: Sequence[Provenance] = ()
 ) -> list[str]:
     """One line per missing capability (never one per endpoint): the endpoints that lack it,
     the suites that need it and the fix."""
@@ -311,7 +328,7 @@ def _capability_lines(
     lines = []
     for cap, (endpoints, needing) in by_cap.items():
         verb = "lacks" if len(endpoints) == 1 else "lack"
-        fix = CAPABILITY_FIXES.get(cap, "use an endpoint that has it")
+        fix = _fix(cap, provs)
         lines.append(
             f"needs {cap}, which {', '.join(endpoints)} {verb} (suites {', '.join(needing)}); "
             f"fix: {fix}"
@@ -319,10 +336,12 @@ def _capability_lines(
     return lines
 
 
-def _suite_gap_reason(caps: dict[str, list[str]]) -> list[str]:
+def _suite_gap_reason(
+    caps: dict[str, list[str]], provs: Sequence[Provenance] = ()
+) -> list[str]:
     return [
         f"needs {cap}, which {', '.join(who)} {'lacks' if len(who) == 1 else 'lack'}; fix: "
-        f"{CAPABILITY_FIXES.get(cap, 'use an endpoint that has it')}"
+        f"{_fix(cap, provs)}"
         for cap, who in caps.items()
     ]
 
@@ -356,7 +375,8 @@ def check_capabilities(
     gaps = capability_gaps(suites, refs, provs)
     if gaps:
         raise _refusal(
-            _capability_lines(gaps), [s.name for s in suites if s.name not in gaps], strict=True
+            _capability_lines(gaps, provs), [s.name for s in suites if s.name not in gaps],
+            strict=True,
         )
 
 
@@ -404,12 +424,13 @@ async def runnable_suites(
     gaps = capability_gaps(suites, refs, provs)
     if gaps and options.strict:
         raise _refusal(
-            _capability_lines(gaps), [s.name for s in suites if s.name not in gaps], strict=True
+            _capability_lines(gaps, provs), [s.name for s in suites if s.name not in gaps],
+            strict=True,
         )
     rest = [s for s in suites if s.name not in gaps]
     problems = await preflight_problems(rest, provs[0], options.calibrate)
     runnable = [s for s in rest if s.name not in problems]
-    lines = _capability_lines(gaps) + [
+    lines = _capability_lines(gaps, provs) + [
         f"suite {name}: {p}" for name, ps in problems.items() for p in ps
     ]
     if problems and options.strict:
@@ -420,7 +441,9 @@ async def runnable_suites(
         SkippedSuite(
             s.name,
             s.kind,
-            tuple(_suite_gap_reason(gaps[s.name]) if s.name in gaps else problems[s.name]),
+            tuple(
+                _suite_gap_reason(gaps[s.name], provs) if s.name in gaps else problems[s.name]
+            ),
         )
         for s in suites
         if s.name in gaps or s.name in problems
@@ -901,13 +924,16 @@ async def _looks(
     before this attempt (read once, now) plus this attempt's."""
     if columns is not None:
         cols = columns
-        return lambda roles: {r: suite.analyze_columns(cols, r) for r in roles}
+        return lambda roles: {r: suite.units(suite.analyze_columns(cols, r)) for r in roles}
     previous = await stored() if stored else []
 
     def look(roles: Sequence[str]) -> dict[str, Analysis]:
         mine = [s for s in previous + collected if s.suite == suite.name]
         base = [s for s in mine if s.endpoint == "baseline"]
-        return {r: suite.analyze(base, [s for s in mine if s.endpoint == r]) for r in roles}
+        return {
+            r: suite.units(suite.analyze(base, [s for s in mine if s.endpoint == r]))
+            for r in roles
+        }
 
     return look
 
@@ -964,6 +990,8 @@ def _gate_all(
             else:
                 analysis = suite.analyze(base_s, cand_s, provenance=(provs[0], provs[i + 1]))
                 errors = sorted({s.error for s in cand_s + base_s if s.error})[:5]
+            # A sampled suite's unit is the item (its mean over k samples): Suite.units.
+            analysis = suite.units(analysis)
             thinking = suite.thinking_summary(base_s, cand_s, columns=cols, role=role)
             if thinking is not None:  # kinds that score answers (evalsvc.suites._thinking)
                 analysis.details["thinking"] = thinking
@@ -988,6 +1016,7 @@ def _gate_all(
                 budget.append(Reason("error_budget", text, suite.name, role))
         # The one combination rule (evalsvc.gates._combine): suites' final verdicts after the
         # candidate-level Holm correction, the candidate's verdict, and the reasons for each.
+        _answers_per_second(suites, cres.suites)
         decision = decide([SuiteGate(r.suite, r.outcome, r.gated) for r in cres.suites])
         for sres, sdec in zip(cres.suites, decision.suites, strict=True):
             sres.outcome = sdec.outcome
@@ -1026,6 +1055,27 @@ def _gate_all(
         reasons=reasons,
         skipped=list(skipped),
     )
+
+
+def _answers_per_second(suites: Sequence[Suite], results: Sequence[SuiteResult]) -> None:
+    """Where a suite that measures speed (``Suite.throughput``) ran beside suites that report
+    thinking, each of those gets ``details["answers_per_second"]``: tokens/s ÷ tokens per
+    answer on each side (``evalsvc.suites._thinking.per_answer_speed``)."""
+    from evalsvc.suites._thinking import per_answer_speed
+
+    speeds = []
+    for suite, res in zip(suites, results, strict=True):
+        thr = suite.throughput(res.details)
+        if thr is not None:
+            speeds.append({**thr, "suite": suite.name})
+    if not speeds:
+        return
+    for res in results:
+        thinking = res.details.get("thinking")
+        if isinstance(thinking, dict):
+            per_answer = per_answer_speed(thinking, speeds[0])
+            if per_answer is not None:
+                res.details["answers_per_second"] = per_answer
 
 
 def _gate_one(

@@ -33,7 +33,7 @@ import sys
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
@@ -46,6 +46,7 @@ from evalsvc.gates import (
     GateDefaults,
     GateLimits,
     GateOutcome,
+    GatePolicyError,
     ResolvedGate,
     generic_default,
     resolve,
@@ -53,6 +54,7 @@ from evalsvc.gates import (
 from evalsvc.stats import mde_paired_binary, min_n_flip_free, required_n
 from evalsvc.suites._calibrate import CalibrationPolicy, Rung, pilot_name
 from evalsvc.suites._present import Finding, ViewInput, flip_counts_finding
+from evalsvc.suites._sampling import Decoding, DecodingClient, SamplingPolicy, request_seed
 from evalsvc.suites._thinking import ThinkingPolicy
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
@@ -127,6 +129,10 @@ class SuiteSpec(BaseModel):
     calibrate: CalibrationPolicy | None = None
     """``auto`` (or a block with ``band``, ``pilot_n``, ``max_rungs``): pick the difficulty from
     a pilot on the baseline first (``evalsvc.suites._calibrate``; calibratable kinds only)."""
+    sampling: SamplingPolicy | None = None
+    """How each item is decoded and how often (k samples at a temperature, top_p, budget):
+    the paired unit becomes the item's mean over its samples (kinds that score answers only;
+    ``evalsvc.suites._sampling``). Unset: greedy, one sample."""
     thinking: ThinkingPolicy | None = None
     """How thinking is split from the answer, counted and optionally gated (kinds that score
     answers only; ``evalsvc.suites._thinking``). Unset: ``<think>`` markers, no gates."""
@@ -277,6 +283,12 @@ class Suite(ABC):
                 "to split; remove the block (kinds that score answers: docs/suites.md, "
                 "'Thinking traces')"
             )
+        if spec.sampling is not None and not self.scores_answers:
+            raise ValueError(
+                f"sampling: kind {self.kind!r} scores no generated answer (its statistic is the "
+                "traffic or the logprobs), so it cannot be sampled; remove the block (kinds "
+                "that score answers: docs/suites.md, 'Sampled evaluation')"
+            )
         if spec.calibrate is not None and spec.calibrate.enabled and not self.calibratable():
             raise ValueError(
                 f"calibrate: kind {self.kind!r} declares no difficulty ladder, so it cannot "
@@ -307,11 +319,64 @@ class Suite(ABC):
         """Resolve how this suite is gated in a run with ``options`` (``evalsvc.gates.resolve``,
         within the server's ``limits``) and keep it: done once per suite, by the service layer
         (``evalsvc.services.runs.bind_gates``); everything after reads ``gate``. Raises
-        ``evalsvc.gates.GatePolicyError`` for options the policy or the limits refuse."""
-        self._gate = resolve(
-            self.default_gate(), self.spec.gate, options, limits=limits, suite=self.name
-        )
+        ``evalsvc.gates.GatePolicyError`` for options the policy or the limits refuse.
+
+        The run's decoding overrides (``options.sampling``: ``compare --sampling-k`` and the
+        rest) are applied here too, once, to a kind that scores answers: a suite sampled k > 1
+        times per item gates per-item means, so its kind's binary gate becomes the continuous
+        one on scores in (0, 1) (docs/statistics.md, "Sampled evaluation")."""
+        over = getattr(options, "sampling", None)
+        if over is not None and not over.is_empty() and self.scores_answers:
+            try:
+                policy = self.sampling.with_options(options)
+            except ValueError as exc:  # pydantic's ValidationError: the merged block is refused
+                errors = getattr(exc, "errors", None)
+                why = "; ".join(str(e.get("msg")) for e in errors()) if errors else str(exc)
+                raise GatePolicyError(f"{self.name}: {why}") from exc
+            self.spec = self.spec.model_copy(update={"sampling": policy})
+        defaults = self.default_gate()
+        if self.samples_per_item > 1 and defaults.kind == "binary":
+            defaults = replace(
+                defaults,
+                kind="continuous",
+                rationale=f"{defaults.rationale} Sampled: the paired unit is the item's mean "
+                f"over its {self.samples_per_item} samples (continuous gate on [0, 1]).",
+            )
+        self._gate = resolve(defaults, self.spec.gate, options, limits=limits, suite=self.name)
         return self._gate
+
+    @property
+    def sampling(self) -> SamplingPolicy:
+        """How this suite decodes (its ``sampling`` block; default: greedy, one sample)."""
+        return self.spec.sampling or SamplingPolicy()
+
+    @property
+    def samples_per_item(self) -> int:
+        """Samples each endpoint answers per item (``sampling.k``; 1 when greedy)."""
+        return self.sampling.k if self.scores_answers else 1
+
+    def repeats(self, role: str) -> Sequence[int]:
+        """The sample indices (``Sample.repeat``) each item is sent for on ``role``: one per
+        sample (``range(k)``). A kind whose baseline answers twice (dataset's agreement mode)
+        overrides this; the send loop does the rest."""
+        return range(self.samples_per_item)
+
+    def decoding(self, item: Item, repeat: int) -> Decoding:
+        """Sample ``repeat`` of ``item``'s request parameters, from the ``sampling`` block."""
+        policy = self.sampling
+        seed = None if policy.seed is None else request_seed(policy.seed, item.id, repeat)
+        return Decoding(policy.temperature, policy.top_p, policy.max_tokens, seed)
+
+    def units(self, analysis: Analysis) -> Analysis:
+        """The analysis the gate tests: as ``analyze`` gave it (one pair per item and sample),
+        or, for a suite with a ``sampling`` block, one pair per item, the item's mean over its
+        samples, with ``details["sampling"]`` (``evalsvc.suites._sampling.item_means``)."""
+        if self.spec.sampling is None or not self.scores_answers:
+            return analysis
+        from evalsvc.suites._sampling import item_means
+
+        alpha = self.gate.alpha if self.gate_bound else 0.05
+        return item_means(analysis, self.sampling, alpha=alpha)
 
     @property
     def gate(self) -> ResolvedGate:
@@ -397,19 +462,31 @@ class Suite(ABC):
         """The suite's ``thinking`` block, or the default (``<think>`` markers, no gates)."""
         return self.spec.thinking or ThinkingPolicy()
 
-    async def sample(self, item: Item, client: EndpointClient) -> Sample:
-        """``solve`` one item: every send loop calls this, never ``solve`` directly. A kind that
-        ``scores_answers`` solves through ``evalsvc.suites._answers.AnswerClient``, so it
-        scores the answer alone, and the trace goes into ``data["thinking"]``: the one place
-        thinking is split from every answer-scoring kind's answers."""
+    async def sample(self, item: Item, client: EndpointClient, repeat: int = 0) -> Sample:
+        """``solve`` sample ``repeat`` of one item: every send loop calls this, never ``solve``
+        directly. A kind that ``scores_answers`` solves through
+        ``evalsvc.suites._sampling.DecodingClient`` (the sample's decoding: no kind writes a
+        temperature) and ``evalsvc.suites._answers.AnswerClient``, so it scores the answer
+        alone, and the trace goes into ``data["thinking"]``: the one place thinking is split
+        from every answer-scoring kind's answers. The sample is ``repeat``; a sampled suite's
+        sample records whether a per-request seed was sent (``data["seed_sent"]``)."""
         if not self.scores_answers:
-            return await self.solve(item, client)
+            sample = await self.solve(item, client)
+            sample.repeat = repeat
+            return sample
         from evalsvc.suites._answers import AnswerClient
 
-        answers = AnswerClient(client, self.thinking_policy)
+        decoding = self.decoding(item, repeat)
+        decoded = cast("EndpointClient", DecodingClient(client, decoding))
+        answers = AnswerClient(decoded, self.thinking_policy)
         sample = await self.solve(item, cast("EndpointClient", answers))
+        sample.repeat = repeat
         if answers.record is not None and sample.error is None:
             sample.data["thinking"] = answers.record
+        if self.spec.sampling is not None:
+            sample.data["seed_sent"] = decoding.seed is not None
+            if decoding.seed is not None:
+                sample.data["seed"] = decoding.seed
         return sample
 
     async def run(
@@ -422,19 +499,24 @@ class Suite(ABC):
         done: set[tuple[str, int]],
         concurrency: int,
     ) -> None:
-        """Send every item not in ``done`` through ``client``; emit each sample as it completes.
+        """Send every (item, sample) not in ``done`` through ``client``; emit each sample as it
+        completes: the one send loop of every kind whose statistic is not the traffic.
 
-        The default sends items concurrently (bounded by ``concurrency``); kinds that need a
-        particular traffic shape (determinism, speed) override this.
+        Items × ``repeats(role)``, sample-major (every item's first sample, then every item's
+        second...: a baseline's second pass comes after its first, as dataset's agreement mode
+        needs), concurrently (bounded by ``concurrency``); kinds that need a particular
+        traffic shape (determinism, speed, lm-eval's loglikelihood batches) override this.
         """
-        # ``concurrency`` workers pull items from one iterator: the tasks, and the items of a
-        # lazy plan (``LazyItems``), exist only while in flight, so memory does not grow with
-        # the number of items (one task per item was about 2 KB each, docs/benchmarks.md).
-        pending = (it for it in items if (it.id, 0) not in done)
+        # ``concurrency`` workers pull from one iterator: the tasks, and the items of a lazy
+        # plan (``LazyItems``), exist only while in flight, so memory does not grow with the
+        # number of items (one task per item was about 2 KB each, docs/benchmarks.md).
+        pending = (
+            (it, r) for r in self.repeats(role) for it in items if (it.id, r) not in done
+        )
 
         async def worker() -> None:
-            for item in pending:
-                sample = await self.sample(item, client)
+            for item, repeat in pending:
+                sample = await self.sample(item, client, repeat)
                 sample.endpoint = role
                 sample.suite = self.name
                 await emit(sample)
@@ -635,8 +717,9 @@ class Suite(ABC):
         return data.get("expected")
 
     def expected_samples(self, items: Sequence[Item]) -> int:
-        """Samples one endpoint produces for ``items`` (kinds with repeats override this)."""
-        return len(items)
+        """Samples one endpoint produces for ``items``: k per item (kinds with their own
+        repeats override this)."""
+        return len(items) * self.samples_per_item
 
     def pairs_per_item(self) -> int:
         """Gated pairs each planned item yields (1; determinism: conditions × repeats)."""
@@ -645,8 +728,9 @@ class Suite(ABC):
     def gated_pairs(self, items: Sequence[Item]) -> int:
         """Paired observations the gate should see for ``items`` when nothing errs: the report's
         ``n_planned`` (``n + n_errors`` equals it). Kinds whose samples include unpaired
-        references (determinism's batch-1 outputs) override this."""
-        return self.expected_samples(items)
+        references (determinism's batch-1 outputs) override this. A sampled suite's pairs are
+        its items (the per-item means)."""
+        return self.expected_samples(items) // self.samples_per_item
 
     def analyze(
         self,
@@ -687,6 +771,14 @@ class Suite(ABC):
     ) -> Analysis:
         """``analyze`` of the baseline against ``role`` from the columns (streaming kinds)."""
         return columns.analysis(role)
+
+    @classmethod
+    def throughput(cls, details: dict[str, Any]) -> dict[str, Any] | None:
+        """Output tokens per second on each side (``{"baseline", "candidate", "what"}``) from
+        one report entry's ``details``, for a kind that measures speed: the runner divides it
+        by the tokens per answer of every suite that reports thinking in the same run (answers
+        per second, ``evalsvc.suites._thinking.per_answer_speed``). Default: ``None``."""
+        return None
 
     def thinking_summary(
         self,
@@ -758,7 +850,7 @@ def first_divergent_token(a: str, b: str) -> tuple[str | None, str | None] | Non
     return None
 
 
-THINKING_FIELDS = ("tokens", "tokens_source", "budget_exhausted", "loop", "leaked")
+THINKING_FIELDS = ("tokens", "answer_tokens", "tokens_source", "budget_exhausted", "loop", "leaked")
 """The fields of a sample's ``data["thinking"]`` the paired summary reads."""
 
 

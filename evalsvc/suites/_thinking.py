@@ -275,6 +275,20 @@ def paired_summary(
                 else "fewer than 2 counted pairs"
             )
     out["length"] = length
+    # Tokens per answer (thinking + answer): what an answer costs in generated tokens, the
+    # divisor of answers per second (per_answer_speed).
+    per_answer = [
+        (float(b["tokens"]) + float(b["answer_tokens"]), float(c["tokens"]) + float(c["answer_tokens"]))
+        for b, c in pairs
+        if all(isinstance(r.get(k), int | float) for r in (b, c) for k in ("tokens", "answer_tokens"))
+    ]
+    if per_answer:
+        pb = sum(x for x, _ in per_answer) / len(per_answer)
+        pc = sum(y for _, y in per_answer) / len(per_answer)
+        out["tokens_per_answer"] = {
+            "n": len(per_answer), "baseline": pb, "candidate": pc,
+            "ratio": pc / pb if pb > 0 else None,
+        }
     for key, field in (("truncation", "budget_exhausted"), ("loops", "loop")):
         bflags = [bool(b.get(field)) for b, _ in pairs]
         cflags = [bool(c.get(field)) for _, c in pairs]
@@ -322,6 +336,32 @@ def paired_summary(
         "candidate": sum(1 for _, c in pairs if c.get("leaked")),
         "examples": _leak_examples(pairs),
     }
+    return out
+
+
+def per_answer_speed(
+    thinking: dict[str, Any], throughput: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Answers per second beside tokens per second: a throughput (``{"baseline", "candidate"}``
+    output tokens/s, as a speed suite of the same run measured it, with ``suite`` and ``what``)
+    divided by each side's mean tokens per answer (thinking + answer) from ``thinking``
+    (``paired_summary``). A candidate 1.3× faster per token that spends 1.5× the tokens per
+    answer gives 1.3 / 1.5 ≈ 0.87× the answers per second. ``None`` when either is missing."""
+    tpa = thinking.get("tokens_per_answer") or {}
+    values = (throughput.get("baseline"), throughput.get("candidate"),
+              tpa.get("baseline"), tpa.get("candidate"))
+    if not all(isinstance(x, int | float) and x > 0 for x in values):
+        return None
+    tb, tc, ab, ac = (float(x) for x in values)  # type: ignore[arg-type]  # checked above
+    out: dict[str, Any] = {
+        "speed_suite": throughput.get("suite"),
+        "what": throughput.get("what"),
+        "tokens_per_s": {"baseline": tb, "candidate": tc, "ratio": tc / tb},
+        "tokens_per_answer": {"baseline": ab, "candidate": ac, "ratio": ac / ab},
+        "baseline": tb / ab,
+        "candidate": tc / ac,
+    }
+    out["ratio"] = (tc / ac) / (tb / ab)
     return out
 
 

@@ -54,6 +54,13 @@ def thinking_headline(details: dict[str, Any]) -> str | None:
     leaks = (t.get("leaks") or {}).get("candidate")
     if leaks:
         parts.append(f"leaked markup in {leaks} answers")
+    aps = details.get("answers_per_second")
+    if isinstance(aps, dict) and isinstance(aps.get("ratio"), int | float):
+        per_token = (aps.get("tokens_per_s") or {}).get("ratio")
+        parts.append(
+            f"answers/s ×{aps['ratio']:.2f}"
+            + (f" (tokens/s ×{per_token:.2f})" if isinstance(per_token, int | float) else "")
+        )
     return "; ".join(parts) or None
 
 
@@ -89,6 +96,15 @@ def thinking_finding(details: dict[str, Any]) -> Finding | None:
         lines.append(
             f"- leaked channel markup in the answer: baseline {leaks.get('baseline', 0)}, "
             f"candidate {leaks.get('candidate', 0)}" + (f" ({ex})" if ex else "")
+        )
+    aps = details.get("answers_per_second")
+    if isinstance(aps, dict) and isinstance(aps.get("ratio"), int | float):
+        tps, tpa = aps.get("tokens_per_s") or {}, aps.get("tokens_per_answer") or {}
+        lines.append(
+            f"- answers per second {aps.get('baseline', 0):.3g} → {aps.get('candidate', 0):.3g} "
+            f"(×{aps['ratio']:.2f}): {aps.get('what') or 'tokens/s'} of {aps.get('speed_suite')} "
+            f"×{tps.get('ratio', 0):.2f} ÷ tokens per answer {tpa.get('baseline', 0):.0f} → "
+            f"{tpa.get('candidate', 0):.0f} (×{tpa.get('ratio', 0):.2f})"
         )
     bounds = t.get("bounds") or []
     for b in bounds:

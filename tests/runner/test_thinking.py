@@ -155,3 +155,46 @@ def test_every_view_shows_the_traces() -> None:
         print_headlines(report)
     text = captured.get()
     assert "thinking ×" in text and "failed_bound" in text
+
+
+def test_answers_per_second_beside_a_speed_suite() -> None:
+    speed = suite_kinds()["speed"](SuiteSpec(
+        name="s", kind="speed", seed=SEED,
+        params={"levels": [1, 2], "requests": 6, "max_tokens": 16, "warmup": 0},
+    ))
+    speed.bind_gate()
+    thinking = _suite(n=20)
+    kept: list[Sample] = []
+
+    async def sink(sample: Sample) -> None:
+        kept.append(sample)
+
+    with (
+        thinking_server(ACC, [SEED], think_words=40) as base,
+        thinking_server(ACC, [SEED], think_words=80) as cand,
+    ):
+        result = asyncio.run(execute(
+            run_id="t", baseline=EndpointRef(url=base.url), candidates=[EndpointRef(url=cand.url)],
+            suites=[speed, thinking], options=RunOptions(concurrency=4), sink=sink, done=set(),
+        ))
+    by = {s.suite: s for s in result.candidates[0].suites}
+    aps = by["r"].details["answers_per_second"]
+    assert aps["speed_suite"] == "s" and aps["what"] == "output tokens/s at concurrency 2"
+    level = [r for r in by["s"].details["levels"] if r["concurrency"] == 2][0]
+    assert aps["tokens_per_s"]["baseline"] == level["baseline"]["output_tok_s"]
+    tpa = by["r"].details["thinking"]["tokens_per_answer"]
+    assert tpa["ratio"] == pytest.approx(2.0, rel=0.1)
+    # Answers per second = tokens/s ÷ tokens per answer on each side (whatever the speed was).
+    assert aps["baseline"] == pytest.approx(aps["tokens_per_s"]["baseline"] / tpa["baseline"])
+    assert aps["ratio"] == pytest.approx(aps["tokens_per_s"]["ratio"] / tpa["ratio"])
+    assert "speed" not in by["s"].details.get("thinking", {})  # the speed suite scores no answer
+
+
+def test_per_answer_speed_of_the_issue_example() -> None:
+    from evalsvc.suites._thinking import per_answer_speed
+
+    # 1.3× faster per token, 1.5× the tokens per answer: slower per answer.
+    out = per_answer_speed({"tokens_per_answer": {"baseline": 1000.0, "candidate": 1500.0}},
+                           {"baseline": 100.0, "candidate": 130.0, "suite": "s", "what": "x"})
+    assert out is not None and out["ratio"] == pytest.approx(1.3 / 1.5) and out["ratio"] < 1
+    assert per_answer_speed({}, {"baseline": 1.0, "candidate": 1.0}) is None

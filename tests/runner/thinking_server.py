@@ -14,6 +14,7 @@
 - ``usage_reasoning``: the usage names ``completion_tokens_details.reasoning_tokens``.
 
 Streams (``"stream": true``) are sent as server-sent events, the trace in pieces of 8 words.
+``/v1/completions`` streams ``max_tokens`` one-word chunks (a speed suite's requests).
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class _ThinkingHandler(_Handler):
     server: ThinkingServer
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.endswith("/v1/completions"):
+            self._completion()
+            return
         if not self.path.endswith("/chat/completions"):
             super().do_POST()
             return
@@ -56,6 +60,28 @@ class _ThinkingHandler(_Handler):
             message["content"] = answer
             message[mode] = thinking
         self._reply({"choices": [{"message": message, "finish_reason": finish}], "usage": usage})
+
+    def _completion(self) -> None:
+        """A streamed completion of exactly ``max_tokens`` one-word chunks (what a speed suite
+        sends: ``ignore_eos``), as fast as the loopback goes."""
+        size = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(size) or b"{}")
+        n = int(body.get("max_tokens") or 16)
+        if not body.get("stream"):  # the probe's request
+            self._reply({"choices": [{"text": " ".join(f"w{i}" for i in range(n)),
+                                      "finish_reason": "length"}],
+                         "usage": {"prompt_tokens": 10, "completion_tokens": n}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for i in range(n):
+            last = i == n - 1
+            chunk = {"choices": [{"text": f"w{i} ", "finish_reason": "length" if last else None}]}
+            self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": n}}
+        self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        self.close_connection = True
 
     def _stream(self, thinking: str, answer: str, finish: str, usage: dict[str, Any]) -> None:
         self.send_response(200)

@@ -223,6 +223,24 @@ class SpeedSuite(Suite):
         return str(summary) if summary else None
 
     @classmethod
+    def throughput(cls, details: dict[str, Any]) -> dict[str, Any] | None:
+        # The closed loop's highest concurrency both sides were measured at: the throughput
+        # the endpoint sustains (an open loop's capacity is in requests, not tokens: none).
+        rows = [
+            r for r in details.get("levels") or []
+            if (r.get("baseline") or {}).get("output_tok_s")
+            and (r.get("candidate") or {}).get("output_tok_s")
+        ]
+        if not rows:
+            return None
+        top = max(rows, key=lambda r: r.get("concurrency") or 0)
+        return {
+            "baseline": top["baseline"]["output_tok_s"],
+            "candidate": top["candidate"]["output_tok_s"],
+            "what": f"output tokens/s at concurrency {top.get('concurrency')}",
+        }
+
+    @classmethod
     def view_model(cls, view: ViewInput) -> dict[str, Any]:
         return _speed_view(view.details)
 
