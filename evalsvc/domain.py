@@ -139,6 +139,27 @@ class SuiteRef(BaseModel):
     seed: int | None = None
 
 
+class SamplingOptions(BaseModel):
+    """A run's overrides of its sampled suites' decoding (``compare --sampling-k``,
+    ``--temperature``, ``--top-p``, ``--max-tokens``, ``--sampling-seed``; REST
+    ``options.sampling``): fields left unset keep each suite's own ``sampling`` block
+    (``evalsvc.suites._sampling``). Applied to kinds that score answers only."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    k: int | None = Field(default=None, ge=1, le=limits.MAX_SAMPLES_PER_ITEM)
+    """Samples per item."""
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(default=None, ge=1, le=limits.MAX_TOKENS)
+    """The answer's token budget, replacing each suite's own."""
+    seed: int | None = Field(default=None, ge=0, le=limits.MAX_SEED)
+    """Send per-request seeds derived from this (never needed for pairing)."""
+
+    def is_empty(self) -> bool:
+        return not self.model_dump(exclude_none=True)
+
+
 class RunOptions(BaseModel):
     """Knobs of one run that are not part of a suite spec (CLI flags, REST body)."""
 
@@ -164,6 +185,9 @@ class RunOptions(BaseModel):
     strict: bool = False
     """Refuse the run (exit 2) when a suite cannot run on an endpoint (a capability it lacks, a
     suite's preflight problem), instead of running the others and reporting it skipped."""
+    sampling: SamplingOptions | None = None
+    """Decoding overrides for every suite that scores answers (docs/suites.md, "Sampled
+    evaluation"); unset: each suite's own (greedy when it has no ``sampling`` block)."""
 
 
 class RunSpec(BaseModel):

@@ -37,6 +37,10 @@ MAX_ITEMS = 100_000
 SERVER_MAX_ITEMS = 10_000
 #: Repeats of one item (determinism's repeats): each multiplies the samples of a suite.
 MAX_REPEATS = 100
+#: Samples per item of a sampled suite (``sampling.k``): publishers use 3-10 (8 for AIME25,
+#: 10 for DeepSeek-R1's card); 64 leaves room for pass@k curves. Each multiplies a suite's
+#: requests, which the server bounds with its items (``check_server_limits``).
+MAX_SAMPLES_PER_ITEM = 64
 #: Requests in flight per endpoint (``options.concurrency``, speed/determinism levels): more
 #: than any serving engine here batches (vLLM's default max_num_seqs is 256).
 MAX_CONCURRENCY = 256

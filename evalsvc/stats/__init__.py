@@ -79,6 +79,15 @@ from evalsvc.stats._retention import (
     retention_t,
     retention_test,
 )
+from evalsvc.stats._sampled import (
+    VarianceComponents,
+    pass_at_k,
+    required_items_sampled,
+    samples_for_items,
+    samples_knee,
+    t_interval,
+    variance_components,
+)
 from evalsvc.stats._sequential import (
     SequentialSimulation,
     confidence_sequence,
@@ -144,4 +153,11 @@ __all__ = [
     "effective_length",
     "effective_length_test",
     "scores_by_length",
+    "VarianceComponents",
+    "pass_at_k",
+    "required_items_sampled",
+    "samples_for_items",
+    "samples_knee",
+    "t_interval",
+    "variance_components",
 ]

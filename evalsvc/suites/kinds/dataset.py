@@ -661,6 +661,12 @@ class DatasetSuite(Suite):
         p = self.params
         self.requires = frozenset({p.api})  # type: ignore[misc]
         self._scorer = _Scorer(p)
+        if self.agreement and self.samples_per_item > 1:
+            raise ValueError(
+                f"sampling: k = {self.samples_per_item} needs a reference column: without one "
+                "the baseline's first answer is the reference, and k random answers have no "
+                "single one; set params.reference, or sampling.k: 1"
+            )
         self._warnings: list[str] = []
         self._built: list[Item] | None = None
         # Listed, not run (``suites list``): a local JSON Lines or CSV file's rows are counted
@@ -936,7 +942,15 @@ class DatasetSuite(Suite):
     def expected_samples(self, items: Sequence[Item]) -> int:
         # The baseline's second pass (agreement mode) is not counted: the progress bars count
         # one answer per item per endpoint, and the gate sees one pair per item.
-        return len(items)
+        return len(items) * self.samples_per_item
+
+    def repeats(self, role: str) -> Sequence[int]:
+        # Agreement mode: the baseline answers every item a second time (repeat 1), after
+        # its first pass (the send loop is sample-major): the paired control of the
+        # candidate's agreement (module docstring).
+        if self.agreement and role == "baseline":
+            return (0, 1)
+        return super().repeats(role)
 
     async def run(
         self,
@@ -957,26 +971,15 @@ class DatasetSuite(Suite):
         await super().run(
             items, client, role=role, emit=emit, done=done, concurrency=concurrency
         )
-        if self.agreement and role == "baseline":
-            # The baseline's second pass: its agreement with its own first answer is the
-            # paired control of the candidate's agreement (module docstring).
-            await super().run(
-                [it.model_copy(update={"metadata": {**it.metadata, "repeat": 1}}) for it in items],
-                client,
-                role=role,
-                emit=emit,
-                done={(i, 0) for i, r in done if r == 1},
-                concurrency=concurrency,
-            )
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         meta = item.metadata
-        repeat = int(meta.get("repeat", 0))
         max_tokens = int(meta.get("max_tokens") or self.params.max_tokens)
+        # The decoding (greedy, or the suite's sampling) is the client's: Suite.sample.
         if isinstance(item.prompt, list):
-            out = await client.chat(item.prompt, max_tokens=max_tokens, temperature=0.0)
+            out = await client.chat(item.prompt, max_tokens=max_tokens)
         else:
-            out = await client.complete(item.prompt, max_tokens=max_tokens, temperature=0.0)
+            out = await client.complete(item.prompt, max_tokens=max_tokens)
         choices = meta.get("choices") or []
         answer = self._scorer.key(out.text, choices) if out.ok else None
         score: float | None = None
@@ -990,7 +993,6 @@ class DatasetSuite(Suite):
             suite=self.name,
             item_id=item.id,
             endpoint="",
-            repeat=repeat,
             output=out.text,
             score=score,
             prompt_tokens=out.prompt_tokens,
@@ -1050,9 +1052,7 @@ class DatasetSuite(Suite):
         provenance: tuple[Provenance, Provenance] | None = None,
     ) -> Analysis:
         if not self.agreement:
-            analysis = paired_scores(
-                [s for s in baseline if s.repeat == 0], candidate, slicer=self.slice_of
-            )
+            analysis = paired_scores(baseline, candidate, slicer=self.slice_of)
             analysis.details["scorer"] = self.params.scorer
             analysis.details["flips"] = flips(analysis.baseline, analysis.candidate)
             analysis.details["by_slice"] = by_slice(analysis)

@@ -684,7 +684,7 @@ class LongContextSuite(Suite):
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
-        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens)
         universe = list(item.metadata.get("universe") or item.expected)
         score = None if out.error else credit(out.text if out.ok else "", item.expected, universe)
         return Sample(

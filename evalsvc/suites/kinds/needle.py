@@ -429,7 +429,7 @@ class NeedleSuite(Suite):
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
-        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens)
         found = (
             [v for v in item.expected if _normalise(v) in _normalise(out.text)] if out.ok else []
         )

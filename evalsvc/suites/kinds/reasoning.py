@@ -538,7 +538,7 @@ class ReasoningSuite(Suite):
 
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
-        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0)
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens)
         meta = item.metadata
         answer = extract(meta["answer_type"], out.text, meta["vocabulary"]) if out.ok else None
         return Sample(
