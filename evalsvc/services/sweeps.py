@@ -403,8 +403,43 @@ def _quality(report: dict[str, Any]) -> dict[str, Any]:
             "quality_delta": oriented, "quality_ci": ci_o, "n": s.get("n"),
             "n_errors": s.get("n_errors"), "headline": s.get("headline"),
         })
-    return {"verdict": cand.get("verdict") or report.get("verdict"), "suites": suites,
-            "run_id": report.get("run_id")}
+    out = {"verdict": cand.get("verdict") or report.get("verdict"), "suites": suites,
+           "run_id": report.get("run_id")}
+    tpa = _tokens_per_answer(cand.get("suites") or [])
+    if tpa is not None:
+        out["tokens_per_answer"] = tpa
+    return out
+
+
+def _tokens_per_answer(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Generated tokens per answer (thinking + answer) on each side, over every suite that
+    reports thinking (``details.thinking.tokens_per_answer``; summed means, so each suite counts
+    as one answer), and the candidate ÷ baseline ratio. ``None`` when no suite reports it or
+    the baseline generated nothing."""
+    rows = [
+        (s.get("details") or {}).get("thinking", {}).get("tokens_per_answer") or {}
+        for s in entries
+    ]
+    rows = [r for r in rows if isinstance(r.get("baseline"), int | float)
+            and isinstance(r.get("candidate"), int | float)]
+    base = sum(float(r["baseline"]) for r in rows)
+    cand = sum(float(r["candidate"]) for r in rows)
+    if not rows or base <= 0:
+        return None
+    return {"baseline": base / len(rows), "candidate": cand / len(rows), "ratio": cand / base,
+            "suites": len(rows)}
+
+
+def per_answer_capacity(c: dict[str, Any]) -> float | None:
+    """A configuration's capacity ratio per *answer*: its capacity at SLO ratio (per request of
+    a fixed token count, so per token) ÷ its tokens-per-answer ratio, when its quality suites
+    report thinking; ``None`` otherwise. A candidate 1.3× faster per token that thinks 1.5×
+    longer serves 1.3 / 1.5 ≈ 0.87× the answers: slower per answer, and ranked so."""
+    ratio = ((c.get("speed") or {}).get("capacity") or {}).get("ratio")
+    tpa = ((c.get("quality") or {}).get("tokens_per_answer") or {}).get("ratio")
+    if not isinstance(ratio, int | float) or not isinstance(tpa, int | float) or tpa <= 0:
+        return None
+    return float(ratio) / float(tpa)
 
 
 def _worst(quality: dict[str, Any]) -> dict[str, Any] | None:
@@ -441,6 +476,9 @@ def recommend(configs: list[dict[str, Any]], has_suites: bool) -> dict[str, Any]
         return {"config": None, "reason": f"no configuration passes every gate ({why})"}
 
     def cap(c: dict[str, Any]) -> float:
+        per_answer = per_answer_capacity(c)
+        if per_answer is not None:  # thinking data: rank by answers, not tokens
+            return per_answer
         speed = c.get("speed") or {}
         r = (speed.get("capacity") or {}).get("ratio")
         med = (speed.get("capacity") or {}).get("candidate_median")
@@ -448,10 +486,15 @@ def recommend(configs: list[dict[str, Any]], has_suites: bool) -> dict[str, Any]
 
     best = max(passing, key=cap)
     sp = (best.get("speed") or {}).get("capacity") or {}
+    per_answer = per_answer_capacity(best)
     if sp.get("ratio") is not None:
         lo, hi = sp["ci"]
         why = (f"passes every gate; capacity at SLO ×{sp['ratio']:.2f} "
                f"[{lo:.2f}, {hi:.2f}] of the baseline")
+        if per_answer is not None:
+            tpa = best["quality"]["tokens_per_answer"]["ratio"]
+            why += (f"; per answer ×{per_answer:.2f} (it generates ×{tpa:.2f} the tokens per "
+                    "answer; ranked by answers per second)")
     elif (best.get("speed") or {}).get("capacity") is not None:
         why = f"passes every gate; no capacity ratio ({sp.get('reason')})"
     else:
@@ -611,6 +654,10 @@ def _report(spec: SweepSpec, configs: list[dict[str, Any]], wall: float) -> dict
     for c in configs:
         worst = _worst(c.get("quality") or {})
         ratio = ((c.get("speed") or {}).get("capacity") or {}).get("ratio")
+        per_answer = per_answer_capacity(c)
+        if per_answer is not None:  # the frontier is in answers when thinking was measured
+            c["answers_capacity_ratio"] = per_answer
+            ratio = per_answer
         c["quality_delta"] = None if worst is None else worst["quality_delta"]
         c["quality_ci"] = None if worst is None else worst["quality_ci"]
         c["quality_suite"] = None if worst is None else worst["suite"]
@@ -657,6 +704,8 @@ def markdown(report: dict[str, Any]) -> str:
             rtext = f"×{cap['ratio']:.2f} [{cap['ci'][0]:.2f}, {cap['ci'][1]:.2f}]"
             if cap.get("resolution_limited"):
                 rtext += " (CI: rate-grid resolution)"
+            if c.get("answers_capacity_ratio") is not None:
+                rtext += f"; per answer ×{c['answers_capacity_ratio']:.2f}"
         else:
             rtext = f"— ({cap['reason']})" if cap.get("reason") else "—"
         caps = (f"{_fmt(cap.get('baseline_median'))} / {_fmt(cap.get('candidate_median'))}"
