@@ -262,10 +262,7 @@ def paired_summary(
         if len(counted) >= 2 and length["baseline_mean"] > 0:
             res = fieller_ratio_ci(bt, ct, alpha=2 * alpha)
             length["ratio"] = res.estimate
-            length["ci"] = [
-                res.ci[0] if math.isfinite(res.ci[0]) else None,
-                res.ci[1] if math.isfinite(res.ci[1]) else None,
-            ]
+            length["ci"] = [float(x) if math.isfinite(x) else None for x in res.ci]
             length["method"] = res.method
         else:
             length["ratio"] = None
@@ -377,7 +374,7 @@ def _rates(b: list[bool], c: list[bool], alpha: float, tango_ci: Any) -> dict[st
         gained = sum(1 for x, y in zip(b, c, strict=True) if y and not x)
         lost = sum(1 for x, y in zip(b, c, strict=True) if x and not y)
         row["delta"] = (gained - lost) / n
-        row["ci"] = list(tango_ci(gained, lost, n, alpha=2 * alpha))
+        row["ci"] = [float(x) for x in tango_ci(gained, lost, n, alpha=2 * alpha)]
     return row
 
 
