@@ -116,6 +116,36 @@ def _pass_at_1(n: int, k: int, aa: bool) -> Draw:
     return draw
 
 
+def _sampled_item_means(n: int, k: int, aa: bool) -> Draw:
+    """A sampled suite's gate (``evalsvc.suites._sampling.item_means``): k samples per item,
+    the paired unit each side's mean over them, the continuous gate with ``value_range``
+    (0, 1). Per-item solve rates p = 0.1 + 0.8·Beta(0.7, 0.7) (items differ: σ²_B of one
+    side's rates ≈ 0.07); at the margin the candidate's rate is p − δ on every item (a true
+    drop of exactly δ), A/A the same p on both sides with independent draws."""
+
+    def draw(rng: Rng, seed: int) -> str:
+        p = 0.1 + 0.8 * rng.beta(0.7, 0.7, n)
+        pc = p if aa else p - MARGIN
+        b = rng.binomial(k, p) / k
+        c = rng.binomial(k, pc) / k
+        return evaluate_gate(b, c, metric="pass@1", kind="continuous", margin=MARGIN,
+                             seed=seed, value_range=(0.0, 1.0)).verdict
+
+    return draw
+
+
+def sampled_sizes() -> dict[int, int]:
+    """The items ``evalsvc plan`` asks of a sampled suite at k = 1, 4, 10 for this module's
+    margin, α and 80% power, with σ²_B = 0 (an equal candidate) and σ²_W = 2·E[p(1 − p)] of the
+    rates ``_sampled_item_means`` draws (by Monte Carlo over 200,000 rates)."""
+    from evalsvc.stats import required_items_sampled
+
+    rng = np.random.default_rng(0)
+    p = 0.1 + 0.8 * rng.beta(0.7, 0.7, 200_000)
+    within = float(2 * np.mean(p * (1 - p)))
+    return {k: required_items_sampled(MARGIN, 0.0, within, k, ALPHA, 0.8) for k in (1, 4, 10)}
+
+
 def _continuous_aa(n: int, cluster: int) -> Draw:
     def draw(rng: Rng, seed: int) -> str:
         g = n // cluster
@@ -245,6 +275,11 @@ def cells() -> list[Cell]:
                     _continuous01(40, 5, bounded=True)))
     out.append(Cell("continuous", "pass@1 of 4 samples, n = 40", fp, _pass_at_1(40, 4, False)))
     out.append(Cell("continuous", "A/A pass@1 of 4, n = 40", ff, _pass_at_1(40, 4, True)))
+    for k, n in sampled_sizes().items():
+        out.append(Cell("sampled item means, range (0, 1)", f"k = {k}, n = {n} (plan's)", fp,
+                        _sampled_item_means(n, k, False)))
+        out.append(Cell("sampled item means, range (0, 1)", f"A/A k = {k}, n = {n} (plan's)",
+                        ff, _sampled_item_means(n, k, True)))
     out.append(Cell("continuous", "A/A n = 10", ff, _continuous_aa(10, 1)))
     out.append(Cell("continuous", "A/A 8 clusters × 5", ff, _continuous_aa(40, 5)))
     for n in (10, 40):
