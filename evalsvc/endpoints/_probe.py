@@ -15,6 +15,10 @@ a parsed call (llama.cpp with a chat template that has no tool support accepts b
 plain text); ``json_schema`` needs a ``response_format`` JSON schema answered with JSON that
 holds to it (an engine that ignores the field answers free text).
 
+The tokenizer that counts tokens (``capabilities.tokenize``, ``tokenizer_source``): the engine's
+own route; else the one registered with the endpoint; else the served model's tokenizer from the
+Hugging Face hub (``_hub``), when the hub (or its cache) has it.
+
 A server that answers but not at this base URL (no ``/v1``: ``http://host:8000``) is a
 ``BaseUrlError`` (a ``UrlError``: a usage error, exit 2) naming the base URL whose ``/models``
 does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable endpoint.
@@ -22,6 +26,7 @@ does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable en
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Collection
@@ -33,8 +38,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from evalsvc.domain import Provenance
 from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError, status_line
 from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
+from evalsvc.endpoints._hub import HubError, hub_repo_ids, hub_tokenizer
 from evalsvc.endpoints._tokenizer import LocalTokenizer
 from evalsvc.endpoints._urls import UrlError, redact_url
+
+#: How ``tokenizer_source`` starts when the probe found no tokenizer (the reason follows).
+NO_TOKENIZER = "none: no tokenize route, no registered tokenizer"
 
 CAPABILITIES = ("chat", "completions", "logprobs", "echo", "prompt_logprobs", "tokenize", "metrics")
 #: Probed only when a suite needs them (each costs a short generation).
@@ -163,6 +172,8 @@ async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Pr
         caps["tokenize"] = bool(ids)
         prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
         prov.tokenizer_source = f"tokenizer: {registered} (registered)"
+    elif not caps["tokenize"]:
+        await _hub_tokenizer(client, prov, caps)
 
     if prov.version is None:
         prov.version = await _version(client)
@@ -209,6 +220,26 @@ async def _serves_json_schema(client: EndpointClient) -> bool:
         return bool(json.loads(out.text) == {"word": "OK"})
     except ValueError:
         return False
+
+
+async def _hub_tokenizer(client: EndpointClient, prov: Provenance, caps: dict[str, bool]) -> None:
+    """Neither a tokenize route nor a registered tokenizer: the served model's own tokenizer
+    from the Hugging Face hub (``_hub``: ``HF_ENDPOINT``, ``HF_HUB_OFFLINE``, cached under
+    ``EVALSVC_HOME/hub``), recorded as the source; or, when none came, why not
+    (``tokenizer_source`` ``none: ...``, which the missing-``tokenize`` refusal quotes)."""
+    try:
+        hub = await asyncio.to_thread(hub_tokenizer, hub_repo_ids(client.model, prov.root))
+        client.local_tokenizer = LocalTokenizer(
+            hub.directory, source=f"the hub tokenizer of {hub.repo_id}"
+        )
+    except (HubError, ValueError) as exc:
+        prov.tokenizer_source = f"{NO_TOKENIZER}; {exc}"
+        return
+    ids = await client.tokenize(_FINGERPRINT_TEXT)
+    caps["tokenize"] = bool(ids)
+    prov.tokenizer_fingerprint = hashlib.sha256(repr(ids).encode()).hexdigest()[:16]
+    at = f"@{hub.commit}" if hub.commit else ""
+    prov.tokenizer_source = f"hub: {hub.repo_id}{at} ({hub.directory})"
 
 
 async def _answering_base_url(client: EndpointClient, failure: EndpointError) -> str | None:
