@@ -7,6 +7,7 @@ candidate that thinks twice as long or is cut at the budget on 30% of its answer
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -198,3 +199,14 @@ def test_per_answer_speed_of_the_issue_example() -> None:
                            {"baseline": 100.0, "candidate": 130.0, "suite": "s", "what": "x"})
     assert out is not None and out["ratio"] == pytest.approx(1.3 / 1.5) and out["ratio"] < 1
     assert per_answer_speed({}, {"baseline": 1.0, "candidate": 1.0}) is None
+
+
+def test_thinking_counted_by_the_endpoints_tokenize() -> None:
+    # The level server's /tokenize counts whitespace words: the exact thinking length.
+    with thinking_server(ACC, [SEED], mode="markers") as srv:
+        result, kept = _run(srv.url, srv.url, _suite(n=10, thinking={"count": "tokenize"}))
+    assert {s.data["thinking"]["tokens_source"] for s in kept} == {"tokenize"}
+    counted = Counter(s.data["thinking"]["tokens"] for s in kept)
+    # Every sample's count is a trace the server sent (the probe's chat requests are the rest).
+    assert sum(counted.values()) == 20 and not counted - Counter(srv.planted)
+    assert _entry(result).details["thinking"]["length"]["ratio"] == pytest.approx(1.0)

@@ -44,6 +44,8 @@ class _ThinkingHandler(_Handler):
         content = str(body["messages"][-1]["content"])
         answer = self.server.answer(content)
         thinking, answer, finish = self.server.plant(content, answer)
+        with self.server.lock:
+            self.server.planted.append(len(thinking.split()))
         words = len(thinking.split()) + len(answer.split())
         usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": words}
         if self.server.usage_reasoning:
@@ -126,6 +128,8 @@ class ThinkingServer(LevelServer):
         self.mode, self.think_words = mode, think_words
         self.truncate_wrong, self.loop, self.leak = truncate_wrong, loop, leak
         self.usage_reasoning = usage_reasoning
+        self.planted: list[int] = []
+        """Words of thinking sent, one per chat answer."""
 
     def plant(self, content: str, answer: str) -> tuple[str, str, str]:
         """(thinking, answer, finish_reason) for one request."""
