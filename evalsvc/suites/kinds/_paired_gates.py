@@ -21,9 +21,12 @@ from evalsvc.gates import GateOutcome, ResolvedGate, apply_guard, baseline_guard
 Arrays = dict[str, tuple[list[float], list[float], Literal["binary", "continuous"]]]
 
 
-def paired_gates(arrays: Arrays, gate: ResolvedGate, seed: int) -> GateOutcome:
+def paired_gates(arrays: Arrays, gate: ResolvedGate, seed: int, *, n_pairs: int) -> GateOutcome:
     """The suite's outcome over ``arrays`` (see the module contract); an empty pair is left
-    out, and a suite with none raises ``ValueError``."""
+    out, and a suite with none raises ``ValueError``. The outcome's ``n`` is ``n_pairs``, every
+    scored pair of the suite (the runner counts planned pairs missing from it as errors); a gate
+    over fewer of them (schema-valid calls: the items that expect one) keeps its own ``n`` in
+    ``details["tool_gates"]``."""
     assert gate.margin is not None
     outcomes: dict[str, GateOutcome] = {}
     for name, (b, c, kind) in arrays.items():
@@ -59,7 +62,8 @@ def paired_gates(arrays: Arrays, gate: ResolvedGate, seed: int) -> GateOutcome:
     return GateOutcome(
         verdict=deciding.verdict, metric=deciding.metric, baseline=deciding.baseline,
         candidate=deciding.candidate, delta=deciding.delta, ci=deciding.ci,
-        p_value=deciding.p_value, margin=deciding.margin, alpha=deciding.alpha, n=deciding.n,
+        p_value=deciding.p_value, margin=deciding.margin, alpha=deciding.alpha,
+        n=max(n_pairs, deciding.n),
         mde=deciding.mde, test=deciding.test,
         details={**deciding.details, "tool_gates": summary}, method=deciding.method,
     )

@@ -273,7 +273,7 @@ class StructuredSuite(Suite):
             "field_accuracy": ([float(b.data.get("field_accuracy") or 0) for b, _ in pairs],
                                [float(c.data.get("field_accuracy") or 0) for _, c in pairs],
                                "continuous"),
-        })
+        }, n_pairs=len(pairs))
         return analysis
 
     # ---- presentation

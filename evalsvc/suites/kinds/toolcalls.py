@@ -624,6 +624,7 @@ class ToolCallSuite(Suite):
         analysis.gate_test = partial(
             paired_gates, {"trigger_agreement": (trig_b, trig_c, "binary"),
                            "schema_valid_calls": (valid_b, valid_c, "binary")},
+            n_pairs=len(pairs),
         )
         return analysis
 
