@@ -55,9 +55,10 @@ from evalsvc.suites._registry import (
     resolve,
     suite_kinds,
 )
-from evalsvc.suites._thinking_view import thinking_finding, thinking_headline
+from evalsvc.suites._thinking_view import thinking_charts, thinking_finding, thinking_headline
 
 __all__ = [
+    "thinking_charts",
     "thinking_finding",
     "thinking_headline",
     "PILOT_SUFFIX",

@@ -127,3 +127,36 @@ def thinking_finding(details: dict[str, Any]) -> Finding | None:
         "fail" if any(b.get("verdict") == "fail" for b in bounds) else "warn" if worse else "info"
     )
     return Finding(title="thinking traces", markdown=lines, severity=severity, data=dict(t))
+
+
+def thinking_charts(details: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dashboard's charts of a suite entry's thinking (``Chart.to_dict()``): tokens per
+    answer (thinking and in all) and the rates of answers cut at the budget, looping and
+    leaking markup, baseline beside candidate; none when there is nothing to say."""
+    from evalsvc.suites._present import Chart
+
+    t = details.get("thinking")
+    if not isinstance(t, dict) or not _has_signal(t):
+        return []
+    length, tpa = t.get("length") or {}, t.get("tokens_per_answer") or {}
+    n = t.get("n") or 0
+
+    def side(name: str) -> list[float | None]:
+        leaks = (t.get("leaks") or {}).get(name)
+        return [
+            None if (t.get(k) or {}).get(name) is None else round(100 * float(t[k][name]), 1)
+            for k in ("truncation", "loops")
+        ] + [None if not n or leaks is None else round(100 * leaks / n, 1)]
+
+    tokens = [
+        {"name": s, "color": s, "data": [length.get(f"{s}_mean"), tpa.get(s)]}
+        for s in ("baseline", "candidate")
+    ]
+    return [
+        Chart("thinking-tokens", "bar", "Tokens per answer (mean)", ["thinking", "thinking + answer"],
+              tokens, y_name="tokens").to_dict(),
+        Chart("thinking-rates", "bar", "Answers cut at the budget, looping, leaking markup (%)",
+              ["cut at budget", "looping", "leaked markup"],
+              [{"name": s, "color": s, "data": side(s)} for s in ("baseline", "candidate")],
+              y_name="%").to_dict(),
+    ]

@@ -5,6 +5,7 @@ servers with planted thinking (``tests/runner/thinking_server.py``), stored on e
 from __future__ import annotations
 
 import html
+import json
 from pathlib import Path
 
 from evalsvc.db import Store
@@ -53,3 +54,10 @@ def test_suite_page_shows_the_thinking_finding(db_url: str, tmp_path: Path) -> N
     assert "Thinking traces" in text and "bound max_length_ratio exceeded" in text
     # The leaked markup is shown as text, never as markup.
     assert "<|channel|>" in text and "&lt;|channel|&gt;" in page.text
+    # The charts: tokens per answer and the rates, baseline beside candidate.
+    assert 'data-chart="thinking-tokens"' in page.text and 'data-chart="thinking-rates"' in page.text
+    data = json.loads(html.unescape(page.text.split('id="page-data">', 1)[1].split("</script>")[0]))
+    charts = {c["id"]: c for c in data["thinking_charts"]}
+    base_mean, cand_mean = (s["data"][0] for s in charts["thinking-tokens"]["series"])
+    assert 1.7 < cand_mean / base_mean < 2.3
+    assert charts["thinking-rates"]["series"][1]["data"] == [0.0, 0.0, 100.0]  # every answer leaks

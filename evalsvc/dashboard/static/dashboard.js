@@ -64,6 +64,7 @@
 
   function suiteCharts(view) {
     ((view.kind_view || {}).charts || []).forEach(kindChart);
+    (view.thinking_charts || []).forEach(kindChart);
   }
 
   /* The trend: Δ of every run on a time axis, its CI as a whisker (a single run has one too),

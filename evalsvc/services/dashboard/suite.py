@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.db import Store
-from evalsvc.suites import ViewInput
+from evalsvc.suites import ViewInput, thinking_charts
 
 from ._common import (
     NotFound,
@@ -66,4 +66,6 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
         "template": f"kinds/{kind}" if kind_template(kind) else None,
         "shows_flips": cls.shows_flips(),
         "kind_view": kind_view,
+        # Any kind that scores answers: its thinking, drawn beside the kind's own view.
+        "thinking_charts": thinking_charts(details),
     }
