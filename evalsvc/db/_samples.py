@@ -30,12 +30,17 @@ class SampleStore:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def add_samples(self, run_id: str, samples: Sequence[Sample]) -> None:
+    def add_samples(
+        self, run_id: str, samples: Sequence[Sample], *, replace: bool = False
+    ) -> None:
         """Insert samples; idempotent on (run, endpoint, suite, item, repeat).
 
         A stored sample WITHOUT error is never overwritten (a resumed or duplicate writer
         cannot change recorded results). A stored errored sample is replaced: that is how a
-        retried item's result lands.
+        retried item's result lands. ``replace=True`` overwrites any stored sample of the same
+        key: the runner's own rescoring of a sample once both sides answered
+        (``Suite.after_pairs``: a judge's verdict, a similarity), through
+        ``SampleWriter.put_replacing`` only.
         """
         if not samples:
             return
@@ -49,7 +54,7 @@ class SampleStore:
         stmt = stmt.on_conflict_do_update(
             index_elements=list(SAMPLE_KEY),
             set_={c: stmt.excluded[c] for c in (*SAMPLE_VALUES, "created_at")},
-            where=table.c.error.is_not(None),
+            where=None if replace else table.c.error.is_not(None),
         )
         with self._db.session() as session:
             # One statement executed with many parameter sets: compiled once and cached, the

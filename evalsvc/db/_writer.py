@@ -97,6 +97,8 @@ class SampleWriter:
         self.retry_seconds = retry_seconds
         self.written = 0
         self._buffer: list[Sample] = []
+        #: ids of the buffered samples that replace a stored one (``put_replacing``)
+        self._replacing: set[int] = set()
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # one write in flight: keeps batches in order
         self._last_flush = time.monotonic()
@@ -140,6 +142,15 @@ class SampleWriter:
         if self._in_flight is not None and self.pending >= BACKLOG:
             await asyncio.shield(self._in_flight)
 
+    async def put_replacing(self, sample: Sample) -> None:
+        """``put`` for a sample that replaces one of the same key put earlier (the runner's
+        rescoring after both sides answered, ``Suite.after_pairs``): written after the
+        samples buffered with it, so it lands over the one it replaces, whichever was first
+        committed."""
+        with self._lock:
+            self._replacing.add(id(sample))
+        await self.put(sample)
+
     def flush(self) -> None:
         """Write everything buffered, retrying while the database is unavailable."""
         retry_transient(self._write_once, retry_seconds=self.retry_seconds)
@@ -167,9 +178,14 @@ class SampleWriter:
         with self._write_lock:
             with self._lock:
                 batch = list(self._buffer)
+            with self._lock:
+                later = [s for s in batch if id(s) in self._replacing]
             if batch:
+                plain = [s for s in batch if id(s) not in self._replacing] if later else batch
                 try:
-                    self.store.add_samples(self.run_id, batch)
+                    self.store.add_samples(self.run_id, plain)
+                    if later:  # after the plain ones: a replacement lands over its original
+                        self.store.add_samples(self.run_id, later, replace=True)
                 except DatabaseWriteRefused as err:
                     # Not retried: a full disk or a read-only database does not heal in the
                     # retry window, and waiting only delays the one-line error.
@@ -179,6 +195,7 @@ class SampleWriter:
             with self._lock:
                 # Only what was written leaves the buffer; add() may have appended meanwhile.
                 del self._buffer[: len(batch)]
+                self._replacing.difference_update(id(s) for s in later)
                 self.written += len(batch)
                 self._last_flush = time.monotonic()
 

@@ -468,6 +468,7 @@ async def execute(
     egress: EgressPolicy | None = None,
     max_output_chars: int | None = None,
     helpers: dict[str, dict[str, EndpointRef]] | None = None,
+    resink: SampleSink | None = None,
 ) -> RunResult:
     """Run ``suites`` on the baseline and every candidate and gate each candidate.
 
@@ -478,7 +479,8 @@ async def execute(
     samples): with it, memory does not grow with the run's size. ``helpers`` are the endpoints
     the suites named besides the endpoints under test (``Suite.helper_endpoints``: a judge, an
     embedding model), ``{suite: {purpose: ref}}``, resolved by the service layer; each is probed
-    and handed to the suite's ``after_pairs``. ``egress`` is the
+    and handed to the suite's ``after_pairs``, whose rescored samples go to ``resink`` (default
+    ``sink``): the store's writer must let them replace the samples they rescore. ``egress`` is the
     connection/credential policy of every client (None: local); samples reach ``sink`` with
     their output cut at ``max_output_chars`` (default ``EVALSVC_MAX_OUTPUT_CHARS``,
     ``data.output_truncated`` set) after they were scored.
@@ -545,7 +547,7 @@ async def execute(
                 cols.add(sample)
             else:
                 collected.append(sample)
-            await sink(sample)
+            await (resink or sink)(sample)
 
         async def after_pairs(s: Suite, its: Sequence[Item]) -> None:
             mine = [x for x in collected if x.suite == s.name]

@@ -485,6 +485,7 @@ def _execute(
                 on_probed=on_probed,
                 egress=egress,
                 helpers=helpers,
+                resink=writer.put_replacing,
             )
         )
     except (InfrastructureError, CapabilityError) as exc:

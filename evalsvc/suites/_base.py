@@ -688,6 +688,13 @@ class Suite(ABC):
         return resources.files(package).joinpath(cls.view_template).read_text("utf-8")
 
     @classmethod
+    def sample_notes(cls, data: dict[str, Any]) -> list[dict[str, str]]:
+        """Notes on one stored sample for the samples and flips pages, from its ``data``:
+        ``[{"label", "text"}]`` (a judge's verdicts and reasons, a similarity with the
+        baseline's answer). Default: none."""
+        return []
+
+    @classmethod
     def sample_logprobs(cls, data: dict[str, Any]) -> dict[str, Any] | None:
         """What one stored sample keeps of its logprobs, for the samples browser, from its
         ``data``: ``{"summary": [[label, value], ...], "tokens": [{"token", "logprob",

@@ -196,3 +196,49 @@ def test_similarity_gate_with_embeddings(tmp_path: Path) -> None:
     assert worse.details["flips"]["correct_to_incorrect"] == 18
     cand = [s for s in samples if s.endpoint == "candidate:0"]
     assert sum(s.score == 0.0 for s in cand) == 18  # the flips page lists the changed answers
+
+
+def test_every_view_shows_the_judged_items(tmp_path: Path) -> None:
+    """Through ``evalsvc compare``'s service with a registered judge: the suite snapshot holds
+    the judge's prompt; the JSON report (against its schema), the Markdown report, the flips
+    page and the samples page show each item judged worse with its prompt, both answers and
+    the judge's reasons."""
+    import jsonschema
+
+    from evalsvc.db import Store
+    from evalsvc.domain import RunSpec
+    from evalsvc.reports import report_schema, to_markdown
+    from evalsvc.services import dashboard, runs
+
+    with judge_server(worse_tenths=2) as srv, \
+            Store.from_url(f"sqlite:///{tmp_path / 'v.db'}") as store:
+        store.upgrade()
+        store.upsert_endpoint(name="the-judge", url=srv.url("judge"))
+        path = write_suite(tmp_path, 20, judge={"endpoint": "the-judge", "controls": 4})
+        spec = RunSpec(baseline=EndpointRef(url=srv.url("base")),
+                       candidates=[EndpointRef(url=srv.url("cand"))], suites=[str(path)])
+        report = runs.compare(spec, store=store)
+        run_id = report["run_id"]
+        (snapshot,) = store.get_suite_snapshots(run_id)
+        flips = dashboard.flips_view(store, run_id, role="candidate:0")
+        samples = dashboard.samples_view(store, run_id, "rf", outcome="regression")
+    jsonschema.validate(report, report_schema())
+    assert snapshot["spec"]["judge"]["endpoint"] == "the-judge"
+    assert "{answer_a}" in snapshot["spec"]["judge"]["prompt"]
+    entry = report["candidates"][0]["suites"][0]
+    # 4 of 20 judged worse against a 10-point margin: too few items to fail, never a pass.
+    assert entry["verdict"] == "inconclusive" and entry["details"]["judge"]["candidate"]["worse"] == 4
+    titles = [f["title"] for f in entry["findings"]]
+    assert "4 items judged worse" in titles and any(t.startswith("judge ") for t in titles)
+    text = to_markdown(report)
+    assert "Question 10: why?" in text and "Answer 10: a worse answer." in text
+    assert "judge (baseline first): One answer is worse." in text
+    # The flips page: exactly the four items judged worse, with the judge's reasons.
+    assert sorted(r["item_id"] for r in flips["rows"]) == ["q00", "q01", "q10", "q11"]
+    row = flips["rows"][0]
+    assert row["prompt"].startswith("[user] Question") and "worse" in row["candidate_output"]
+    notes = {n["label"]: n["text"] for n in row["notes"]}
+    assert notes["judge"].startswith("candidate worse")
+    assert notes["judge, baseline first"].startswith("One answer is worse.")
+    assert len(samples["rows"]) == 4
+    assert any(n["label"] == "judge" for n in samples["rows"][0]["candidate"]["notes"])

@@ -131,6 +131,17 @@ def item_prompt(snapshot: dict[str, Any], item_id: str, data: dict[str, Any],
     return prompt
 
 
+def notes_of(cls: type[Suite], sample: Any) -> list[dict[str, str]]:
+    """The kind's notes on one stored sample (``Suite.sample_notes``: a judge's verdicts and
+    reasons...); a plugin's bug loses the notes, never the page."""
+    try:
+        notes = cls.sample_notes(dict(sample.data or {}))
+    except Exception:
+        _log.exception("kind %r: sample_notes failed", cls.kind)
+        return []
+    return [{"label": str(n.get("label", "")), "text": str(n.get("text", ""))} for n in notes]
+
+
 def expected_text(cls: type[Suite], data: dict[str, Any]) -> str | int | float | None:
     """The kind's expected answer of an item (``Suite.expected_answer``) as one value: a list
     of acceptable answers is joined with commas."""

@@ -14,7 +14,7 @@ from evalsvc.db import Store
 from evalsvc.domain import Sample
 from evalsvc.suites import Scored, Suite
 
-from ._common import _get, _labels_of, expected_text, item_prompt, kind_class
+from ._common import _get, _labels_of, expected_text, item_prompt, kind_class, notes_of
 
 _TOKEN = re.compile(r"\w+|[^\w\s]|\s+", re.UNICODE)
 
@@ -152,6 +152,7 @@ def flips_view(
             "baseline_output": sb.output,
             "candidate_output": sc.output,
             "diff": first_divergence(sb.output, sc.output),
+            "notes": notes_of(kind_class(snap["kind"]), sc),
         })
     return {
         "run_id": run_id,

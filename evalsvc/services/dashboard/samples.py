@@ -13,7 +13,16 @@ from evalsvc.db import Store
 from evalsvc.domain import Sample
 from evalsvc.suites import Suite
 
-from ._common import NotFound, _get, _labels_of, _log, expected_text, item_prompt, kind_class
+from ._common import (
+    NotFound,
+    _get,
+    _labels_of,
+    _log,
+    expected_text,
+    item_prompt,
+    kind_class,
+    notes_of,
+)
 
 #: The samples browser's outcomes of an item (one repeat) between baseline and a candidate.
 OUTCOMES = ("regression", "improvement", "unchanged", "scored", "error", "unpaired")
@@ -46,7 +55,7 @@ def _side(x: Sample | None, cls: type[Suite]) -> dict[str, Any] | None:
         logprobs = None
     return {"output": x.output, "score": x.score, "error": x.error, "latency_s": x.latency_s,
             "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens,
-            "logprobs": logprobs}
+            "logprobs": logprobs, "notes": notes_of(cls, x)}
 
 
 def samples_view(

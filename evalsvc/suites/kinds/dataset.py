@@ -84,10 +84,13 @@ from evalsvc.suites._base import (
     prompt_text,
 )
 from evalsvc.suites._paths import catalog_dir
-from evalsvc.suites._present import ViewInput
+from evalsvc.suites._present import Finding, ViewInput
 from evalsvc.suites.kinds._extract import answer_span, extract_number
 from evalsvc.suites.kinds._judge import Judge, JudgeSpec, guard_outcome
 from evalsvc.suites.kinds._judge import summary as judge_summary
+from evalsvc.suites.kinds._pairs_present import findings as reference_free_findings
+from evalsvc.suites.kinds._pairs_present import headline as reference_free_headline
+from evalsvc.suites.kinds._pairs_present import sample_notes as reference_free_notes
 from evalsvc.suites.kinds._similarity import PAIR_FIELD, score_pairs, similarity
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
@@ -1041,6 +1044,24 @@ class DatasetSuite(Suite):
         d = view.details
         return {"scorer": d.get("scorer"), "reference": d.get("reference"),
                 "by_slice": d.get("by_slice") or []}
+
+    @classmethod
+    def findings(cls, entry: dict[str, Any]) -> list[Finding]:
+        details = dict(entry.get("details") or {})
+        if details.get("compare") in ("similarity", "judge"):
+            # The gate's flip counts would read "correct → incorrect" for a similarity or a
+            # judged preference: the reference-free findings say what changed instead.
+            return reference_free_findings(details)
+        return [*super().findings(entry), *reference_free_findings(details)]
+
+    @classmethod
+    def headline(cls, entry: dict[str, Any]) -> str | None:
+        details = dict(entry.get("details") or {})
+        return reference_free_headline(details) or super().headline(entry)
+
+    @classmethod
+    def sample_notes(cls, data: dict[str, Any]) -> list[dict[str, str]]:
+        return reference_free_notes(data)
 
     # -- analysis
 

@@ -1,0 +1,168 @@
+"""How a reference-free ``dataset`` entry is shown: findings, headline and per-sample notes.
+
+Contract: plain functions over what ``dataset``'s analysis wrote in a report entry's
+``details`` (``compare``, ``changed_answers``, ``similarity``, ``judge``, ``pair_examples``) and
+over one stored sample's ``data`` (``vs_baseline``, ``judge``, ``judge_control``); missing keys
+give fewer findings, never an error (a report of an older run still renders). The Markdown
+report, the dashboard's findings, the samples and flips pages (``Suite.sample_notes``) and the
+JSON report's ``findings`` all come from here; the views know no kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evalsvc.suites._present import Finding, markdown_table, num, pct
+
+_CUT = 300
+
+
+def _quote(text: Any) -> str:
+    """One line of an answer or a reason for a Markdown table cell (cut at ``_CUT``)."""
+    s = " ".join(str(text or "").split())
+    return (s[:_CUT] + "…") if len(s) > _CUT else (s or "(empty)")
+
+
+def findings(details: dict[str, Any]) -> list[Finding]:
+    """The reference-free findings: the judge's reliability first (a judge that cannot tell is
+    what a reader must see beside the verdict), then its tallies, the changed answers, the
+    similarities and the changed or judged items with their prompt, answers and reasons."""
+    mode = details.get("compare")
+    if mode not in ("similarity", "judge", "agreement"):
+        return []
+    out: list[Finding] = []
+    judge = details.get("judge")
+    if isinstance(judge, dict):
+        out += _judge_findings(judge)
+    changed = details.get("changed_answers")
+    if isinstance(changed, dict) and changed.get("n"):
+        line = (
+            f"Changed answers (the candidate's extracted answer differs from the baseline's "
+            f"first): {changed.get('candidate')} of {changed.get('n')} "
+            f"({pct(changed.get('share'))}); the baseline's own second pass changed "
+            f"{changed.get('baseline_second_pass')}."
+        )
+        if mode != "agreement":
+            line += " Informational: a changed answer is not a worse one."
+        out.append(Finding(title=f"{changed.get('candidate')} of {changed.get('n')} answers changed",
+                           markdown=[line, ""], data=dict(changed)))
+    sims = details.get("similarity")
+    if isinstance(sims, dict) and sims:
+        rows = [[m, num(v.get("baseline")), num(v.get("candidate"))]
+                for m, v in sorted(sims.items()) if isinstance(v, dict)]
+        out.append(Finding(
+            title="similarity with the baseline's first answer",
+            markdown=["Mean similarity with the baseline's first answer (baseline: its second "
+                      "pass):", "", *markdown_table(["measure", "baseline", "candidate"], rows),
+                      ""],
+            data={"similarity": sims},
+        ))
+    examples = [e for e in details.get("pair_examples") or [] if isinstance(e, dict)]
+    if examples:
+        worse = [e for e in examples if (e.get("preference") or 0) < 0]
+        title = (f"{len(worse)} items judged worse" if mode == "judge"
+                 else f"{len(examples)} changed answers shown")
+        lines: list[str] = []
+        for e in examples:
+            head = f"**{e.get('item')}**"
+            if e.get("verdicts") is not None:
+                head += (f" — judge: {_preference(e.get('preference'))} "
+                         f"(verdicts {e.get('verdicts')}"
+                         f"{'' if e.get('consistent') else ', order-inconsistent'})")
+            if e.get("rouge_l") is not None:
+                head += f", ROUGE-L {num(e.get('rouge_l'), 2)}"
+            lines += [head, "", f"- prompt: {_quote(e.get('prompt'))}",
+                      f"- baseline: {_quote(e.get('baseline'))}",
+                      f"- candidate: {_quote(e.get('candidate'))}"]
+            for order, reason in zip(("baseline first", "candidate first"),
+                                     e.get("reasons") or [], strict=False):
+                lines.append(f"- judge ({order}): {_quote(reason)}")
+            lines.append("")
+        out.append(Finding(title=title, markdown=lines,
+                           severity="warn" if worse else "info",
+                           data={"pair_examples": examples}))
+    return out
+
+
+def _preference(p: Any) -> str:
+    return {1: "candidate better", -1: "candidate worse", 0: "same"}.get(p, "—")
+
+
+def _judge_findings(judge: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    model = judge.get("model") or judge.get("endpoint")
+    if not judge.get("informative", True):
+        out.append(Finding(
+            title=f"the judge ({model}) is not informative: the gate cannot pass",
+            markdown=["The judge's verdicts cannot carry the gate, which is inconclusive:", "",
+                      *(f"- {p}" for p in judge.get("problems") or []), ""],
+            severity="warn",
+            data={k: judge.get(k) for k in ("consistency", "discrimination", "problems")},
+        ))
+    rows = []
+    for label, key in (("candidate vs baseline", "candidate"), ("A/A (baseline's second pass)", "aa")):
+        t = judge.get(key)
+        if isinstance(t, dict):
+            rows.append([label, t.get("n"), t.get("better"), t.get("worse"), t.get("same"),
+                         t.get("inconsistent"), pct(t.get("consistency"))])
+    out.append(Finding(
+        title=f"judge {model}: consistency {pct(judge.get('consistency'))}, discrimination "
+              f"{pct(judge.get('discrimination'))}",
+        markdown=[
+            f"Judge {model} (prompt {judge.get('fingerprint')}), each pair in both orders; "
+            f"better/worse is the candidate's (or the second pass's) answer against the "
+            f"baseline's first:", "",
+            *markdown_table(["pair", "n", "better", "worse", "same", "order-inconsistent",
+                             "consistency"], rows),
+            "",
+            f"Position consistency over both: {pct(judge.get('consistency'))} (needs "
+            f"{pct(judge.get('min_consistency'))}); discrimination on {judge.get('controls')} "
+            f"controls (the whole answer against its first third): "
+            f"{pct(judge.get('discrimination'))} (needs {pct(judge.get('min_discrimination'))}).",
+            "",
+        ],
+        data={"judge": judge},
+    ))
+    return out
+
+
+def headline(details: dict[str, Any]) -> str | None:
+    """One terminal line: the changed answers and, with a judge, its tally and consistency."""
+    changed = details.get("changed_answers")
+    if not isinstance(changed, dict) or not changed.get("n"):
+        return None
+    line = f"{changed.get('candidate')} of {changed.get('n')} answers changed"
+    judge = details.get("judge")
+    if isinstance(judge, dict) and isinstance(judge.get("candidate"), dict):
+        t = judge["candidate"]
+        line += (f"; judge: {t.get('worse')} worse, {t.get('better')} better, consistency "
+                 f"{pct(judge.get('consistency'))}")
+        if not judge.get("informative", True):
+            line += " (not informative)"
+    return line
+
+
+def sample_notes(data: dict[str, Any]) -> list[dict[str, str]]:
+    """What one stored sample says about its comparison with the baseline's first answer:
+    the similarities, and the judge's verdicts with its reasons in both orders."""
+    notes: list[dict[str, str]] = []
+    pair = data.get("vs_baseline")
+    if isinstance(pair, dict):
+        parts = [f"{'same' if pair.get('same_answer') else 'changed'} answer"]
+        parts += [f"{m} {num(pair.get(m), 2)}" for m in ("rouge_l", "token_f1", "embedding")
+                  if pair.get(m) is not None]
+        notes.append({"label": "vs baseline", "text": ", ".join(parts)})
+    for key, label in (("judge", "judge"), ("judge_control", "judge control (cut answer)")):
+        record = data.get(key)
+        if not isinstance(record, dict):
+            continue
+        if record.get("error"):
+            notes.append({"label": label, "text": f"error: {record['error']}"})
+            continue
+        notes.append({"label": label, "text": (
+            f"{_preference(record.get('preference'))}; verdicts {record.get('verdicts')}"
+            f"{'' if record.get('consistent') else ' (order-inconsistent: a tie)'}")})
+        for order, reason in zip(("baseline first", "other first"), record.get("reasons") or [],
+                                 strict=False):
+            notes.append({"label": f"{label}, {order}", "text": str(reason)})
+    return notes
