@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
 from ._errors import LocalError
 
@@ -31,7 +32,25 @@ TAIL_LINES = 40
 
 
 def info(message: str) -> None:
-    console.print(message)
+    if _live_elsewhere():
+        _above_live(Text.from_markup(message).plain)
+    else:
+        console.print(message)
+
+
+def _live_elsewhere() -> bool:
+    """Whether another live display (``compare``'s progress bars) owns the terminal: rich then
+    redirects ``sys.stderr`` through a ``FileProxy``."""
+    from rich.file_proxy import FileProxy
+
+    return isinstance(sys.stderr, FileProxy)
+
+
+def _above_live(line: str) -> None:
+    # Through the proxy, which prints the line above the bars. A console of our own would not:
+    # rich consoles write to the proxied file itself, beneath the bars, which then redraw over it.
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def log_tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
@@ -194,7 +213,7 @@ class _Lines:
     def update(self, text: str) -> None:
         if self.every is not None and time.monotonic() - self.last >= self.every:
             self.last = time.monotonic()
-            console.print(text, markup=False, highlight=False)
+            _above_live(text)
 
 
 @contextlib.contextmanager
@@ -204,15 +223,17 @@ def _status(label: str, log: Path, expected_s: float | None) -> Iterator[Any]:
     suite prepares what it needs, where a second spinner would garble both) or when stderr is no
     terminal (a log, CI: a spinner draws nothing there, so the step says once what it does and
     how long it usually takes)."""
-    from rich.file_proxy import FileProxy
-
-    live_elsewhere = isinstance(sys.stderr, FileProxy)
+    live_elsewhere = _live_elsewhere()
     if not live_elsewhere and console.is_terminal:
         with console.status(f"{label} (log: {log})") as status:
             yield status
         return
     usual = f", usually {eta_text(expected_s, None)}" if expected_s else ""
-    console.print(f"{label} (log: {log}{usual})", markup=False, highlight=False)
+    first = f"{label} (log: {log}{usual})"
+    if live_elsewhere:
+        _above_live(first)
+    else:
+        console.print(first, markup=False, highlight=False)
     yield _Lines(LINE_EVERY_S if live_elsewhere else None)
 
 

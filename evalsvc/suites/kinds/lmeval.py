@@ -19,7 +19,9 @@ Contract:
   handed over; it runs offline (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``).
 - The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
   ``params.tokenizer``; the baseline's checkpoint directory when it is local (the served model's
-  ``root``); an endpoint's registered tokenizer directory (``endpoints add --tokenizer``); else
+  ``root``); an endpoint's registered tokenizer directory (``endpoints add --tokenizer``) or the
+  one the probe took from the Hugging Face hub for an engine without a route (``client.
+  local_tokenizer`` either way, a directory with ``tokenizer_config.json``); else
   **the engine's own** ``POST /tokenize`` (vLLM, SGLang), through the lm-eval model
   ``evalsvc-engine-completions`` (``_lmeval_engine.py``, run as lm-eval's entry point): nothing
   local is needed, and each endpoint tokenizes with its own route. A completions-API task without
