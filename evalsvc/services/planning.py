@@ -94,6 +94,7 @@ def plan(
         raise UsageError(str(exc)) from exc
     pilot: dict[str, float] = {}
     pilot_levels: dict[str, list[str] | None] = {}
+    pilot_var: dict[str, tuple[float, float]] = {}
     if pilot_run is not None:
         report = store.get_report(pilot_run) if store is not None else None
         if report is None:
@@ -105,6 +106,13 @@ def plan(
                 if d is not None:
                     pilot[s["suite"]] = max(pilot.get(s["suite"], 0.0), float(d))
                     pilot_levels[s["suite"]] = (details.get("calibration") or {}).get("chosen")
+                var = (details.get("sampling") or {}).get("variance")
+                if isinstance(var, dict) and var.get("within") is not None:
+                    old = pilot_var.get(s["suite"], (0.0, 0.0))
+                    pilot_var[s["suite"]] = (
+                        max(old[0], float(var.get("between") or 0.0)),
+                        max(old[1], float(var["within"])),
+                    )
     rows = []
     options = RunOptions(margin=margin, alpha=alpha)
     bind_gates(resolved, options)
@@ -206,6 +214,13 @@ def plan(
                     + (f"a candidate as good as the baseline should pass by the {stage}-item "
                        "stage" if stage else "beyond the cap it stays inconclusive")
                 )
+        if suite.samples_per_item > 1 and m and gate.threshold is None:
+            row["sampling"] = sampled_plan(
+                suite.samples_per_item, row["planned_items"], m, a, power,
+                pilot_var.get(suite.name),
+            )
+            row["required_items"] = row["sampling"]["required_items"]
+            row["note"] = row["sampling"]["note"]
         if "cannot_pass" in row:
             row["note"] = " ".join(x for x in (row["cannot_pass"] + ".", row.get("note")) if x)
         if cal is not None:
@@ -214,6 +229,64 @@ def plan(
             )
         rows.append(row)
     return rows
+
+
+#: σ²_W of one sample's paired difference is at most ½ for 0/1 scores (each side's Bernoulli
+#: variance p(1 − p) ≤ ¼): the bound a sampled suite is sized at without a pilot run.
+WITHIN_BOUND = 0.5
+
+
+def sampled_plan(
+    k: int,
+    planned: int | None,
+    margin: float,
+    alpha: float,
+    power: float,
+    measured: tuple[float, float] | None,
+) -> dict[str, Any]:
+    """How a suite sampled ``k`` times per item is sized (``evalsvc.stats._sampled``): items
+    for ``power`` at ``margin`` with Var(item mean difference) = σ²_B + σ²_W/k, from a pilot
+    run's measured components (``measured``: (σ²_B, σ²_W)) or the bound σ²_W ≤ ½, σ²_B = 0
+    (an equal candidate's); the same at other k, the requests each costs, and where more
+    samples stop helping (the knee, σ²_W/k = ¼ σ²_B) or how many the planned items need."""
+    from evalsvc.stats import required_items_sampled, samples_for_items, samples_knee
+
+    between, within = measured if measured is not None else (0.0, WITHIN_BOUND)
+    source = "pilot run" if measured is not None else "bound (σ²_W ≤ ½ for 0/1 scores, σ²_B = 0)"
+    within = max(within, 1e-9)
+    need = required_items_sampled(margin, between, within, k, alpha, power)
+    by_k = []
+    for kk in sorted({1, 2, 4, 8, 16, k}):
+        n = required_items_sampled(margin, between, within, kk, alpha, power)
+        by_k.append({"k": kk, "items": n, "requests": n * kk})
+    knee = samples_knee(between, within)
+    out: dict[str, Any] = {
+        "k": k,
+        "between": between,
+        "within": within,
+        "source": source,
+        "required_items": need,
+        "requests_per_endpoint": need * k,
+        "by_k": by_k,
+        "knee": knee,
+    }
+    note = (
+        f"sampled: {need} items × {k} samples ({need * k} requests per endpoint) at "
+        f"σ²_B = {between:.3g}, σ²_W = {within:.3g} ({source}); an item's mean varies as "
+        f"σ²_B + σ²_W/k, so at equal cost per request more items beat more samples "
+        f"(k = 1: {by_k[0]['items']} items, {by_k[0]['requests']} requests)"
+    )
+    if knee is not None:
+        note += f"; past k ≈ {knee} more samples barely help (within 25% of the floor σ²_B)"
+    if planned:
+        enough = samples_for_items(planned, margin, between, within, alpha, power)
+        out["samples_for_planned"] = enough
+        note += (
+            f"; the {planned} planned items need k ≥ {enough}" if enough is not None
+            else f"; the {planned} planned items cannot reach it at any k: add items"
+        )
+    out["note"] = note
+    return out
 
 
 def _calibration_note(cal: dict[str, Any], source: str | None) -> str:

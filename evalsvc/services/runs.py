@@ -152,6 +152,18 @@ def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> R
     return store.create_run(spec, status=RunStatus.queued, submitted_by=submitted_by)
 
 
+def _bounded_name(suite: Suite) -> str:
+    k = suite.samples_per_item
+    return suite.name if k == 1 else f"{suite.name} (items × {k} samples)"
+
+
+def _bounded_count(suite: Suite) -> int | None:
+    """What the server's item bound counts of a suite: its items, times its samples per item
+    for a sampled suite (each is a request on every endpoint, docs/suites.md)."""
+    n = suite.item_count()
+    return None if n is None else n * suite.samples_per_item
+
+
 def check_server_items(spec: RunSpec, suites: Sequence[Suite]) -> None:
     """``check_server_limits`` for a run (REST runs, schedules, ``compare --server``, and the
     worker before it executes a claimed run); an in-process ``compare`` is bounded by
@@ -159,7 +171,7 @@ def check_server_items(spec: RunSpec, suites: Sequence[Suite]) -> None:
     check_server_limits(
         "a run",
         samples=spec.options.samples,
-        suite_items={suite.name: suite.item_count() for suite in suites},
+        suite_items={_bounded_name(suite): _bounded_count(suite) for suite in suites},
         suites=len(spec.suites),
         configurations=len(spec.candidates),
         durations=[("options.request_timeout_s", spec.options.request_timeout_s,

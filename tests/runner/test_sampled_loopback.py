@@ -16,13 +16,21 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, Sample
 from evalsvc.runner import execute
 from evalsvc.runner._runner import RunResult
 from evalsvc.suites import SuiteSpec, suite_kinds
 from evalsvc.suites._sampling import request_seed
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+)
 from tests.runner.sampled_server import sampled_server
 
 SEED = 3
@@ -129,3 +137,92 @@ def test_run_options_override_the_suites_decoding() -> None:
     assert all(b["temperature"] == 1.0 and b["top_p"] == 0.95 for b in bodies)
     res = result.candidates[0].suites[0]
     assert res.details["sampling"]["k"] == 2 and res.outcome.n == 10
+
+
+SUITE_YAML = f"""name: sampled
+kind: reasoning
+seed: {SEED}
+sampling: {{k: 4, temperature: 0.6, top_p: 0.95, pass_at: [1, 2]}}
+params:
+  n: 40
+  tasks:
+    - {{family: arithmetic, level: 1}}
+    - {{family: lists, level: 1}}
+  max_tokens: 16
+"""
+
+
+def test_compare_stores_samples_reports_sampling_and_plan_sizes_items_by_k(
+    tmp_path: Path, db_url: str  # noqa: F811
+) -> None:
+    """Through the service layer into the store: every sample kept with its ``repeat``, the
+    JSON report valid against its schema with ``details["sampling"]``, and ``evalsvc plan``
+    sized from the measured variance components (``--pilot-run``) and from the bound."""
+    from evalsvc.db import Store
+    from evalsvc.domain import EndpointRef, RunSpec
+    from evalsvc.services import runs
+    from evalsvc.services.planning import plan
+    from tests.services.test_gatelogs import check_schema
+
+    suite = tmp_path / "sampled.yaml"
+    suite.write_text(SUITE_YAML)
+    store = Store.from_url(db_url)
+    with sampled_server(GOOD, [SEED], per_level=100, rng_seed=4) as one, \
+            sampled_server(GOOD, [SEED], per_level=100, rng_seed=5) as two:
+        spec = RunSpec(baseline=EndpointRef(url=one.url, name="base"),
+                       candidates=[EndpointRef(url=two.url, name="cand")],
+                       suites=[str(suite)], options=RunOptions(concurrency=4))
+        report = runs.compare(spec, store=store)
+    check_schema(report)
+    entry = report["candidates"][0]["suites"][0]
+    assert entry["n_planned"] == 40 and entry["details"]["sampling"]["k"] == 4
+    stored = store.done_keys(report["run_id"])  # (endpoint, suite, item, repeat)
+    assert len(stored) == 2 * 40 * 4 and {key[3] for key in stored} == {0, 1, 2, 3}
+    (bound,) = plan(suites=[str(suite)], margin=None, alpha=None)
+    sampling = bound["sampling"]
+    assert sampling["k"] == 4 and sampling["within"] == 0.5 and sampling["between"] == 0.0
+    assert bound["required_items"] == sampling["required_items"]
+    assert [r["k"] for r in sampling["by_k"]] == [1, 2, 4, 8, 16]
+    items = [r["items"] for r in sampling["by_k"]]
+    requests = [r["requests"] for r in sampling["by_k"]]
+    assert items == sorted(items, reverse=True) and requests == sorted(requests)
+    assert "more items beat more samples" in bound["note"]
+    (measured,) = plan(suites=[str(suite)], margin=None, alpha=None,
+                       pilot_run=report["run_id"], store=store)
+    var = entry["details"]["sampling"]["variance"]
+    assert measured["sampling"]["source"] == "pilot run"
+    assert measured["sampling"]["within"] == pytest.approx(var["within"])
+    assert measured["sampling"]["between"] == pytest.approx(var["between"])
+
+
+def test_compare_flags_sample_a_greedy_suite_and_refuse_k_without_a_temperature(
+    tmp_path: Path,
+) -> None:
+    """``compare --sampling-k 2 --temperature 0.7 --top-p 0.9 --max-tokens 24`` samples a
+    suite that has no ``sampling:`` block; ``--sampling-k 2`` alone is refused (exit 2) with
+    the fix, before any request."""
+    import json
+
+    from tests.fixtures.cli import run_cli
+
+    greedy = tmp_path / "greedy.yaml"
+    greedy.write_text(SUITE_YAML.replace(
+        "sampling: {k: 4, temperature: 0.6, top_p: 0.95, pass_at: [1, 2]}\n", "").replace(
+        "n: 40", "n: 10"))
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    with sampled_server(GOOD, [SEED], per_level=100) as srv:
+        refused = run_cli("compare", srv.url, srv.url, "-s", str(greedy), "--database-url", db,
+                          "--sampling-k", "2")
+        assert refused.returncode == 2
+        assert "temperature 0" in refused.stderr and "set a temperature" in refused.stderr
+        assert srv.bodies == []
+        out = tmp_path / "r.json"
+        ran = run_cli("compare", srv.url, srv.url, "-s", str(greedy), "--database-url", db,
+                      "--sampling-k", "2", "--temperature", "0.7", "--top-p", "0.9",
+                      "--max-tokens", "24", "--json", str(out))
+        bodies = [b for b in srv.bodies if b["max_tokens"] == 24]
+    assert ran.returncode in (0, 3), ran.stderr
+    assert len(bodies) == 2 * 10 * 2
+    assert all(b["temperature"] == 0.7 and b["top_p"] == 0.9 for b in bodies)
+    entry = json.loads(out.read_text())["candidates"][0]["suites"][0]
+    assert entry["details"]["sampling"]["k"] == 2 and entry["n_planned"] == 10
