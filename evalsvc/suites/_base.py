@@ -861,6 +861,11 @@ THINKING_FIELDS = ("tokens", "answer_tokens", "tokens_source", "budget_exhausted
 """The fields of a sample's ``data["thinking"]`` the paired summary reads."""
 
 
+def _frozen(value: Any) -> Any:
+    """A hashable form of a trace field (the leaked markup list becomes a tuple)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
 def thinking_pairs(
     baseline: Sequence[Sample], candidate: Sequence[Sample]
 ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
@@ -981,7 +986,7 @@ class PairedColumns:
         }
         self._outputs: dict[str, dict[int, str]] = {r: {} for r in self.roles}
         self._errors: dict[str, list[str]] = {r: [] for r in self.roles}
-        self._thinking: dict[str, dict[int, dict[str, Any]]] = {r: {} for r in self.roles}
+        self._thinking: dict[str, dict[int, tuple[Any, ...]]] = {r: {} for r in self.roles}
         self._shared: dict[Any, Any] = {}
         self.samples = 0
 
@@ -1021,7 +1026,10 @@ class PairedColumns:
         trace = sample.data.get("thinking")
         if scored and isinstance(trace, dict):
             # What the thinking summary reads (a few numbers and flags), not the text.
-            self._thinking[role][i] = {k: trace.get(k) for k in THINKING_FIELDS}
+            # Interned: equal traces (a model that never thinks) share one tuple.
+            self._thinking[role][i] = self._intern(
+                tuple(_frozen(trace.get(k)) for k in THINKING_FIELDS)
+            )
         else:
             self._thinking[role].pop(i, None)
         if role == "baseline" and scored:
@@ -1108,7 +1116,11 @@ class PairedColumns:
     def thinking_pairs(self, role: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
         """``thinking_pairs`` of the baseline's and ``role``'s samples, from the columns."""
         base, mine = self._thinking["baseline"], self._thinking.get(role, {})
-        return [(base[i], mine[i]) for i in self.pairs(role) if i in base and i in mine]
+        return [
+            (dict(zip(THINKING_FIELDS, base[i], strict=True)),
+             dict(zip(THINKING_FIELDS, mine[i], strict=True)))
+            for i in self.pairs(role) if i in base and i in mine
+        ]
 
     def analysis(self, role: str) -> Analysis:
         """The same ``Analysis`` as :func:`paired_scores` on the baseline's and ``role``'s

@@ -153,3 +153,33 @@ def test_paired_summary_without_thinking() -> None:
     out = paired_summary([(_rec(0), _rec(0))] * 5, max_length_ratio=1.2)
     assert out["length"]["ratio"] is None
     assert out["bounds"][0]["verdict"] == "not tested"
+
+
+def test_columns_give_the_same_summary_as_samples() -> None:
+    from evalsvc.domain import Sample
+    from evalsvc.suites import SuiteSpec, suite_kinds
+
+    suite = suite_kinds()["reasoning"](SuiteSpec(name="r", kind="reasoning",
+                                                 thinking={"max_truncation_increase": 0.05}))
+    rng = np.random.default_rng(1)
+    samples = []
+    for i in range(40):
+        for role, scale in (("baseline", 1.0), ("candidate:0", 1.8)):
+            tokens = int(rng.integers(50, 300) * scale)
+            cut = role != "baseline" and i % 4 == 0
+            rec = {"tokens": tokens, "answer_tokens": 5, "tokens_source": "estimate",
+                   "budget_exhausted": cut, "loop": i % 9 == 0, "leaked": ["<|end|>"] if i == 3 else []}
+            error = "HTTP 500" if (role == "baseline" and i == 7) else None
+            samples.append(Sample(suite="r", item_id=f"i{i}", endpoint=role, output="x",
+                                  score=None if error else 1.0, error=error,
+                                  data={} if error else {"thinking": rec}))
+    base = [s for s in samples if s.endpoint == "baseline"]
+    cand = [s for s in samples if s.endpoint != "baseline"]
+    cols = suite.sample_columns(["baseline", "candidate:0"])
+    for s in samples:
+        cols.add(s)
+    from_samples = suite.thinking_summary(base, cand)
+    from_columns = suite.thinking_summary([], [], columns=cols, role="candidate:0")
+    assert from_samples == from_columns
+    assert from_samples is not None and from_samples["n"] == 39
+    assert from_samples["leaks"]["candidate"] == 1
