@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from evalsvc.suites import Finding, Suite, suite_kinds, thinking_finding, thinking_headline
+from evalsvc.suites import (
+    Finding,
+    Suite,
+    sampling_finding,
+    sampling_headline,
+    suite_kinds,
+    thinking_finding,
+    thinking_headline,
+)
 
 from ._text import md_text  # egress: a reason may quote an endpoint
 
@@ -189,6 +197,9 @@ def suite_findings(suite: dict[str, Any]) -> list[Finding]:
                            severity="fail" if failed else "info",
                            data=dict(d.get("slices") or {})))
     out += _kind_findings(suite)
+    sampled = sampling_finding(d)  # any kind that scores answers (details["sampling"])
+    if sampled is not None:
+        out.append(sampled)
     thinking = thinking_finding(d)  # any kind that scores answers (details["thinking"])
     if thinking is not None:
         out.append(thinking)
@@ -227,7 +238,7 @@ def headline(suite: dict[str, Any]) -> str | None:
         line = kind_class(suite.get("kind")).headline(suite)
     except Exception:  # noqa: BLE001 - a plugin's bug must not lose the verdict table
         line = None
-    for extra in (recovery_text(d), thinking_headline(d)):
+    for extra in (recovery_text(d), sampling_headline(d), thinking_headline(d)):
         if extra is not None:
             line = f"{line}; {extra}" if line else extra
     return line

@@ -55,9 +55,13 @@ from evalsvc.suites._registry import (
     resolve,
     suite_kinds,
 )
+from evalsvc.suites._sampling import SamplingPolicy, sampling_finding, sampling_headline
 from evalsvc.suites._thinking_view import thinking_charts, thinking_finding, thinking_headline
 
 __all__ = [
+    "SamplingPolicy",
+    "sampling_finding",
+    "sampling_headline",
     "thinking_charts",
     "thinking_finding",
     "thinking_headline",

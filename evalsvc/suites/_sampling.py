@@ -294,3 +294,75 @@ def _mean_sd(samples: Sequence[Sequence[float]]) -> float | None:
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------------- presentation
+# Generic, like the gate's own findings: any kind that scores answers can be sampled, so the
+# reports render ``details["sampling"]`` without knowing the kind.
+
+
+def _pct(x: Any) -> str:
+    return "—" if not isinstance(x, int | float) else f"{100 * x:.1f}%"
+
+
+def _ci(ci: Any) -> str:
+    if not isinstance(ci, list | tuple) or len(ci) != 2 or None in ci:
+        return ""
+    return f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def sampling_finding(details: dict[str, Any]) -> Any:
+    """The "sampled evaluation" finding of a suite entry (``None`` without
+    ``details["sampling"]``): decoding, pass@1 per side with its interval, the within-item
+    spread and variance components, pass@k."""
+    from evalsvc.suites._present import Finding
+
+    s = details.get("sampling")
+    if not isinstance(s, dict):
+        return None
+    top_p = f", top_p {s['top_p']:g}" if isinstance(s.get("top_p"), int | float) else ""
+    budget = f", max_tokens {s['max_tokens']}" if s.get("max_tokens") else ""
+    seed = "per-request seeds sent" if s.get("seed") is not None else "no per-request seeds"
+    b, c = s.get("pass@1_baseline") or {}, s.get("pass@1_candidate") or {}
+    level = b.get("ci_level")
+    lines = [
+        f"**Sampled evaluation**: {s.get('k')} samples per item at temperature "
+        f"{s.get('temperature', 0):g}{top_p}{budget} ({seed}); the paired unit is "
+        f"{s.get('unit', 'the item')} ({s.get('items', 0)} items).",
+        "",
+        f"- pass@1 (mean over samples): baseline {_pct(b.get('value'))} {_ci(b.get('ci'))}, "
+        f"candidate {_pct(c.get('value'))} {_ci(c.get('ci'))}"
+        + (f" ({100 * level:.0f}% t intervals over items)" if isinstance(level, float) else ""),
+    ]
+    sd = s.get("within_item_sd") or {}
+    var = s.get("variance") or {}
+    if var:
+        lines.append(
+            f"- within-item spread (SD of an item's samples): baseline "
+            f"{_num(sd.get('baseline'))}, candidate {_num(sd.get('candidate'))}; variance of "
+            f"the paired unit σ²_B + σ²_W/k = {_num(var.get('between'))} + "
+            f"{_num(var.get('within'))}/{s.get('k')} (`evalsvc plan --pilot-run` sizes from it)"
+        )
+    for row in s.get("pass_at_k") or []:
+        lines.append(
+            f"- pass@{row.get('k')}: baseline {_pct(row.get('baseline'))}, candidate "
+            f"{_pct(row.get('candidate'))}"
+            + (f", Δ {100 * row['delta']:+.1f} points {_ci(row.get('delta_ci'))}"
+               if isinstance(row.get("delta"), int | float) else "")
+        )
+    lines.append("")
+    return Finding(title="sampled evaluation", markdown=lines, data=dict(s))
+
+
+def sampling_headline(details: dict[str, Any]) -> str | None:
+    """One line: k samples and pass@1 on each side (``None`` when not sampled)."""
+    s = details.get("sampling")
+    if not isinstance(s, dict):
+        return None
+    b = (s.get("pass@1_baseline") or {}).get("value")
+    c = (s.get("pass@1_candidate") or {}).get("value")
+    return f"pass@1 over {s.get('k')} samples {_pct(b)} → {_pct(c)}"
+
+
+def _num(x: Any) -> str:
+    return "—" if not isinstance(x, int | float) else f"{x:.3g}"

@@ -176,6 +176,13 @@ def test_compare_stores_samples_reports_sampling_and_plan_sizes_items_by_k(
     check_schema(report)
     entry = report["candidates"][0]["suites"][0]
     assert entry["n_planned"] == 40 and entry["details"]["sampling"]["k"] == 4
+    (finding,) = [f for f in entry["findings"] if f["title"] == "sampled evaluation"]
+    assert "4 samples per item at temperature 0.6, top_p 0.95" in finding["text"]
+    assert "pass@1 (mean over samples)" in finding["text"] and "pass@2:" in finding["text"]
+    assert entry["headline"] and "pass@1 over 4 samples" in entry["headline"]
+    from evalsvc.reports import to_markdown
+
+    assert "**Sampled evaluation**" in to_markdown(report)
     stored = store.done_keys(report["run_id"])  # (endpoint, suite, item, repeat)
     assert len(stored) == 2 * 40 * 4 and {key[3] for key in stored} == {0, 1, 2, 3}
     (bound,) = plan(suites=[str(suite)], margin=None, alpha=None)
