@@ -803,14 +803,15 @@ class Suite(ABC):
             return None
         from evalsvc.suites._thinking import paired_summary
 
-        pairs = (
+        keyed = (
             columns.thinking_pairs(role) if columns is not None
             else thinking_pairs(baseline, candidate)
         )
         policy = self.thinking_policy
         alpha = self.gate.alpha if self.gate_bound else 0.05
         return paired_summary(
-            pairs,
+            [(b, c) for _, b, c in keyed],
+            items=[item for item, _, _ in keyed],
             alpha=alpha,
             max_length_ratio=policy.max_length_ratio,
             max_truncation_increase=policy.max_truncation_increase,
@@ -868,8 +869,9 @@ def _frozen(value: Any) -> Any:
 
 def thinking_pairs(
     baseline: Sequence[Sample], candidate: Sequence[Sample]
-) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """The thinking records of the pairs both sides scored (by item and repeat, in key order)."""
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """``(item id, baseline's trace, candidate's trace)`` of the pairs both sides scored (by
+    item and repeat, in key order)."""
     base = {(s.item_id, s.repeat): s for s in baseline}
     cand = {(s.item_id, s.repeat): s for s in candidate}
     out = []
@@ -878,7 +880,7 @@ def thinking_pairs(
         tb, tc = sb.data.get("thinking"), sc.data.get("thinking")
         if sb.score is None or sc.score is None or not isinstance(tb, dict) or not isinstance(tc, dict):
             continue
-        out.append((tb, tc))
+        out.append((key[0], tb, tc))
     return out
 
 
@@ -1113,11 +1115,11 @@ class PairedColumns:
         """The baseline's ``fields`` of each slot (empty when the baseline sample had none)."""
         return [self._data[i] or {} for i in slots]
 
-    def thinking_pairs(self, role: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    def thinking_pairs(self, role: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
         """``thinking_pairs`` of the baseline's and ``role``'s samples, from the columns."""
         base, mine = self._thinking["baseline"], self._thinking.get(role, {})
         return [
-            (dict(zip(THINKING_FIELDS, base[i], strict=True)),
+            (self._keys[i][0], dict(zip(THINKING_FIELDS, base[i], strict=True)),
              dict(zip(THINKING_FIELDS, mine[i], strict=True)))
             for i in self.pairs(role) if i in base and i in mine
         ]

@@ -220,8 +220,13 @@ def paired_summary(
     alpha: float = 0.05,
     max_length_ratio: float | None = None,
     max_truncation_increase: float | None = None,
+    items: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The report's ``details["thinking"]`` from (baseline record, candidate record) per item.
+
+    ``items`` (aligned with ``pairs``) names each pair's item: where an item has several pairs
+    (a sampled suite's k samples), the length ratio and its bound are computed on per-item
+    means, the paired unit of a sampled suite (``length.unit``); rates stay per sample.
 
     - ``length``: mean thinking tokens on each side and the inflation ratio candidate ÷
       baseline of the paired means, with Fieller's two-sided ``1 − 2α`` interval (so each end is
@@ -243,15 +248,26 @@ def paired_summary(
 
     n = len(pairs)
     out: dict[str, Any] = {"n": n, "alpha": alpha}
-    counted = [
-        (float(b["tokens"]), float(c["tokens"]))
-        for b, c in pairs
+    keys = list(items) if items is not None else [str(i) for i in range(n)]
+    keyed = [
+        (key, float(b["tokens"]), float(c["tokens"]))
+        for key, (b, c) in zip(keys, pairs, strict=True)
         if isinstance(b.get("tokens"), int | float) and isinstance(c.get("tokens"), int | float)
+    ]
+    grouped: dict[str, list[tuple[float, float]]] = {}
+    for key, b_tok, c_tok in keyed:
+        grouped.setdefault(key, []).append((b_tok, c_tok))
+    counted = [
+        (sum(b for b, _ in g) / len(g), sum(c for _, c in g) / len(g)) for g in grouped.values()
     ]
     sources = sorted(
         {str(r.get("tokens_source")) for b, c in pairs for r in (b, c) if r.get("tokens_source")}
     )
-    length: dict[str, Any] = {"n": len(counted), "tokens_source": sources}
+    length: dict[str, Any] = {
+        "n": len(counted),
+        "unit": "item (the mean over its samples)" if len(counted) < len(keyed) else "item",
+        "tokens_source": sources,
+    }
     if counted:
         bt = [b for b, _ in counted]
         ct = [c for _, c in counted]

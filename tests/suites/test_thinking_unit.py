@@ -183,3 +183,25 @@ def test_columns_give_the_same_summary_as_samples() -> None:
     assert from_samples == from_columns
     assert from_samples is not None and from_samples["n"] == 39
     assert from_samples["leaks"]["candidate"] == 1
+
+
+def test_sampled_items_pair_by_their_means() -> None:
+    # k = 4 samples of 30 items: the ratio and its interval rest on 30 per-item means.
+    rng = np.random.default_rng(2)
+    items, pairs, b_means, c_means = [], [], [], []
+    for i in range(30):
+        level = float(rng.integers(100, 400))
+        bs = level + rng.normal(0, 40, 4)
+        cs = 1.5 * level + rng.normal(0, 40, 4)
+        b_means.append(bs.mean())
+        c_means.append(cs.mean())
+        for b, c in zip(bs, cs, strict=True):
+            items.append(f"i{i}")
+            pairs.append((_rec(float(b)), _rec(float(c))))
+    out = paired_summary(pairs, items=items)
+    assert out["n"] == 120 and out["length"]["n"] == 30
+    assert out["length"]["unit"] == "item (the mean over its samples)"
+    from evalsvc.stats import fieller_ratio_ci
+
+    ref = fieller_ratio_ci(b_means, c_means, alpha=0.1)
+    assert out["length"]["ci"] == pytest.approx(list(ref.ci))
