@@ -1179,6 +1179,9 @@ class DatasetSuite(Suite):
             d["judge"] = judge_summary(self.params.judge, judged, aa, controls)
         if mode == "judge":
             summary = d["judge"]
+            if not summary["informative"]:
+                # Slice gates only add fail calls; from a judge that cannot tell, none.
+                analysis.slices = None
             analysis.gate_test = lambda gate, seed: guard_outcome(
                 evaluate_gate(
                     b, c, metric=gate.metric, kind="binary", margin=gate.margin or 0.0,
