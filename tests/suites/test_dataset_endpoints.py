@@ -93,7 +93,10 @@ def test_replay_gates_on_agreement(local_endpoints: Any, tmp_path: Path, against
                     "messages": [{"role": "system", "content": "Answer in one short sentence."},
                                  {"role": "user", "content": q}], "max_tokens": 24}
             fh.write(json.dumps(body) + "\n")
-    summary = suite_from_requests(log, tmp_path / "replay.yaml", n=12, seed=2, scorer="normalized")
+    # Agreement on purpose (the default without a judge is similarity: tests/suites/
+    # test_reference_free.py); this test's claim is the agreement gate's second-pass pairing.
+    summary = suite_from_requests(log, tmp_path / "replay.yaml", n=12, seed=2, scorer="normalized",
+                                  compare="agreement")
     assert summary.unique == 20 and summary.written == 12
     suite = load_suite(str(tmp_path / "replay.yaml"), allow_paths=True)
     result, samples = run(local_endpoints.baseline, [other], [suite])
