@@ -42,24 +42,22 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 #: scan is linear.
 _LEAK = re.compile(r"<\|[A-Za-z][A-Za-z0-9_]{0,31}\|>|<｜[^｜<>\n]{1,40}｜>")
 
-#: Word-level tokens for the loop check (the same unit as ``first_divergent_token``).
-_WORD = re.compile(r"\w+|[^\w\s]")
-
 LOOP_N = 4
 """n of the n-gram repetition check: seq-rep-4 (Welleck et al. 2020, "Neural Text Generation
 with Unlikelihood Training", ICLR, arXiv:1908.04319, §5: seq-rep-n = 1 − |unique n-grams| /
 |n-grams| of a continuation)."""
 LOOP_WINDOW = 400
-"""Word-level tokens at the end of the output the check reads: a looping model loops until the
-budget ends, so the tail shows it, and the work per sample is bounded."""
+"""Whitespace-separated words at the end of the output the check reads (words, not the
+engine's tokens: the sample keeps no token ids): a looping model loops until the budget ends,
+so the tail shows it, and the work per sample is bounded."""
 LOOP_MIN_TOKENS = 64
 """Fewer tail tokens than this are never called a loop (a short answer repeats by chance)."""
 LOOP_THRESHOLD = 0.5
 """seq-rep-4 at or above this marks a loop. Welleck et al. (Table 2) measure 0.006 on human
 text and 0.442 on greedy continuations of a degenerate MLE model; a tail where half of all
 4-grams are repeats is a paragraph said again and again, not careful reasoning."""
-_CHARS_PER_TOKEN_CAP = 32
-"""Characters read from the end of the output per tail token: bounds the work on any input."""
+_CHARS_PER_WORD_CAP = 24
+"""Characters read from the end of the output per tail word: bounds the work on any input."""
 
 #: ``data["thinking"]["tokens_source"]`` values.
 SOURCE_USAGE = "usage"  # the engine's usage (reasoning_tokens, or no thinking at all)
@@ -139,14 +137,14 @@ def leaked_markers(answer: str, limit: int = 10) -> list[str]:
 
 
 def repetition(text: str, *, n: int = LOOP_N, window: int = LOOP_WINDOW) -> float | None:
-    """seq-rep-n of the last ``window`` word-level tokens of ``text`` (None: fewer than
-    ``LOOP_MIN_TOKENS``). Reads at most ``window × 32`` characters from the end."""
-    tail = text[-window * _CHARS_PER_TOKEN_CAP :]
-    words = _WORD.findall(tail)[-window:]
+    """seq-rep-n of the last ``window`` words of ``text`` (None: fewer than
+    ``LOOP_MIN_TOKENS``). Reads at most ``window × 24`` characters from the end."""
+    tail = text[-window * _CHARS_PER_WORD_CAP :]
+    words = tail.split()[-window:]
     if len(words) < max(LOOP_MIN_TOKENS, n + 1):
         return None
-    grams = [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
-    return 1.0 - len(set(grams)) / len(grams)
+    total = len(words) - n + 1
+    return 1.0 - len(set(zip(*(words[i:] for i in range(n)), strict=False))) / total
 
 
 def is_loop(text: str) -> bool:
