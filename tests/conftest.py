@@ -77,7 +77,7 @@ SLOW: dict[str, str] = {
     "tests/cli/test_gpu_set.py::test_lm_eval_runs_with_the_engines_own_tokenizer": "runs lm-eval "
     "(three processes) against the stub",
     "tests/suites/test_lmeval_prepare.py::test_first_use_prepares_once_for_two_processes_then_compare_runs_lm_eval":
-    "installs lm-eval from the package index into a fresh home (16-42 s), then runs it",
+    "installs lm-eval from the package index into a fresh home (16-63 s), then runs it",
     "tests/benchmarks/test_store_scale_smoke.py": "runs the benchmark script as a process (a real "
     "server and a run against the stub)",
     "tests/test_layers.py": "lint-imports in a subprocess (`make lint` runs it too)",
@@ -579,7 +579,7 @@ def smoke_run(local_endpoints: Any, real_runs_db_url: str) -> SmokeRun:
 def lmeval_python() -> str:
     """A Python with lm-eval, for tests that run lm-eval against a stub and need no server: the
     ``lmeval`` kind's own (``$EVALSVC_LMEVAL_PYTHON``, lm-eval beside evalsvc, else the managed
-    ``venvs/lmeval``, prepared on first use: 16-42 s with uv, docs/benchmarks.md). Where it
+    ``venvs/lmeval``, prepared on first use: 16-63 s with uv, docs/benchmarks.md). Where it
     cannot be had (no package index), the test skips with the reason."""
     from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 

@@ -200,7 +200,7 @@ def test_first_use_prepares_once_for_two_processes_then_compare_runs_lm_eval(
     """From the package index, in a fresh EVALSVC_HOME: ``evalsvc local lmeval`` and ``evalsvc
     compare --suite lmeval-mc-gpu`` started together both need the venv; one prepares it (one
     install in the log), the other waits, and the compare runs the task through the engine's
-    ``/tokenize`` with the prepared Python. Slow (conftest ``SLOW``): 16-42 s of install."""
+    ``/tokenize`` with the prepared Python. Slow (conftest ``SLOW``): 16-63 s of install."""
     if _lmeval_beside_evalsvc():
         pytest.skip("lm-eval is installed beside evalsvc here: nothing would be prepared")
     sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -12,7 +12,7 @@ Contract:
   it (``_lmeval_python``): ``$EVALSVC_LMEVAL_PYTHON`` when set, else evalsvc's own when
   ``pip install 'evalsvc[lmeval]'`` put it there, else evalsvc's own lm-eval venv
   (``<EVALSVC_HOME>/venvs/lmeval``, ``evalsvc.local._lmeval``), prepared on first use with a
-  progress line (lm-eval pinned, with uv: 16-42 s on a 2-core host) unless
+  progress line (lm-eval pinned, with uv: 16-63 s on a 2-core host) unless
   ``EVALSVC_LMEVAL_AUTO_INSTALL`` says not to (unset: not on a worker). Without one the
   preflight says so and the run skips the suite (a failed preparation too, naming its log). The subprocess,
   not the suite, talks to the endpoint, with the URL and model name of the client the runner
