@@ -162,14 +162,20 @@ def test_leaked_markup_beside_parsed_calls_is_listed(srv: ToolServer) -> None:
     assert "leaked markup on" in "\n".join(findings(entry))
 
 
-def test_an_endpoint_that_ignores_tools_is_refused_before_any_item(srv: ToolServer) -> None:
-    before = srv.requests["notools"]
+@pytest.mark.parametrize(("mode", "probes"), [("notools", 3), ("reject", 2)])
+def test_an_endpoint_that_cannot_serve_tools_is_refused_before_any_item(
+    srv: ToolServer, mode: str, probes: int
+) -> None:
+    """``notools`` accepts tools and answers in text (llama.cpp with a template without tool
+    support); ``reject`` answers 400 (vLLM without its tool flags)."""
+    before = srv.requests[mode]
     with pytest.raises(CapabilityError) as err:
-        _run(srv.base_url("faithful"), srv.base_url("notools"), _suite())
+        _run(srv.base_url("faithful"), srv.base_url(mode), _suite())
     msg = str(err.value)
     assert "needs tools" in msg and "--enable-auto-tool-choice" in msg and "--jinja" in msg
-    # The probe's chat, tools (auto) and tools (required) requests; no item.
-    assert srv.requests["notools"] - before == 3
+    # The probe's chat and tool requests (the `required` one only after `auto` was accepted);
+    # no item.
+    assert srv.requests[mode] - before == probes
 
 
 def test_required_tool_choice_plans_only_calling_items() -> None:
