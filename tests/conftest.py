@@ -119,6 +119,7 @@ SLOW: dict[str, str] = {
     **dict.fromkeys(
         [
             "tests/gates/test_agreement_gate.py",
+            "tests/gates/test_judge_gate.py",
             "tests/stats/test_calibration.py",
             "tests/stats/test_ratio.py::test_fieller_and_bootstrap_coverage_on_paired_binary_scores",
             "tests/stats/test_ratio.py::test_fieller_alone_is_anti_conservative_on_one_way_flips",
