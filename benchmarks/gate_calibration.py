@@ -146,6 +146,18 @@ def sampled_sizes() -> dict[int, int]:
     return {k: required_items_sampled(MARGIN, 0.0, within, k, ALPHA, 0.8) for k in (1, 4, 10)}
 
 
+def sampled_power(reps: int, seed: int) -> list[tuple[int, int, float, float]]:
+    """The A/A pass rate of the sampled gate at ``plan``'s sizes (planned for 80% power):
+    (k, n, rate, Monte Carlo error) per k."""
+    out = []
+    for k, n in sampled_sizes().items():
+        rng = np.random.default_rng([seed, k])
+        draw = _sampled_item_means(n, k, True)
+        rate = sum(draw(rng, r) == "pass" for r in range(reps)) / reps
+        out.append((k, n, rate, math.sqrt(rate * (1 - rate) / reps)))
+    return out
+
+
 def _continuous_aa(n: int, cluster: int) -> Draw:
     def draw(rng: Rng, seed: int) -> str:
         g = n // cluster
@@ -366,7 +378,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=41)
     ap.add_argument("--only", default=None, help="run only cells whose gate contains this")
     ap.add_argument("--start", type=int, default=0, help="skip the first START cells")
+    ap.add_argument("--sampled-power", type=int, default=0, metavar="REPS",
+                    help="print the sampled gate's A/A pass rate at plan's sizes instead")
     args = ap.parse_args(argv)
+    if args.sampled_power:
+        for k, n, rate, err in sampled_power(args.sampled_power, args.seed):
+            print(f"k = {k}, n = {n}: pass rate {rate:.3f} ± {err:.3f}")
+        return 0
     rows = []
     for i, cell in enumerate(cells()):
         if i < args.start or (args.only and args.only not in cell.gate):
