@@ -38,6 +38,7 @@ Method:
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import Counter, defaultdict
@@ -516,6 +517,22 @@ class ToolCallSuite(Suite):
             (t, mix.get(t, 0)) for t in CALL_TYPES
             if mix.get(t, 0) > 0 and (self.params.tool_choice == "auto" or t in CALLING)
         ]
+
+    def _calling_share(self) -> float:
+        """The share of planned items that expect a call: the schema gate sees only those."""
+        types = self._types()
+        total = sum(w for _, w in types)
+        return sum(w for t, w in types if t in CALLING) / total if total else 1.0
+
+    def required_pairs(self, margin: float, discordance: float, alpha: float, power: float) -> int:
+        # The schema-valid-calls gate runs on the calling items alone: plan enough items that
+        # they reach the paired test's size (`evalsvc plan`).
+        need = super().required_pairs(margin, discordance, alpha, power)
+        return math.ceil(need / max(self._calling_share(), 1e-9))
+
+    def min_items_to_pass(self, margin: float, alpha: float) -> int | None:
+        least = super().min_items_to_pass(margin, alpha)
+        return None if least is None else math.ceil(least / max(self._calling_share(), 1e-9))
 
     def load_warnings(self) -> list[str]:
         if self.params.tool_choice == "required" and any(
