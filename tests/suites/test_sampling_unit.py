@@ -173,3 +173,21 @@ def test_sampled_dataset_suite_on_a_loopback_server(tmp_path: Path) -> None:
     assert res.details["sampling"]["samples"] == {"baseline": 18, "candidate": 18}
     # The baseline's first answers keep the prompt (dataset's own emit), once per item.
     assert sum("prompt" in s.data for s in kept) == 6
+
+
+def test_server_item_bound_counts_items_times_samples(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    from evalsvc.domain import RunSpec
+    from evalsvc.services.runs import UsageError, check_server_items, load_suites
+
+    monkeypatch.setenv("EVALSVC_MAX_ITEMS", "100")
+    suite = tmp_path / "s.yaml"
+    suite.write_text("name: s\nkind: reasoning\nsampling: {k: 4, temperature: 0.6}\n"
+                     "params: {n: 40}\n")
+    spec = RunSpec(baseline=EndpointRef(url="http://127.0.0.1:9/v1"),
+                   candidates=[EndpointRef(url="http://127.0.0.1:9/v1")], suites=[str(suite)])
+    suites = load_suites(spec, allow_paths=True)
+    with pytest.raises(UsageError, match=r"s \(items × 4 samples\) plans 160"):
+        check_server_items(spec, suites)
+    spec.options = RunOptions(sampling=SamplingOptions(k=2))
+    check_server_items(spec, load_suites(spec, allow_paths=True))  # 80 ≤ 100
