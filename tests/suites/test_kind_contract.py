@@ -53,3 +53,15 @@ def test_tool_and_structured_suites_plan_without_an_endpoint(suite: str) -> None
     assert len({i.id for i in first}) == len(first)
     # The flips page rebuilds a prompt from the id alone.
     assert built.prompt(first[-1].id, {}) is not None
+
+
+def test_toolcalls_plan_sizes_the_calling_share() -> None:
+    """The schema gate sees only the items that expect a call (8 of 12 weights by default):
+    `evalsvc plan` asks for enough items that they reach the paired test's flip-free size."""
+    import math
+
+    from evalsvc.stats import min_n_flip_free
+
+    suite = load_suite("toolcalls")
+    assert suite.min_items_to_pass(0.05, 0.05) == math.ceil(min_n_flip_free(0.05, 0.05) * 12 / 8)
+    assert suite.item_count() >= suite.min_items_to_pass(0.05, 0.05)  # the catalog suite can pass
