@@ -376,7 +376,7 @@ class Suite(ABC):
         from evalsvc.suites._sampling import item_means
 
         alpha = self.gate.alpha if self.gate_bound else 0.05
-        return item_means(analysis, self.sampling, alpha=alpha)
+        return cast("Analysis", item_means(analysis, self.sampling, alpha=alpha))
 
     @property
     def gate(self) -> ResolvedGate:

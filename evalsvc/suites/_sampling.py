@@ -34,7 +34,6 @@ from evalsvc.domain import SamplingOptions
 
 if TYPE_CHECKING:
     from evalsvc.endpoints import Completion, EndpointClient
-    from evalsvc.suites._base import Analysis
 
 #: Most samples per item a suite may ask for (``evalsvc.limits.MAX_SAMPLES_PER_ITEM``).
 MAX_SAMPLES = limits.MAX_SAMPLES_PER_ITEM
@@ -156,13 +155,14 @@ def _unit_of(key: str) -> str:
 
 
 def item_means(
-    analysis: Analysis,
+    analysis: Any,
     policy: SamplingPolicy,
     *,
     alpha: float = 0.05,
     outcomes: dict[str, tuple[list[float], list[float]]] | None = None,
-) -> Analysis:
-    """The per-(item, sample) ``analysis`` as one paired unit per item: each side's mean score
+) -> Any:
+    """The per-(item, sample) ``analysis`` (an ``evalsvc.suites.Analysis``, rebuilt as its own
+    type: this module sits below ``_base``) as one paired unit per item: each side's mean score
     over the item's samples both sides scored, the baseline's cluster, slices and first
     divergent token of its first sample; ``value_range`` (0, 1) when every score is in it
     (the gate's exact bounded-mean fallback, ``Analysis.value_range``). ``n_errors`` is the
@@ -172,7 +172,6 @@ def item_means(
     ``outcomes`` (item → each side's scores) replaces the pairs' scores for pass@k and the
     within-item spread when given (tests)."""
     from evalsvc.stats import pass_at_k, t_interval, variance_components
-    from evalsvc.suites._base import Analysis
 
     keys = analysis.keys or [str(i) for i in range(len(analysis.baseline))]
     order: list[str] = []
@@ -208,7 +207,7 @@ def item_means(
         tokens = [next((ft[i] for i in groups[u] if ft[i] is not None), None) for u in order]
     scores = [*analysis.baseline, *analysis.candidate]
     bounded = all(0.0 <= x <= 1.0 for x in scores)
-    out = Analysis(
+    out = type(analysis)(
         b,
         c,
         clusters,
