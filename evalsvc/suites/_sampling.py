@@ -229,6 +229,8 @@ def item_means(
     }
     for side, means in (("baseline", b), ("candidate", c)):
         lo, hi = t_interval(means, alpha=2 * alpha) if means else (math.nan, math.nan)
+        if bounded:  # a mean of scores in [0, 1] lies in it: the interval is cut there
+            lo, hi = max(lo, 0.0), min(hi, 1.0)
         summary[f"pass@1_{side}"] = {
             "value": sum(means) / len(means) if means else None,
             "ci": [_finite(lo), _finite(hi)],
