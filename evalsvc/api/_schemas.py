@@ -409,6 +409,9 @@ class SweepConfigRead(BaseModel):
     capacity_ratio: float | None = None
     """Capacity at SLO, candidate ÷ baseline (median over the ABBA repetitions)."""
     capacity_ci: list[float | None] | None = None
+    answers_capacity_ratio: float | None = None
+    """Capacity per answer: ``capacity_ratio`` ÷ the quality suites' tokens-per-answer ratio,
+    when they report thinking (the recommendation then ranks by it; docs/suites.md)."""
     kv_capacity_ratio: float | None = None
     run_id: str | None = None
     frontier: bool = False

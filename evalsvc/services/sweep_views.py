@@ -41,6 +41,8 @@ def _config(c: dict[str, Any], frontier: list[str]) -> dict[str, Any]:
         "quality_suite": c.get("quality_suite"),
         "capacity_ratio": cap.get("ratio"), "capacity_ci": cap.get("ci"),
         "capacity_reason": cap.get("reason"),
+        # Capacity per answer, when the quality suites report thinking (the ranking's measure).
+        "answers_capacity_ratio": c.get("answers_capacity_ratio"),
         "baseline_capacity": cap.get("baseline_median"),
         "candidate_capacity": cap.get("candidate_median"),
         "kv_capacity_ratio": (speed.get("kv_capacity") or {}).get("ratio"),
