@@ -216,8 +216,11 @@ async def _serves_json_schema(client: EndpointClient) -> bool:
     _raise_if_timed_out(client, "json_schema", out)
     if not out.ok:
         return False
+    # A reasoning model served without a reasoning parser answers after its trace: the JSON
+    # is what follows the last </think> (DeepSeek-R1/Qwen3 markers).
+    text = out.text.rsplit("</think>", 1)[-1]
     try:
-        return bool(json.loads(out.text) == {"word": "OK"})
+        return bool(json.loads(text) == {"word": "OK"})
     except ValueError:
         return False
 

@@ -209,3 +209,20 @@ def test_structured_refused_where_response_format_is_ignored(srv: ToolServer) ->
     with pytest.raises(CapabilityError) as err:
         _run(srv.base_url("faithful"), srv.base_url("notools"), _suite("structured"))
     assert "needs json_schema" in str(err.value)
+
+
+def test_a_thinking_trace_is_split_before_scoring(srv: ToolServer) -> None:
+    """A reasoning model's ``<think>`` block in ``content`` is the trace, not leaked markup or
+    broken JSON: both kinds score the answer after it, and keep the trace's length."""
+    for kind in ("toolcalls", "structured"):
+        result, samples = _run(srv.base_url("faithful"), srv.base_url("think"),
+                               _suite(kind, n=36))
+        cand = [s for s in samples if s.endpoint != "baseline"]
+        assert all(s.score == 1.0 for s in cand), [s.data for s in cand if s.score != 1.0][:1]
+        assert all(s.data["thinking"]["tokens"] > 0 for s in cand)
+
+
+def test_sampling_is_refused_with_the_reason() -> None:
+    for kind in ("toolcalls", "structured"):
+        with pytest.raises(ValueError, match="not sampled yet"):
+            suite_kinds()[kind](SuiteSpec(name=kind, kind=kind, sampling={"k": 4, "temperature": 0.6}))

@@ -18,6 +18,13 @@ from typing import Literal
 
 from evalsvc.gates import GateOutcome, ResolvedGate, apply_guard, baseline_guard, evaluate_gate
 
+#: Why a suite gated here refuses a ``sampling`` block: its gates test one answer per item
+#: and endpoint (per-item means over k samples are not wired into them yet).
+_NO_SAMPLING = (
+    "sampling: kind {kind!r} gates one greedy answer per item (trigger, validity) and is not "
+    "sampled yet; remove the block"
+)
+
 Arrays = dict[str, tuple[list[float], list[float], Literal["binary", "continuous"]]]
 
 

@@ -43,7 +43,7 @@ from evalsvc.gates import GateDefaults
 from evalsvc.suites._base import Analysis, Suite, SuiteSpec, paired_scores, prompt_text
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._jsonschema import field_accuracy, parse_json, schema_errors
-from evalsvc.suites.kinds._paired_gates import paired_gates
+from evalsvc.suites.kinds._paired_gates import _NO_SAMPLING, paired_gates
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -182,10 +182,15 @@ class StructuredSuite(Suite):
     )
     slice_fields = (("shape", "str"),)
     view_template = "structured.html"
+    #: A reasoning model's trace is split from the answer before it is scored (``Suite.sample``:
+    #: ``reasoning_content`` or ``<think>`` markers), so markup and JSON are judged on the answer.
+    scores_answers = True
     params: StructuredParams
 
     def __init__(self, spec: SuiteSpec) -> None:
         super().__init__(spec)
+        if spec.sampling is not None:
+            raise ValueError(_NO_SAMPLING.format(kind=self.kind))
         # Only response_format needs the probe's json_schema check; an engine's own field is
         # the user's statement that the engine has it, and `prompt` constrains nothing.
         if self.params.mode != "response_format":
@@ -228,7 +233,7 @@ class StructuredSuite(Suite):
     async def solve(self, item: Item, client: EndpointClient) -> Sample:
         assert isinstance(item.prompt, list)
         shape = item.metadata["shape"]
-        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens, temperature=0.0,
+        out = await client.chat(item.prompt, max_tokens=self.params.max_tokens,
                                 **self._constraint(shape))
         data: dict[str, Any] = {"shape": shape, "expected": item.expected, "mode": self.params.mode,
                                 "finish_reason": out.finish_reason}

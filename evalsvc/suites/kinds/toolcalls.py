@@ -52,10 +52,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.gates import GateDefaults
-from evalsvc.suites._base import Analysis, Suite, paired_scores, prompt_text
+from evalsvc.suites._base import Analysis, Suite, SuiteSpec, paired_scores, prompt_text
 from evalsvc.suites._present import Chart, Finding, ViewInput, markdown_table, pct
 from evalsvc.suites.kinds._jsonschema import parse_json, schema_errors, values_match
-from evalsvc.suites.kinds._paired_gates import paired_gates
+from evalsvc.suites.kinds._paired_gates import _NO_SAMPLING, paired_gates
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -506,7 +506,15 @@ class ToolCallSuite(Suite):
     )
     slice_fields = (("tool", "str"), ("call_type", "str"))
     view_template = "toolcalls.html"
+    #: A reasoning model's trace is split from the answer before it is scored (``Suite.sample``:
+    #: ``reasoning_content`` or ``<think>`` markers), so markup and JSON are judged on the answer.
+    scores_answers = True
     params: ToolCallParams
+
+    def __init__(self, spec: SuiteSpec) -> None:
+        super().__init__(spec)
+        if spec.sampling is not None:
+            raise ValueError(_NO_SAMPLING.format(kind=self.kind))
 
     def item_count(self) -> int:
         return self.params.n
@@ -575,7 +583,6 @@ class ToolCallSuite(Suite):
         out = await client.chat(
             item.prompt,
             max_tokens=self.params.max_tokens,
-            temperature=0.0,
             stream=self.params.stream,
             tools=[TOOLS[t] for t in meta["tools"]],
             tool_choice=self.params.tool_choice,
