@@ -66,6 +66,12 @@ def test_sweeps_rank_by_answers_when_thinking_was_measured() -> None:
     assert report["recommendation"]["config"] == "plain"
     by = {c["name"]: c for c in report["configs"]}
     assert by["fast-long"]["answers_capacity_ratio"] < by["plain"]["answers_capacity_ratio"]
+    # What GET /sweeps/{id} and the sweep page read.
+    from evalsvc.services import sweep_views
+
+    results = {c["name"]: sweep_views._config(c, report["frontier"]) for c in report["configs"]}
+    assert results["fast-long"]["answers_capacity_ratio"] == pytest.approx(
+        by["fast-long"]["answers_capacity_ratio"])
 
 
 def _report(*configs: dict[str, Any]) -> dict[str, Any]:
