@@ -210,3 +210,19 @@ def test_thinking_counted_by_the_endpoints_tokenize() -> None:
     # Every sample's count is a trace the server sent (the probe's chat requests are the rest).
     assert sum(counted.values()) == 20 and not counted - Counter(srv.planted)
     assert _entry(result).details["thinking"]["length"]["ratio"] == pytest.approx(1.0)
+
+
+def test_client_ignores_reasoning_that_is_not_text() -> None:
+    from evalsvc.endpoints import Completion
+    from evalsvc.endpoints._client import _merge_chunk, _parse_response
+
+    for junk in ({"x": 1}, ["a"], 5, None, ""):
+        out = _parse_response({"choices": [{"message": {"content": "hi", "reasoning_content": junk,
+                                                        "reasoning": junk}}],
+                               "usage": {"completion_tokens_details": {"reasoning_tokens": "7"}}},
+                              200)
+        assert out.ok and out.text == "hi" and out.reasoning is None and out.reasoning_tokens is None
+    streamed = Completion()
+    _merge_chunk(streamed, {"choices": [], "usage": {"completion_tokens": 9,
+                                                     "completion_tokens_details": {"reasoning_tokens": 4}}})
+    assert streamed.reasoning_tokens == 4 and streamed.completion_tokens == 9
