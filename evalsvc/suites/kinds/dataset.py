@@ -733,8 +733,15 @@ class DatasetSuite(Suite):
         for sample in changed:
             await emit(sample)
         judge = self.params.judge
-        if judge is None or "judge" not in helpers:
+        if judge is None:
             return
+        if "judge" not in helpers:
+            # The service layer resolves every helper endpoint (``resolve_helpers``); a caller
+            # of the runner that does not would otherwise see every pair as an error.
+            raise RuntimeError(
+                f"suite {self.name}: its judge endpoint {judge.endpoint!r} was not given to the "
+                "runner (execute(helpers=...), evalsvc.services.runs.resolve_helpers)"
+            )
         merged = list({s.key: s for s in [*samples, *changed]}.values())
         controls = sum("judge_control" in s.data for s in merged)
         await Judge(judge, helpers["judge"], concurrency).judge(items, merged, emit, controls)
