@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -72,8 +72,14 @@ def baseline_guard(
     clusters: Any = None,
     floor: float | None = None,
     seed: int = 0,
+    kind: Literal["binary", "continuous"] = "binary",
 ) -> dict[str, Any]:
     """Is the baseline informative for a binary non-inferiority gate at ``margin``?
+
+    ``kind="continuous"``: the same rule for scores in [0, 1] gated as means (a sampled
+    suite's per-item pass rates): the worst candidate scores 0 on every item, and the
+    continuous gate with ``value_range`` (0, 1) must fail it; ``baseline_good`` is then the
+    baseline's summed score (items' worth of solved samples).
 
     Returns ``{"informative": bool, "reason": str | None, ...}`` with the numbers behind the
     call: the baseline's good count and rate, the worst-case candidate's verdict, and (unclustered)
@@ -114,16 +120,17 @@ def baseline_guard(
         b,
         worst,
         metric="guard",
-        kind="binary",
+        kind=kind,
         margin=margin,
         alpha=alpha,
         higher_is_better=higher_is_better,
         clusters=clusters if paired else None,
         paired=paired,
         seed=seed,
+        value_range=(0.0, 1.0) if kind == "continuous" else None,
     )
     out["worst_case_verdict"] = outcome.verdict
-    if paired:
+    if paired and kind == "binary":
         out["needed_good"] = min_informative_correct(n, margin, alpha)
     if outcome.verdict != "fail":
         needed = out.get("needed_good")

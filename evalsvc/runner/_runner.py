@@ -1222,9 +1222,11 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
         seed=seed,
         value_range=analysis.value_range if gate.kind == "continuous" else None,
     )
-    if gate.kind == "binary":
+    sampled = gate.kind == "continuous" and "sampling" in analysis.details
+    if gate.kind == "binary" or sampled:
         # An uninformative baseline (0%, or too few solved items to show a drop of the
-        # margin) cannot pass: see evalsvc.gates._guard.
+        # margin) cannot pass: see evalsvc.gates._guard. A sampled suite's per-item pass
+        # rates get the same rule through the continuous gate it is decided by.
         guard = baseline_guard(
             analysis.baseline,
             n_candidate=len(analysis.candidate),
@@ -1235,6 +1237,7 @@ def gate_outcome(gate: ResolvedGate, analysis: Analysis, *, seed: int) -> GateOu
             clusters=analysis.clusters,
             floor=gate.baseline_floor,
             seed=seed,
+            kind="continuous" if sampled else "binary",
         )
         outcome = apply_guard(outcome, guard)
     return _underpowered(outcome, gate.margin)

@@ -191,3 +191,21 @@ def test_server_item_bound_counts_items_times_samples(monkeypatch: pytest.Monkey
         check_server_items(spec, suites)
     spec.options = RunOptions(sampling=SamplingOptions(k=2))
     check_server_items(spec, load_suites(spec, allow_paths=True))  # 80 ≤ 100
+
+
+def test_a_sampled_baseline_that_solves_nothing_cannot_pass() -> None:
+    from evalsvc.runner._runner import gate_outcome
+
+    suite = _reasoning({"k": 4, "temperature": 0.6})
+    suite.bind_gate(RunOptions())
+    zeros = [0.0] * 400
+    keys = [f"i{i // 4}" + (f"#{i % 4}" if i % 4 else "") for i in range(400)]
+    analysis = suite.units(Analysis(zeros, zeros, keys=keys))
+    outcome = gate_outcome(suite.gate, analysis, seed=0)
+    assert outcome.verdict == "inconclusive"
+    assert outcome.details["baseline_guard"]["informative"] is False
+    assert "uninformative baseline" in outcome.details["reason"]
+    # A baseline that solves items is informative: the same size passes an equal candidate.
+    ones = [1.0] * 400
+    solved = suite.units(Analysis(ones, ones, keys=keys))
+    assert gate_outcome(suite.gate, solved, seed=0).verdict == "pass"
