@@ -5,7 +5,9 @@ Arrow files; or a hub dataset by name, cached under ``<EVALSVC_HOME>/datasets``)
 are drawn with a seeded permutation (the first ``n`` of ``Random(f"{seed}:dataset")``'s
 shuffle of the row indices, so ``--samples 50`` is a subset of ``--samples 100``). Each row
 becomes one item: its prompt is a chat-messages column or a template over columns, sent
-greedily (temperature 0). The output is scored by one of six scorers:
+greedily (temperature 0) unless the suite's ``sampling:`` samples it k times (with a reference
+column only: ``Suite.sample`` applies the decoding, docs/suites.md). The output is scored by one
+of six scorers:
 
 - ``exact``: the stripped output equals the reference;
 - ``normalized``: equal after SQuAD's answer normalization (lower case, punctuation and
