@@ -99,7 +99,10 @@ def test_replay_gates_on_agreement(local_endpoints: Any, tmp_path: Path, against
                                   compare="agreement")
     assert summary.unique == 20 and summary.written == 12
     suite = load_suite(str(tmp_path / "replay.yaml"), allow_paths=True)
-    result, samples = run(local_endpoints.baseline, [other], [suite])
+    result, sunk = run(local_endpoints.baseline, [other], [suite])
+    # Answers compared with the baseline's are sunk again, rescored (Suite.after_pairs): the
+    # store keeps the last sample of a key.
+    samples = list({s.key: s for s in sunk}.values())
     res = result.candidates[0].suites[0]
     assert res.outcome.metric == "agreement"
     # The baseline answered twice (its second pass is the control), the candidate once.
