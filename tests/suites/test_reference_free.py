@@ -242,3 +242,20 @@ def test_every_view_shows_the_judged_items(tmp_path: Path) -> None:
     assert notes["judge, baseline first"].startswith("One answer is worse.")
     assert len(samples["rows"]) == 4
     assert any(n["label"] == "judge" for n in samples["rows"][0]["candidate"]["notes"])
+
+
+def test_plan_knows_when_a_similarity_aa_can_pass(tmp_path: Path) -> None:
+    """``evalsvc plan``'s fewest items to pass, for the similarity gate: where an unchanged
+    candidate's pairs (all differences 0) first pass on the exact bound, checked on the gate."""
+    from evalsvc.gates import evaluate_gate
+
+    suite = load_suite(str(write_suite(tmp_path, 4)), allow_paths=True)
+    n = suite.min_items_to_pass(0.05, 0.05)
+    assert n == 59
+
+    def verdict(k: int) -> str:
+        return evaluate_gate([1.0] * k, [1.0] * k, metric="rouge_l", kind="continuous",
+                             margin=0.05, alpha=0.05, higher_is_better=True, paired=True,
+                             seed=0, value_range=(0.0, 1.0)).verdict
+
+    assert verdict(n) == "pass" and verdict(n - 1) == "inconclusive"

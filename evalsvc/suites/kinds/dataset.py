@@ -73,7 +73,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
-from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults, evaluate_gate
+from evalsvc.gates import (
+    KURTIC_SOURCE,
+    MIN_N_CONTINUOUS,
+    VLLM_CI_SOURCE,
+    GateDefaults,
+    evaluate_gate,
+)
 from evalsvc.settings import Settings
 from evalsvc.suites._base import (
     Analysis,
@@ -715,6 +721,19 @@ class DatasetSuite(Suite):
 
     def wants_after_pairs(self) -> bool:
         return self.agreement
+
+    def min_items_to_pass(self, margin: float, alpha: float) -> int | None:
+        if self.params.mode != "similarity":
+            return super().min_items_to_pass(margin, alpha)
+        # A candidate with no loss at all gives paired differences that are all 0, which the
+        # continuous gate decides on the exact bound for a mean in [−1, 1]
+        # (evalsvc.gates._gate.exact_constant_bounds): its lower end −1 + α^(1/n) is above −margin
+        # from n > ln α / ln(1 − margin), 59 items at margin 0.05 and α 0.05.
+        if margin <= 0:
+            return None
+        if margin >= 1:
+            return MIN_N_CONTINUOUS
+        return max(MIN_N_CONTINUOUS, math.floor(math.log(alpha) / math.log(1 - margin)) + 1)
 
     def snapshot_extra(self) -> dict[str, Any]:
         p = self.params
