@@ -334,6 +334,9 @@ class Suite(ABC):
                 why = "; ".join(str(e.get("msg")) for e in errors()) if errors else str(exc)
                 raise GatePolicyError(f"{self.name}: {why}") from exc
             self.spec = self.spec.model_copy(update={"sampling": policy})
+            problem = self.sampling_problem()
+            if problem is not None:
+                raise GatePolicyError(f"{self.name}: {problem}")
         defaults = self.default_gate()
         if self.samples_per_item > 1 and defaults.kind == "binary":
             defaults = replace(
@@ -354,6 +357,12 @@ class Suite(ABC):
     def samples_per_item(self) -> int:
         """Samples each endpoint answers per item (``sampling.k``; 1 when greedy)."""
         return self.sampling.k if self.scores_answers else 1
+
+    def sampling_problem(self) -> str | None:
+        """Why this suite cannot be sampled as its ``sampling`` says (one line with the fix),
+        or ``None``; checked when the suite is built and when a run's options change it.
+        Default: none."""
+        return None
 
     def repeats(self, role: str) -> Sequence[int]:
         """The sample indices (``Sample.repeat``) each item is sent for on ``role``: one per

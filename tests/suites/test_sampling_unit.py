@@ -209,3 +209,13 @@ def test_a_sampled_baseline_that_solves_nothing_cannot_pass() -> None:
     ones = [1.0] * 400
     solved = suite.units(Analysis(ones, ones, keys=keys))
     assert gate_outcome(suite.gate, solved, seed=0).verdict == "pass"
+
+
+def test_a_runs_k_is_refused_for_a_dataset_without_a_reference(tmp_path: Path) -> None:
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"q": "2+2?"}\n')
+    suite = suite_kinds()["dataset"](SuiteSpec(name="d", kind="dataset",
+                                               params={"path": str(data),
+                                                       "prompt": {"template": "{q}"}}))
+    with pytest.raises(GatePolicyError, match="needs a reference column"):
+        suite.bind_gate(RunOptions(sampling=SamplingOptions(k=2, temperature=0.6)))

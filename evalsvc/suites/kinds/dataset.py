@@ -672,12 +672,9 @@ class DatasetSuite(Suite):
         p = self.params
         self.requires = frozenset({p.api})  # type: ignore[misc]
         self._scorer = _Scorer(p)
-        if self.agreement and self.samples_per_item > 1:
-            raise ValueError(
-                f"sampling: k = {self.samples_per_item} needs a reference column: without one "
-                "the baseline's first answer is the reference, and k random answers have no "
-                "single one; set params.reference, or sampling.k: 1"
-            )
+        problem = self.sampling_problem()
+        if problem is not None:
+            raise ValueError(problem)
         self._warnings: list[str] = []
         self._built: list[Item] | None = None
         # Listed, not run (``suites list``): a local JSON Lines or CSV file's rows are counted
@@ -974,6 +971,15 @@ class DatasetSuite(Suite):
         # The baseline's second pass (agreement mode) is not counted: the progress bars count
         # one answer per item per endpoint, and the gate sees one pair per item.
         return len(items) * self.samples_per_item
+
+    def sampling_problem(self) -> str | None:
+        if self.agreement and self.samples_per_item > 1:
+            return (
+                f"sampling: k = {self.samples_per_item} needs a reference column: without one "
+                "the baseline's first answer is the reference, and k random answers have no "
+                "single one; set params.reference, or sampling.k: 1"
+            )
+        return None
 
     def repeats(self, role: str) -> Sequence[int]:
         # Agreement mode: the baseline answers every item a second time (repeat 1), after
