@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+from tests.dashboard.conftest import in_thread
 from tests.runner.thinking_server import thinking_server
 
 SUITE = """name: thinking-r
@@ -40,7 +41,8 @@ def test_suite_page_shows_the_thinking_finding(db_url: str, tmp_path: Path) -> N
         spec = RunSpec(baseline=EndpointRef(url=base.url, name="bf16"),
                        candidates=[EndpointRef(url=cand.url, name="int4")],
                        suites=[str(path)], options=RunOptions(concurrency=4))
-        report = runs.compare(spec, store=store)
+        # Playwright may hold a running loop on this worker's main thread (conftest.in_thread).
+        report = in_thread(runs.compare, spec, store=store)
         run_id = report["run_id"]
         stored = store.get_samples(run_id, suite="thinking-r")
     assert report["verdict"] == "fail"

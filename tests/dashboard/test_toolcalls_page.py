@@ -14,6 +14,7 @@ import jsonschema
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+from tests.dashboard.conftest import in_thread
 from evalsvc.reports import report_schema, to_junit, to_markdown
 from tests.fixtures.tool_server import tool_server
 
@@ -48,7 +49,8 @@ def test_tool_faults_in_every_view(db_url: str, tmp_path: Path) -> None:
                        suites=[str(tmp_path / "tools-dash.yaml"),
                                str(tmp_path / "structured-dash.yaml")],
                        options=RunOptions(concurrency=4))
-        report = runs.compare(spec, store=store)
+        # Playwright may hold a running loop on this worker's main thread (conftest.in_thread).
+        report = in_thread(runs.compare, spec, store=store)
         run_id = report["run_id"]
     jsonschema.validate(report, report_schema())
     assert report["verdict"] == "fail"
