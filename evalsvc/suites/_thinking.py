@@ -78,6 +78,11 @@ class ThinkingPolicy(BaseModel):
     ``completion_tokens``): ``estimate`` splits the total by the thinking share of characters;
     ``tokenize`` asks the endpoint's ``/tokenize`` for the thinking text (one request more per
     sample)."""
+    keep_chars: int = Field(default=8000, ge=0, le=1_000_000)
+    """Characters of each sample's thinking text kept in its ``data["thinking"]["text"]`` for
+    the samples page and the export: the first three quarters and the last quarter of a longer
+    trace, with the cut marked (a looping model shows its loop at the end). 0 keeps none. The
+    figures (tokens, loop, truncation) always read the whole trace."""
     max_length_ratio: float | None = Field(default=None, gt=1)
     """Fail when the candidate's mean thinking tokens ÷ the baseline's (paired by item) is
     significantly above this (Fieller's dual t test at the suite's α)."""
@@ -206,7 +211,20 @@ def trace(
         "leaked": leaked_markers(answer),
         "from_field": bool(reasoning),
     }
+    if thinking and policy.keep_chars:
+        record["text"] = excerpt(thinking, policy.keep_chars)
     return answer, thinking, record
+
+
+def excerpt(text: str, limit: int) -> str:
+    """``text`` in at most about ``limit`` characters: whole when it fits, else its first three
+    quarters and last quarter of ``limit`` around a line saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[… {cut} characters not kept …]\n{text[len(text) - tail:]}"
 
 
 # ------------------------------------------------------------------------------ paired summary

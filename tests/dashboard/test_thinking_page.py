@@ -49,8 +49,18 @@ def test_suite_page_shows_the_thinking_finding(db_url: str, tmp_path: Path) -> N
     cand_samples = [s for s in stored if s.endpoint == "candidate:0"]
     assert len(cand_samples) == 20
     assert all(s.data["thinking"]["tokens"] > 0 and "<think>" not in s.output for s in cand_samples)
+    # The trace's text is kept with each sample (the figures read it whole).
+    assert all(s.data["thinking"]["text"] for s in cand_samples)
     with TestClient(create_app(db_url, auth=False)) as client:
         page = client.get(f"/runs/{run_id}/suites/thinking-r?candidate=candidate:0")
+        samples = client.get(f"/runs/{run_id}/suites/thinking-r/samples?candidate=candidate:0")
+    # The samples page shows each side's trace: its text, tokens and the leaked markup.
+    assert samples.status_code == 200
+    shown = html.unescape(samples.text)
+    assert shown.count("data-thinking") == 40  # both sides of each of the 20 items
+    assert "leaked markup <|channel|>" in shown
+    first = cand_samples[0].data["thinking"]["text"]
+    assert first.splitlines()[0] in shown
     assert page.status_code == 200
     text = html.unescape(page.text)
     assert "Thinking traces" in text and "bound max_length_ratio exceeded" in text

@@ -55,7 +55,26 @@ def _side(x: Sample | None, cls: type[Suite]) -> dict[str, Any] | None:
         logprobs = None
     return {"output": x.output, "score": x.score, "error": x.error, "latency_s": x.latency_s,
             "prompt_tokens": x.prompt_tokens, "completion_tokens": x.completion_tokens,
-            "logprobs": logprobs, "notes": notes_of(cls, x)}
+            "logprobs": logprobs, "notes": notes_of(cls, x), "thinking": _thinking(x.data)}
+
+
+def _thinking(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The sample's thinking trace as the page shows it (``evalsvc.suites._thinking.trace``'s
+    record): its text when kept, its token counts and what went wrong; ``None`` without one."""
+    rec = data.get("thinking") if isinstance(data, dict) else None
+    if not isinstance(rec, dict) or not (rec.get("tokens") or rec.get("text")
+                                         or rec.get("leaked")):
+        return None
+    flags = [label for key, label in (("budget_exhausted", "cut at the token budget"),
+                                       ("loop", "loops"), ("unclosed", "never closed"))
+             if rec.get(key)]
+    leaked = [str(m) for m in rec.get("leaked") or []]
+    if leaked:
+        flags.append("leaked markup " + " ".join(leaked[:5]))
+    return {"text": rec.get("text"), "tokens": rec.get("tokens"),
+            "answer_tokens": rec.get("answer_tokens"), "source": rec.get("tokens_source"),
+            "finish_reason": rec.get("finish_reason"), "repetition": rec.get("repetition"),
+            "flags": flags}
 
 
 def samples_view(
