@@ -26,10 +26,37 @@ from evalsvc.limits import (
 )
 
 Verdict = Literal["pass", "fail", "inconclusive"]
-RunVerdict = Literal["pass", "fail", "inconclusive", "error"]
+RunVerdict = Literal["pass", "fail", "inconclusive", "error", "non-comparable"]
+"""A run's or a candidate's verdict: ``non-comparable`` when the two sides differ in more than
+the quantization (``evalsvc.gates`` comparability guard, docs/statistics.md)."""
 
 #: Exit codes of ``evalsvc compare`` (docs/cli.md). The REST gate endpoint returns them too.
-EXIT_CODES: dict[str, int] = {"pass": 0, "fail": 1, "usage": 2, "inconclusive": 3, "error": 4}
+EXIT_CODES: dict[str, int] = {
+    "pass": 0, "fail": 1, "usage": 2, "inconclusive": 3, "error": 4, "non-comparable": 5,
+}
+
+#: What the comparability guard compares between a baseline and a candidate; each may be
+#: allowed to differ (``comparability: {allow: [...]}`` on a suite or a run,
+#: ``--allow-difference NAME``). Quantization facts (dtype, KV-cache dtype, quantization method,
+#: KV capacity) are never among them: they are the point of a comparison.
+ComparabilityField = Literal[
+    "tokenizer",  # the tokenizer fingerprint (token ids of a fixed sentence)
+    "chat_template",  # the chat template (a fixed conversation as the engine renders it)
+    "model_family",  # the model's shape where the engine reports it (parameters, width, vocabulary)
+    "generation_defaults",  # the engine's default sampling parameters where it reports them
+    "reasoning",  # whether the engine splits reasoning out of the answer
+    "max_context",  # a candidate context shorter than a suite of the run needs
+    "sample_counts",  # one side answered fewer items than the other (refusals past the budget)
+]
+
+
+class ComparabilityOptions(BaseModel):
+    """Which differences between the sides a run (or a suite) declares the point of the
+    comparison, so they do not make it ``non-comparable``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allow: list[ComparabilityField] = Field(default_factory=list, max_length=16)
 
 
 class RunStatus(StrEnum):
@@ -69,6 +96,21 @@ class Provenance(BaseModel):
     """Token ids of a fixed probe sentence, hashed: equal fingerprints mean equal tokenizers."""
     tokenizer_source: str | None = None
     """Where token counts come from: the engine's own route (``endpoint /tokenize (llama.cpp)``)."""
+    chat_template_fingerprint: str | None = None
+    """A fixed conversation rendered by the engine's chat template, hashed: equal fingerprints
+    mean equal templates (vLLM/SGLang ``/tokenize`` with ``messages``, llama.cpp
+    ``/apply-template``)."""
+    chat_template_source: str | None = None
+    """Which route rendered it."""
+    generation_defaults: dict[str, Any] | None = None
+    """The engine's default sampling parameters where it reports them (llama.cpp ``/props``):
+    what a request that sets none of them gets."""
+    reasoning: str | None = None
+    """How the probe's chat answer came back: ``parsed`` (a separate ``reasoning_content`` /
+    ``reasoning`` field), ``inline`` (``<think>`` inside the answer), ``None`` (no trace seen)."""
+    model_family: dict[str, Any] | None = None
+    """The model's shape where the engine reports it (llama.cpp ``/v1/models`` ``meta``:
+    parameters, width, vocabulary, training context), which quantization does not change."""
     dtype: str | None = None
     """The weights' dtype where the engine reports it (TGI ``model_dtype``)."""
     probed_at: datetime | None = None
@@ -188,6 +230,9 @@ class RunOptions(BaseModel):
     sampling: SamplingOptions | None = None
     """Decoding overrides for every suite that scores answers (docs/suites.md, "Sampled
     evaluation"); unset: each suite's own (greedy when it has no ``sampling`` block)."""
+    comparability: ComparabilityOptions | None = None
+    """Differences between the sides that are the point of this run (``--allow-difference``;
+    docs/statistics.md, "Comparability"); unset: only quantization may differ."""
 
 
 class RunSpec(BaseModel):

@@ -3,8 +3,9 @@
 Contract: owns the decision of *how* a suite is gated (:func:`resolve` → :class:`ResolvedGate`,
 from the kind's declared :class:`GateDefaults`, the suite YAML's policy and the submitter's
 tighten-only options), the non-inferiority and threshold decision rules, the
-informative-baseline guard, slice gates, recovery (candidate ÷ baseline) with its interval and
-the recovery-floor gate, and the combination of verdicts across gates. Pure
+informative-baseline guard, the comparability guard (may two endpoints be compared as a
+quantization change at all: ``non-comparable`` otherwise), slice gates, recovery
+(candidate ÷ baseline) with its interval and the recovery-floor gate, and the combination of verdicts across gates. Pure
 functions over arrays; it may call :mod:`evalsvc.stats` and nothing else in evalsvc (no I/O, no
 database, no network). The runner calls :func:`resolve` once per suite, then
 :func:`evaluate_gate` / :func:`threshold_gate`, :func:`baseline_guard`, stores
@@ -22,6 +23,7 @@ from evalsvc.gates._bounds import apply_bounds
 from evalsvc.gates._combine import (
     REASON_CODES,
     CandidateDecision,
+    CandidateVerdict,
     Reason,
     ReasonCode,
     SuiteDecision,
@@ -30,6 +32,17 @@ from evalsvc.gates._combine import (
     combine_verdicts,
     decide,
     holm_inferiority,
+)
+from evalsvc.gates._comparability import (
+    DIFFERENCES,
+    Difference,
+    blocking,
+    context_difference,
+    is_refusal,
+    non_comparable,
+    provenance_differences,
+    refusal_difference,
+    suite_allows,
 )
 from evalsvc.gates._defaults import (
     ALPHA,
@@ -63,6 +76,16 @@ __all__ = [
     "apply_bounds",
     "REASON_CODES",
     "CandidateDecision",
+    "CandidateVerdict",
+    "DIFFERENCES",
+    "Difference",
+    "blocking",
+    "context_difference",
+    "is_refusal",
+    "non_comparable",
+    "provenance_differences",
+    "refusal_difference",
+    "suite_allows",
     "Reason",
     "ReasonCode",
     "SuiteDecision",

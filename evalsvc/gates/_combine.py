@@ -17,9 +17,16 @@ The rule (docs/statistics.md §1, "Several gates"), in one place:
   gated suite passes (an intersection–union test, Berger 1982, Technometrics 24:295–300: each
   gate at level α already bounds the chance of passing a candidate too bad on that metric), else
   ``inconclusive`` (also when nothing is gated).
-* The **run** summarises its candidates: ``fail`` if any candidate fails, else ``inconclusive``
-  if any is, else ``pass``. Each candidate is its own release decision, so its verdict does not
-  depend on which other candidates shared the run.
+* A candidate the comparability guard (``_comparability``) finds **non-comparable** (it differs
+  from the baseline in more than the quantization) reads ``non-comparable`` whatever its gates
+  say: it never passes, and a fail of its gates is no evidence about quantization either.
+* The **run** summarises its candidates: ``non-comparable`` if any candidate is, else ``fail``
+  if any fails, else ``inconclusive`` if any is, else ``pass``. A non-comparable candidate ranks
+  above a failing one as the run's infrastructure ``error`` does (set by the runner, above all
+  four): both say that part of the run answers no quantization question, and the fix (compare
+  the right endpoints, or allow the difference) comes before reading any verdict of the run.
+  Each candidate is its own release decision, so its verdict does not depend on which other
+  candidates shared the run.
 
 Every verdict carries :class:`Reason` objects saying why, passes included.
 """
@@ -36,6 +43,7 @@ from evalsvc.stats import holm
 __all__ = [
     "REASON_CODES",
     "CandidateDecision",
+    "CandidateVerdict",
     "Reason",
     "ReasonCode",
     "SuiteDecision",
@@ -47,6 +55,7 @@ __all__ = [
 ]
 
 ReasonCode = Literal[
+    "non_comparable",  # the candidate differs from the baseline in more than the quantization
     "passed",  # a gate (or every gate of a candidate) passed
     "failed_gate",  # the suite as a whole is worse than the margin allows
     "failed_slice",  # a slice (family, length, condition) is worse than the margin allows
@@ -107,11 +116,15 @@ class SuiteDecision:
         return self.outcome.verdict
 
 
+#: A candidate's (and the run's) verdict: a suite's, or ``non-comparable`` (``_comparability``).
+CandidateVerdict = Literal["pass", "fail", "inconclusive", "non-comparable"]
+
+
 @dataclass(frozen=True)
 class CandidateDecision:
     """A candidate's verdict over its suites, the suites' final verdicts and the reasons."""
 
-    verdict: Verdict
+    verdict: CandidateVerdict
     reasons: tuple[Reason, ...]
     suites: tuple[SuiteDecision, ...] = field(default_factory=tuple)
     family_alpha: float | None = None
@@ -315,18 +328,15 @@ def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> Candida
 
 def combine_candidates(
     decisions: Sequence[tuple[str, CandidateDecision]],
-) -> tuple[Verdict, tuple[Reason, ...]]:
-    """The run's verdict over ``(role, decision)`` pairs: fail if any candidate fails, else
-    inconclusive if any is (or there is none), else pass; the reasons are the candidates',
-    labelled with their role (a failing candidate's first)."""
+) -> tuple[CandidateVerdict, tuple[Reason, ...]]:
+    """The run's verdict over ``(role, decision)`` pairs: non-comparable if any candidate is,
+    else fail if any fails, else inconclusive if any is (or there is none), else pass; the
+    reasons are the candidates', labelled with their role (the worst candidate's first)."""
     if not decisions:
         return "inconclusive", (Reason("no_gated_suites", "no candidate was compared"),)
-    verdicts = [d.verdict for _, d in decisions]
-    verdict: Verdict = (
-        "fail" if "fail" in verdicts else "inconclusive" if "inconclusive" in verdicts else "pass"
-    )
-    order = {"fail": 0, "inconclusive": 1, "pass": 2}
+    order = {"non-comparable": 0, "fail": 1, "inconclusive": 2, "pass": 3}
     ranked = sorted(decisions, key=lambda rd: order[rd[1].verdict])
+    verdict = ranked[0][1].verdict
     reasons = tuple(replace(r, candidate=role) for role, d in ranked for r in d.reasons)
     return verdict, reasons
 
@@ -334,4 +344,6 @@ def combine_candidates(
 def combine_verdicts(outcomes: Sequence[GateOutcome], *, alpha: float | None = None) -> Verdict:
     """The verdict of :func:`decide` over gated ``outcomes`` (one candidate's suites × metrics)."""
     gates = [SuiteGate(f"gate {i}", o) for i, o in enumerate(outcomes)]
-    return decide(gates, alpha=alpha).verdict
+    verdict = decide(gates, alpha=alpha).verdict
+    assert verdict != "non-comparable"  # decide() never says it: only the comparability guard
+    return verdict

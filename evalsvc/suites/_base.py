@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from evalsvc.domain import Item, Provenance, Sample
+from evalsvc.domain import ComparabilityOptions, Item, Provenance, Sample
 from evalsvc.domain import prompt_text as prompt_text  # re-exported: the kinds' name for it
 from evalsvc.gates import (
     GateDefaults,
@@ -136,6 +136,10 @@ class SuiteSpec(BaseModel):
     thinking: ThinkingPolicy | None = None
     """How thinking is split from the answer, counted and optionally gated (kinds that score
     answers only; ``evalsvc.suites._thinking``). Unset: ``<think>`` markers, no gates."""
+    comparability: ComparabilityOptions | None = None
+    """Differences between the baseline and a candidate that are the point of this suite
+    (``allow: [chat_template, ...]``): they make no run of it ``non-comparable`` when every
+    suite of the run allows them (docs/statistics.md, "Comparability"). Unset: none."""
     _base_dir: Path | None = PrivateAttr(default=None)
 
     @property
