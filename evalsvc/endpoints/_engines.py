@@ -105,6 +105,14 @@ def _str(value: Any, limit: int = 256) -> str | None:
     return str(value)[:limit] if isinstance(value, (str, int, float)) and str(value) else None
 
 
+#: The sampling defaults of llama.cpp's ``/props`` that change an answer (its other ``params``
+#: are per-slot state or server limits).
+GENERATION_KEYS = (
+    "temperature", "top_k", "top_p", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+    "presence_penalty", "frequency_penalty", "dry_multiplier", "xtc_probability", "mirostat",
+)
+
+
 def facts_from_info(route: str, data: Any) -> EngineFacts | None:
     """Recognise an engine from one info route's JSON answer; ``None`` if it is not that shape."""
     if not isinstance(data, dict):
@@ -112,11 +120,24 @@ def facts_from_info(route: str, data: Any) -> EngineFacts | None:
     if route == "/props" and ("default_generation_settings" in data or "build_info" in data):
         settings = data.get("default_generation_settings")
         n_ctx = settings.get("n_ctx") if isinstance(settings, dict) else None
+        # The sampling defaults: under ``params`` in current llama-server, at the top of the
+        # settings in older ones. The template is kept whole for its hash (the probe's
+        # fallback when /apply-template is missing), never stored.
+        params = settings.get("params") if isinstance(settings, dict) else None
+        source = params if isinstance(params, dict) else settings if isinstance(settings, dict) else {}
+        defaults = {
+            k: source[k] for k in GENERATION_KEYS
+            if isinstance(source.get(k), int | float) and not isinstance(source.get(k), bool)
+        }
+        extra: dict[str, Any] = {"generation_defaults": defaults or None}
+        if isinstance(data.get("chat_template"), str):
+            extra["chat_template"] = data["chat_template"]
         return EngineFacts(
             engine="llama.cpp",
             version=_str(data.get("build_info")),
             max_context=_int(n_ctx if n_ctx is not None else data.get("n_ctx")),
             root=_str(data.get("model_path")),
+            extra=extra,
         )
     if route == "/get_model_info" and "model_path" in data:
         return EngineFacts(engine="sglang", root=_str(data.get("model_path")))

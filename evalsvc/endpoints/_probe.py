@@ -15,6 +15,16 @@ a parsed call (llama.cpp with a chat template that has no tool support accepts b
 plain text); ``json_schema`` needs a ``response_format`` JSON schema answered with JSON that
 holds to it (an engine that ignores the field answers free text).
 
+What the comparability guard (``evalsvc.gates``) compares, recorded where the engine says it
+cheaply: ``chat_template_fingerprint``, a fixed conversation rendered by the engine (vLLM and
+SGLang: ``POST /tokenize`` with ``messages``, then ``/detokenize``; llama.cpp:
+``POST /apply-template``, else the ``chat_template`` of ``/props``), hashed; the sampling
+defaults llama.cpp's ``/props`` reports (``generation_defaults``); the model's shape from
+llama.cpp's ``/v1/models`` ``meta`` (``model_family``); and ``reasoning``, how the chat probe's
+answer came back (a separate reasoning field, ``<think>`` inline, or no trace). vLLM exposes
+neither its generation config nor its model's shape over HTTP: there the tokenizer and the
+template stand for the model family. None of these costs a generation.
+
 The tokenizer that counts tokens (``capabilities.tokenize``, ``tokenizer_source``): the engine's
 own route; else the one registered with the endpoint; else the served model's tokenizer from the
 Hugging Face hub (``_hub``), when the hub (or its cache) has it.
@@ -37,7 +47,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.domain import Provenance
 from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError, status_line
-from evalsvc.endpoints._engines import ENGINES, EngineFacts, engine_from_owner, facts_from_info
+from evalsvc.endpoints._engines import (
+    ENGINES,
+    EngineFacts,
+    engine_from_owner,
+    facts_from_info,
+    parse_tokens,
+)
 from evalsvc.endpoints._hub import HubError, hub_repo_ids, hub_tokenizer
 from evalsvc.endpoints._tokenizer import LocalTokenizer
 from evalsvc.endpoints._urls import UrlError, redact_url
@@ -75,6 +91,18 @@ _PROBE_SCHEMA = {
         },
     },
 }
+
+#: A fixed conversation whose rendering fingerprints the chat template: two user turns around an
+#: assistant turn (a template that treats them differently shows it); "Say OK." like every probe
+#: request (test proxies let those pass).
+_TEMPLATE_CHAT = [
+    {"role": "user", "content": "Say OK."},
+    {"role": "assistant", "content": "OK."},
+    {"role": "user", "content": "Say OK."},
+]
+#: The keys of llama.cpp's ``/v1/models`` ``meta`` that quantization leaves alone (``size`` is
+#: the file's bytes: it changes).
+_FAMILY_KEYS = ("vocab_type", "n_vocab", "n_ctx_train", "n_embd", "n_params")
 
 #: A fixed sentence whose token ids fingerprint the tokenizer (pairing by text still holds when
 #: tokenizers differ, but per-token comparisons such as drift do not).
@@ -124,10 +152,15 @@ async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Pr
         probed_at=datetime.now(UTC),
     )
     caps: dict[str, bool] = {}
+    if facts is not None:
+        prov.generation_defaults = facts.extra.get("generation_defaults")
+    prov.model_family = _model_family(chosen.get("meta"))
 
     chat = await client.chat([{"role": "user", "content": "Say OK."}], max_tokens=2)
     _raise_if_timed_out(client, "chat", chat)
     caps["chat"] = chat.ok
+    if chat.ok:
+        prov.reasoning = "parsed" if chat.reasoning else "inline" if "<think>" in chat.text else None
     comp = await client.complete("Hello", max_tokens=2, logprobs=1)
     _raise_if_timed_out(client, "completions", comp)
     caps["completions"] = comp.ok
@@ -175,6 +208,7 @@ async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Pr
     elif not caps["tokenize"]:
         await _hub_tokenizer(client, prov, caps)
 
+    await _chat_template(client, prov, facts)
     if prov.version is None:
         prov.version = await _version(client)
     metrics = await _metrics(client)
@@ -189,6 +223,68 @@ async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Pr
         caps["json_schema"] = await _serves_json_schema(client)
     prov.capabilities = caps
     return prov
+
+
+def _fingerprint(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+
+
+async def _chat_template(
+    client: EndpointClient, prov: Provenance, facts: EngineFacts | None
+) -> None:
+    """``chat_template_fingerprint`` and its source (the module contract); left unset when the
+    engine renders no template over HTTP (TGI, a generic server)."""
+    shape = client.tokenize_shape
+    if shape == "llama.cpp":
+        try:
+            status, data = await client.request_json(
+                "POST", f"{client.root_url}/apply-template", body={"messages": _TEMPLATE_CHAT}
+            )
+        except EndpointError:
+            status, data = 0, None
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
+            prov.chat_template_fingerprint = _fingerprint(data["prompt"])
+            prov.chat_template_source = "llama.cpp /apply-template"
+        elif facts is not None and isinstance(facts.extra.get("chat_template"), str):
+            prov.chat_template_fingerprint = _fingerprint(facts.extra["chat_template"])
+            prov.chat_template_source = "llama.cpp /props chat_template"
+        return
+    if shape not in ("vllm", None) or client.local_tokenizer is not None:
+        return
+    body: dict[str, Any] = {"messages": _TEMPLATE_CHAT, "add_generation_prompt": True}
+    if client.model:
+        body["model"] = client.model
+    try:
+        status, data = await client.request_json("POST", f"{client.root_url}/tokenize", body=body)
+    except EndpointError:
+        return
+    ids = parse_tokens("vllm", data) if status == 200 else None
+    if not ids:
+        return
+    # The rendered text, not the ids: a template is compared apart from the tokenizer (which
+    # has its own fingerprint). An engine without /detokenize: the ids stand for it.
+    try:
+        status, text = await client.request_json(
+            "POST", f"{client.root_url}/detokenize", body={"model": client.model, "tokens": ids}
+        )
+    except EndpointError:
+        status, text = 0, None
+    if status == 200 and isinstance(text, dict) and isinstance(text.get("prompt"), str):
+        prov.chat_template_fingerprint = _fingerprint(text["prompt"])
+        prov.chat_template_source = "/tokenize messages + /detokenize"
+    else:
+        prov.chat_template_fingerprint = _fingerprint(ids)
+        prov.chat_template_source = "/tokenize messages (token ids)"
+
+
+def _model_family(meta: Any) -> dict[str, Any] | None:
+    """The shape quantization leaves alone from llama.cpp's ``/v1/models`` ``meta``."""
+    if not isinstance(meta, dict):
+        return None
+    shape = {
+        k: meta[k] for k in _FAMILY_KEYS if isinstance(meta.get(k), int | str) and meta[k] != ""
+    }
+    return shape or None
 
 
 async def _serves_tools(client: EndpointClient) -> bool:
