@@ -17,6 +17,13 @@ Contract:
   the suites that would run (:func:`runnable_suites`). Everything after that is recorded, never
   raised: errored requests are samples with ``error`` set, counted per suite; too many make the
   run's verdict ``error``.
+- After the probe, before any item, the comparability guard (``_comparable.incomparable``)
+  compares each candidate's provenance with the baseline's: a candidate that differs in more
+  than the quantization (tokenizer, chat template, model family, generation defaults,
+  reasoning handling, a context shorter than a suite needs), unless the run or its suites
+  allow that difference, is sent nothing and reads ``non-comparable`` with one reason per
+  difference; after the run, a suite whose sides refused unequal numbers of items (HTTP 4xx
+  answers past the error budget on one side) makes its candidate ``non-comparable`` too.
 - A suite whose calibration is on (``Suite.calibration``: its ``calibrate:`` or ``--calibrate``)
   is first piloted on the baseline alone (``evalsvc.runner._pilot.calibrate``) and replaced by
   the suite at the chosen difficulty; the pilot's samples go to the sink as ``<suite>:pilot``
@@ -52,6 +59,8 @@ from evalsvc.endpoints import (
 )
 from evalsvc.endpoints._probe import NO_TOKENIZER
 from evalsvc.gates import (
+    CandidateDecision,
+    Difference,
     GateOutcome,
     Reason,
     ResolvedGate,
@@ -62,6 +71,7 @@ from evalsvc.gates import (
     combine_candidates,
     decide,
     evaluate_gate,
+    non_comparable,
     recovery_gate,
     recovery_summary,
     slice_gates,
@@ -74,6 +84,7 @@ from evalsvc.runner._common import (
     InfrastructureError,
     suite_concurrency,
 )
+from evalsvc.runner._comparable import Comparability, incomparable, refusals
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, PairedColumns, Suite, flips, pilot_name
@@ -142,6 +153,8 @@ class CandidateResult:
     suites: list[SuiteResult] = field(default_factory=list)
     verdict: str = "inconclusive"
     reasons: list[Reason] = field(default_factory=list)
+    #: What the comparability guard found (``_comparable``): differences beyond quantization.
+    comparability: Comparability = field(default_factory=Comparability)
 
 
 @dataclass(frozen=True)
@@ -517,8 +530,22 @@ async def execute(
         suites, skipped = await runnable_suites(suites, refs, provs, options)
         for gone in skipped:
             progress.message(f"skipping {gone.suite}: {gone.reason}")
+        # The comparability guard: a candidate that differs in more than the quantization is
+        # sent nothing (its verdict is non-comparable whatever it would answer).
+        guard = dict(zip(roles[1:], await incomparable(suites, provs, options), strict=True))
+        for role, found in guard.items():
+            for d in found.differences:
+                progress.message(f"{role} is not comparable with the baseline: {d.message}")
+        sent = [r == "baseline" or guard[r].comparable for r in roles]
+        live = [c for c, keep in zip(clients, sent, strict=True) if keep]
+        roles = [r for r, keep in zip(roles, sent, strict=True) if keep]
         warnings = _tokenizer_warnings(refs, provs)
         warnings += [w for suite in suites for w in suite.load_warnings()]
+        warnings += [
+            f"{role} differs from the baseline, as the run or its suites allow: {d.message}"
+            for role, found in guard.items()
+            for d in found.allowed
+        ]
         # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
         # go to its columns (and to the sink) only.
         collected: list[Sample] = []
@@ -577,7 +604,7 @@ async def execute(
         staged: dict[str, dict[str, Any]] = {}
         calibrations: dict[str, dict[str, Any]] = {}
         suites = list(suites)
-        for index, suite in enumerate(suites):
+        for index, suite in enumerate(suites if len(roles) > 1 else []):
             policy = suite.calibration(options.calibrate)
             if policy is not None:
                 # The pilot on the baseline alone picks the levels; the suite runs there.
@@ -647,11 +674,11 @@ async def execute(
 
             async def run_batch(its: Sequence[Item], s: Suite = suite) -> None:
                 if s.exclusive:
-                    for role, client in zip(roles, clients, strict=True):
+                    for role, client in zip(roles, live, strict=True):
                         await run_on(role, client, its)
                 else:
                     await asyncio.gather(
-                        *(run_on(r, c, its) for r, c in zip(roles, clients, strict=True))
+                        *(run_on(r, c, its) for r, c in zip(roles, live, strict=True))
                     )
                 if s.wants_after_pairs():  # scoring that needs both sides' answers
                     await after_pairs(s, its)
@@ -691,7 +718,7 @@ async def execute(
         del previous, by_key
         result = _gate_all(
             run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns,
-            skipped=skipped,
+            skipped=skipped, guard=guard,
         )
         result.warnings = warnings
         for cand in result.candidates:
@@ -964,8 +991,10 @@ def _gate_all(
     *,
     columns: dict[str, PairedColumns] | None = None,
     skipped: Sequence[SkippedSuite] = (),
+    guard: dict[str, Comparability] | None = None,
 ) -> RunResult:
     columns = columns or {}
+    guard = guard or {}
     # A skipped suite is in no gate, so it can neither pass nor fail: every candidate's reasons
     # say it was not run and why, so a pass is never read as covering it.
     skip_reasons = [
@@ -982,6 +1011,18 @@ def _gate_all(
     for i, cand in enumerate(candidates):
         role = role_of(i)
         cres = CandidateResult(role=role, endpoint=cand, provenance=provs[i + 1])
+        cres.comparability = guard.get(role) or Comparability()
+        if not cres.comparability.comparable:
+            # Sent nothing (``execute``): no gate, only why it cannot be compared.
+            decision = non_comparable(
+                CandidateDecision("inconclusive", tuple(skip_reasons)),
+                cres.comparability.differences,
+            )
+            cres.verdict, cres.reasons = decision.verdict, list(decision.reasons)
+            decisions.append((role, decision))
+            results.append(cres)
+            continue
+        refused: list[Difference] = []
         for suite in suites:
             base_s = by.get(("baseline", suite.name), [])
             cand_s = by.get((role, suite.name), [])
@@ -1001,7 +1042,14 @@ def _gate_all(
             res = _gate_one(suite, analysis, options, planned, base_s, cand_s, errors)
             cres.suites.append(res)
             error_rate = res.n_errors / planned if planned else 0.0
-            if error_rate > options.max_error_rate:
+            counts = (cols.errored("baseline"), cols.errored(role)) if cols is not None else None
+            unequal = refusals(suite, planned, base_s, cand_s, options, counts=counts,
+                               examples=errors if cols is not None else ())
+            if unequal is not None:
+                # One side refused what the other answered: not the same items on both sides,
+                # so not a comparison (and not an outage to retry either).
+                refused.append(unequal)
+            elif error_rate > options.max_error_rate:
                 # Say which side failed: a dead baseline errors every pair of every candidate,
                 # and the message must not blame the candidate for it.
                 if cols is not None:
@@ -1025,6 +1073,9 @@ def _gate_all(
             sres.reasons = list(sdec.reasons)
         if skip_reasons:
             decision = replace(decision, reasons=(*decision.reasons, *skip_reasons))
+        if refused:
+            decision = non_comparable(decision, refused)
+            cres.comparability.differences.extend(refused)
         cres.verdict = decision.verdict
         cres.reasons = list(decision.reasons)
         decisions.append((role, decision))
