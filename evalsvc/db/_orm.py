@@ -338,3 +338,28 @@ class LogUploadChunkRow(Base):
     file_no: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     seq: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
     data: Mapped[bytes] = mapped_column(sa.LargeBinary())
+
+
+class BlessedBaselineRow(Base):
+    """A blessed baseline (migration 0007; ``evalsvc.services.baselines``): the baseline samples
+    of ``run_id`` for ``suite`` are the reference for every later run whose baseline has the same
+    ``fingerprint`` (endpoint provenance, suite snapshot, seed, items). ``key`` holds the hashed
+    parts, so a mismatch names what changed; ``run_ids`` every run aggregated (the first is
+    ``run_id``) and ``noise`` the between-run noise floor measured across them."""
+
+    __tablename__ = "blessed_baselines"
+
+    id: Mapped[str] = mapped_column(sa.String(ID_LEN), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(sa.String(64), index=True)
+    suite: Mapped[str] = mapped_column(sa.String(200))
+    endpoint_url: Mapped[str] = mapped_column(sa.String(2000))
+    key: Mapped[dict[str, Any]]
+    run_id: Mapped[str] = mapped_column(sa.ForeignKey("runs.id", ondelete="CASCADE"), index=True)
+    run_ids: Mapped[list[Any]]
+    items: Mapped[int]
+    noise: Mapped[dict[str, Any] | None]
+    note: Mapped[str | None] = mapped_column(sa.Text)
+    blessed_by: Mapped[str | None] = mapped_column(sa.String(200))
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None] = mapped_column(sa.String(200))
