@@ -116,6 +116,30 @@ class Provenance(BaseModel):
     probed_at: datetime | None = None
 
 
+#: What determines an endpoint's outputs, as the probe reports it (DESIGN: the provenance
+#: fingerprint): the served model and checkpoint, engine and version, numerics, context,
+#: tokenizer, chat template, sampling defaults, reasoning handling and model shape. Left out:
+#: what the probe measures about the server's state (KV blocks, capacity, capabilities, time).
+FINGERPRINT_FIELDS = (
+    "engine", "version", "model", "root", "dtype", "kv_cache_dtype", "quantization",
+    "max_context", "tokenizer_fingerprint", "chat_template_fingerprint", "generation_defaults",
+    "reasoning", "model_family",
+)
+
+
+def provenance_fingerprint(prov: Provenance | dict[str, Any]) -> str:
+    """A 16-hex-digit hash of an endpoint's ``FINGERPRINT_FIELDS`` (a stored snapshot's dict or
+    a ``Provenance``): equal fingerprints mean the probe saw the same configuration. It keys
+    noise-floor calibrations (``evalsvc.services.calibration``)."""
+    import hashlib
+    import json
+
+    data = prov.model_dump(mode="json") if isinstance(prov, Provenance) else dict(prov)
+    key = {name: data.get(name) for name in FINGERPRINT_FIELDS}
+    text = json.dumps(key, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 class EndpointRef(BaseModel):
     """One endpoint as a run sees it: where it is and which model it serves."""
 

@@ -65,6 +65,7 @@ from evalsvc.gates._recovery import RECOVERY_RESAMPLES, recovery_gate, recovery_
 from evalsvc.gates._resolve import (
     GateLimits,
     GatePolicyError,
+    NoiseFloor,
     ResolvedGate,
     check_run_options,
     resolve,
@@ -103,6 +104,7 @@ __all__ = [
     "GateLimits",
     "GateOutcome",
     "GatePolicyError",
+    "NoiseFloor",
     "ResolvedGate",
     "Verdict",
     "apply_guard",

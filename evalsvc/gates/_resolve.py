@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 
 from evalsvc.gates._defaults import GateDefaults
 
-__all__ = ["GateLimits", "GatePolicyError", "ResolvedGate", "resolve"]
+__all__ = ["GateLimits", "GatePolicyError", "NoiseFloor", "ResolvedGate", "resolve"]
 
 KIND_DEFAULT = "kind default"
 SUITE_POLICY = "suite policy"
@@ -57,6 +57,39 @@ class _SuiteGate(Protocol):
 
 
 @dataclass(frozen=True)
+class NoiseFloor:
+    """An endpoint's noise floor for one suite, measured by an A/A calibration run (the endpoint
+    against itself, ``evalsvc calibrate``; docs/statistics.md, "Noise floor on file") and
+    attached to a run's gate when its baseline's provenance fingerprint matches. ``discordance``:
+    share of gated pairs whose score differed between the two passes; ``instability`` (kinds
+    that measure it: determinism) the share of answers under load that differ from their
+    prompt's modal answer, and ``varying_clusters`` the share of prompts with at least one."""
+
+    calibration: str
+    """The calibration's run id."""
+    measured_at: str
+    """When the calibration run finished (ISO 8601)."""
+    fingerprint: str
+    discordance: float | None
+    pairs: int
+    instability: float | None = None
+    varying_clusters: float | None = None
+    clusters: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "calibration": self.calibration,
+            "measured_at": self.measured_at,
+            "fingerprint": self.fingerprint,
+            "discordance": self.discordance,
+            "pairs": self.pairs,
+            "instability": self.instability,
+            "varying_clusters": self.varying_clusters,
+            "clusters": self.clusters,
+        }
+
+
+@dataclass(frozen=True)
 class ResolvedGate:
     """How one suite is gated in one run. ``margin`` is ``None`` for threshold gates and
     ``threshold`` is ``None`` for non-inferiority gates; ``policy_margin``/``policy_alpha`` are
@@ -80,6 +113,9 @@ class ResolvedGate:
     """A recovery floor (candidate mean ÷ baseline mean ≥ this) that decides the gate instead of
     the margin (``gate: {recovery_min: 0.99}``); ``None``: the margin decides."""
     policy_recovery_min: float | None = None
+    noise_floor: NoiseFloor | None = None
+    """The baseline's calibrated noise floor for this suite (attached once the baseline is
+    probed, when a calibration of its fingerprint exists); ``None``: none on file."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,6 +137,7 @@ class ResolvedGate:
                 "recovery_min": self.policy_recovery_min,
             },
             "origin": dict(self.origin),
+            "noise_floor": None if self.noise_floor is None else self.noise_floor.to_dict(),
         }
 
 

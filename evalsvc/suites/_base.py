@@ -47,6 +47,7 @@ from evalsvc.gates import (
     GateLimits,
     GateOutcome,
     GatePolicyError,
+    NoiseFloor,
     ResolvedGate,
     generic_default,
     resolve,
@@ -276,6 +277,10 @@ class Suite(ABC):
     """The kind scores a generated answer: ``sample`` splits thinking from it first (the
     endpoint's reasoning field or the suite's markers) and records the trace in the sample's
     ``data["thinking"]``; the report gets ``details["thinking"]`` (``evalsvc.suites._thinking``)."""
+    samples_in_run: ClassVar[bool] = False
+    """The kind draws a ``sampling`` block's k samples in its own ``run`` without scoring
+    answers through :meth:`sample` (lm-eval's generate tasks: one lm-eval run per sample
+    index): it takes the block and a run's decoding options (:attr:`sampleable`)."""
 
     def __init__(self, spec: SuiteSpec) -> None:
         self.spec = spec
@@ -287,7 +292,7 @@ class Suite(ABC):
                 "to split; remove the block (kinds that score answers: docs/suites.md, "
                 "'Thinking traces')"
             )
-        if spec.sampling is not None and not self.scores_answers:
+        if spec.sampling is not None and not self.sampleable:
             raise ValueError(
                 f"sampling: kind {self.kind!r} scores no generated answer (its statistic is the "
                 "traffic or the logprobs), so it cannot be sampled; remove the block (kinds "
@@ -330,7 +335,7 @@ class Suite(ABC):
         times per item gates per-item means, so its kind's binary gate becomes the continuous
         one on scores in (0, 1) (docs/statistics.md, "Sampled evaluation")."""
         over = getattr(options, "sampling", None)
-        if over is not None and not over.is_empty() and self.scores_answers:
+        if over is not None and not over.is_empty() and self.sampleable:
             try:
                 policy = self.sampling.with_options(options)
             except ValueError as exc:  # pydantic's ValidationError: the merged block is refused
@@ -358,9 +363,16 @@ class Suite(ABC):
         return self.spec.sampling or SamplingPolicy()
 
     @property
+    def sampleable(self) -> bool:
+        """Whether this suite takes a ``sampling`` block and a run's decoding options: a kind
+        that ``scores_answers`` or ``samples_in_run`` (a kind may decide per suite: lm-eval by
+        its task's output type). Otherwise the run's options pass it by."""
+        return self.scores_answers or self.samples_in_run
+
+    @property
     def samples_per_item(self) -> int:
         """Samples each endpoint answers per item (``sampling.k``; 1 when greedy)."""
-        return self.sampling.k if self.scores_answers else 1
+        return self.sampling.k if self.sampleable else 1
 
     def sampling_problem(self) -> str | None:
         """Why this suite cannot be sampled as its ``sampling`` says (one line with the fix),
@@ -384,7 +396,7 @@ class Suite(ABC):
         """The analysis the gate tests: as ``analyze`` gave it (one pair per item and sample),
         or, for a suite with a ``sampling`` block, one pair per item, the item's mean over its
         samples, with ``details["sampling"]`` (``evalsvc.suites._sampling.item_means``)."""
-        if self.spec.sampling is None or not self.scores_answers:
+        if self.spec.sampling is None or not self.sampleable:
             return analysis
         from evalsvc.suites._sampling import item_means
 
@@ -401,6 +413,12 @@ class Suite(ABC):
     @property
     def gate_bound(self) -> bool:
         return self._gate is not None
+
+    def attach_noise_floor(self, floor: NoiseFloor | None) -> None:
+        """Keep the baseline's calibrated noise floor on the resolved gate (the service layer,
+        once the baseline is probed: ``evalsvc.services.calibration``); the gate and the report
+        read it from ``gate.noise_floor``."""
+        self._gate = replace(self.gate, noise_floor=floor)
 
     def with_overrides(self, *, samples: int | None, seed: int | None) -> Suite:
         """A copy with the run's ``--samples``/``--seed`` applied (kinds map samples to a param)."""
