@@ -503,7 +503,9 @@ async def execute(
     lazy plan (``LazyItems``) is read item by item as it is sent.
     """
     progress = progress or NullProgress()
-    done = done or set()
+    # ``is None``, not ``or``: the caller's set, even empty, is the one it may add to after the
+    # probe (a blessed baseline's reused samples, evalsvc.services.baselines).
+    done = set() if done is None else done
     started = time.perf_counter()
     # Server mode, for the suites (evalsvc.suites.server_run): a kind prepares nothing from a
     # package index on a worker unless its operator allowed it. The run is its own asyncio task

@@ -273,6 +273,11 @@ class Suite(ABC):
     view_template: ClassVar[str | None] = None
     """The kind's dashboard template, a file name resolved beside the kind's module (package
     data); ``None``: the page shows the generic parts only."""
+    baseline_reusable: ClassVar[bool] = True
+    """A later run may reuse a blessed baseline's samples of this kind instead of sending its
+    items to the baseline again (``evalsvc.services.baselines``). ``False`` for kinds whose
+    statistic needs both sides under the same traffic (determinism, speed): they always run
+    both sides live."""
     scores_answers: ClassVar[bool] = False
     """The kind scores a generated answer: ``sample`` splits thinking from it first (the
     endpoint's reasoning field or the suite's markers) and records the trace in the sample's

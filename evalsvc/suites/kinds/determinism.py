@@ -300,6 +300,9 @@ class DeterminismSuite(Suite):
     requires = frozenset({"chat", "completions"})
     exclusive = False
     sequential_ok = False  # its own staged design (stage_sizes), valid over its planned looks
+    # Its statistic is the variation of each side under the same concurrent traffic: a baseline
+    # answered in another run, under other load, measures nothing the candidate is compared with.
+    baseline_reusable = False
     gate_default = GateDefaults(
         suite_kind="determinism",
         metric="unstable_rate",

@@ -187,6 +187,9 @@ class SpeedSuite(Suite):
     Params = SpeedParams
     requires = frozenset({"completions"})
     exclusive = True
+    # Throughput and latency are measured on both sides in one run, one after the other on a
+    # quiet endpoint: a baseline measured on another day is not the same conditions.
+    baseline_reusable = False
     gate_default = GateDefaults(
         suite_kind="speed",
         metric="request_output_tok_s",
