@@ -257,6 +257,9 @@ class RunOptions(BaseModel):
     comparability: ComparabilityOptions | None = None
     """Differences between the sides that are the point of this run (``--allow-difference``;
     docs/statistics.md, "Comparability"); unset: only quantization may differ."""
+    blessed_baseline: bool = True
+    """Reuse a blessed baseline's samples where one matches (``evalsvc baselines bless``;
+    ``--no-blessed-baseline``: send every item to the baseline again)."""
 
 
 class RunSpec(BaseModel):
