@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from evalsvc.settings import Settings
 
 from . import _migrate
+from ._blessed import BlessedStore
 from ._dashboard_queries import DashboardQueries
 from ._errors import DatabaseNotAtHead, DatabaseUnavailable
 from ._queue import QueueStore
@@ -51,6 +52,7 @@ class Store:
         self.tokens = TokenStore(self._db)
         self.sweeps = SweepStore(self._db)
         self.log_uploads = LogUploadStore(self._db)
+        self.blessed = BlessedStore(self._db)
         # The front's names for the aggregates' methods (bound methods: typed as the originals).
         runs, samples, queue = self.runs, self.samples, self.queue
         self.create_run, self.get_run, self.find_run_ids = (
