@@ -73,6 +73,7 @@ from evalsvc.stats._ratio import (
 )
 from evalsvc.stats._retention import (
     RetentionTest,
+    quieter_than_floor,
     retention_mde,
     retention_min_clusters,
     retention_required_n,
@@ -125,6 +126,7 @@ __all__ = [
     "retention_required_n",
     "retention_t",
     "retention_test",
+    "quieter_than_floor",
     "weighted_holm",
     "mcnemar_exact",
     "mde_mean",

@@ -370,3 +370,20 @@ def _plan_moments(
     sd = math.sqrt(q * (1.0 - q) * (1.0 + (1.0 - margin) ** 2))
     z = float(scipy.special.ndtri(1.0 - alpha / looks) + scipy.special.ndtri(power))
     return q, sd, z
+
+
+def quieter_than_floor(varying: int, clusters: int, floor: float) -> float:
+    """Exact one-sided binomial p-value that a run's baseline varies *less* than its calibrated
+    noise floor: ``P(Bin(G, v₀) ≤ K)`` for ``K`` of ``G`` prompts with at least one unstable
+    answer when an A/A calibration of the same endpoint found a share ``v₀`` of such prompts
+    (the binomial test's lower tail; Clopper & Pearson 1934, Biometrika 26:404–413, for the
+    exact tail; checked against ``scipy.stats.binomtest``). Prompts, not answers, are the
+    units: batch nondeterminism hits prompts, so answers of one prompt are not independent.
+    Small ⇒ the run's traffic did not reach the batching the calibration measured."""
+    import scipy
+
+    if clusters < 0 or not 0 <= varying <= clusters:
+        raise ValueError("need 0 ≤ varying ≤ clusters")
+    if not 0.0 <= floor <= 1.0:
+        raise ValueError("floor must be a share in [0, 1]")
+    return float(scipy.stats.binom.cdf(varying, clusters, floor))

@@ -59,7 +59,7 @@ import statistics
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -70,6 +70,7 @@ from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.gates import ALPHA, GateDefaults, GateOutcome, ResolvedGate, Verdict
 from evalsvc.stats import (
+    quieter_than_floor,
     retention_mde,
     retention_min_clusters,
     retention_required_n,
@@ -657,6 +658,10 @@ class DeterminismSuite(Suite):
                 "same endpoint, candidate paired with the baseline under the same traffic"
             ),
         }
+        details["noise"] = {
+            "baseline": noise_figures(b, clusters),
+            "candidate": noise_figures(c, clusters),
+        }
         missing = {
             side: sum(1 for s in samples if s.data.get("missing_logprobs"))
             for side, samples in (("baseline", baseline), ("candidate", candidate))
@@ -680,9 +685,26 @@ class DeterminismSuite(Suite):
             first_tokens=tokens,
             gate_test=partial(
                 retention_gate, b, c, clusters if len(set(clusters)) < len(clusters) else None,
-                self.looks(),
+                self.looks(), varying=noise_figures(b, clusters),
             ),
         )
+
+
+def noise_figures(unstable_: Sequence[float], clusters: Sequence[str]) -> dict[str, Any]:
+    """One endpoint's batch instability in a run: the share of its gated answers that differ
+    from their prompt's modal answer (``unstable_rate``) and the prompts with at least one such
+    answer (``varying_clusters`` of ``clusters``): the figures an A/A calibration stores as the
+    endpoint's noise floor (``evalsvc.services.calibration``)."""
+    varying: dict[str, bool] = {}
+    for x, g in zip(unstable_, clusters, strict=True):
+        varying[g] = varying.get(g, False) or x > 0
+    return {
+        "answers": len(unstable_),
+        "unstable": int(sum(1 for x in unstable_ if x > 0)),
+        "unstable_rate": statistics.fmean(unstable_) if unstable_ else None,
+        "clusters": len(varying),
+        "varying_clusters": sum(varying.values()),
+    }
 
 
 def retention_gate(
@@ -692,12 +714,67 @@ def retention_gate(
     looks: int,
     gate: ResolvedGate,
     seed: int = 0,
+    *,
+    varying: dict[str, Any] | None = None,
 ) -> GateOutcome:
     """The determinism gate: stable-answer retention ``R = stable_c / stable_b`` at relative
     margin δ (``evalsvc.stats.retention_test``), reported as the *loss* ``1 − R`` (lower is
     better; equal to the difference of unstable rates when the baseline is fully stable), with
-    α split over the staged design's ``looks``."""
+    α split over the staged design's ``looks``. With the baseline's calibrated noise floor on
+    the gate (``gate.noise_floor``) and ``varying`` (the baseline's :func:`noise_figures`), a
+    pass whose baseline varied significantly less than the floor reads inconclusive
+    (:func:`_below_floor`)."""
     del seed  # the test is analytic
+    outcome = _retention_outcome(unstable_b, unstable_c, clusters, looks, gate)
+    return _below_floor(outcome, gate, varying)
+
+
+def _below_floor(
+    outcome: GateOutcome, gate: ResolvedGate, varying: dict[str, Any] | None
+) -> GateOutcome:
+    """The noise floor as evidence (docs/statistics.md, "Noise floor on file"): an A/A
+    calibration found a share v₀ of the prompts varying under this suite's traffic on this
+    baseline (same provenance fingerprint). When this run's baseline varied on K of G prompts
+    with ``P(Bin(G, v₀) ≤ K) < α`` (``evalsvc.stats.quieter_than_floor``), its traffic did not
+    reach the batching the calibration measured, and agreement under it is no evidence of
+    stability under load: a pass becomes inconclusive, with the reason. Other verdicts stand
+    (a fail under less load is still a fail)."""
+    floor = gate.noise_floor
+    if floor is None or varying is None or floor.varying_clusters is None:
+        return outcome
+    k, g = int(varying["varying_clusters"]), int(varying["clusters"])
+    check: dict[str, Any] = {
+        **floor.to_dict(),
+        "observed_instability": varying.get("unstable_rate"),
+        "observed_varying_clusters": k,
+        "observed_clusters": g,
+    }
+    if g == 0 or floor.varying_clusters <= 0:
+        check["p_quieter"] = None
+        return replace(outcome, details={**outcome.details, "noise_floor": check})
+    p = quieter_than_floor(k, g, floor.varying_clusters)
+    check["p_quieter"] = p
+    details = {**outcome.details, "noise_floor": check}
+    if outcome.verdict == "pass" and p < gate.alpha:
+        details["verdict_before_floor"] = "pass"
+        details["reason"] = (
+            f"below the noise floor: the baseline varied on {k} of {g} prompts under load, "
+            f"against {floor.varying_clusters:.0%} of its prompts in calibration "
+            f"{floor.calibration} ({floor.measured_at[:10]}; P = {p:.3g} < α): this run's "
+            "traffic did not reach the batching the calibration measured, so agreement is no "
+            "evidence; rerun under the suite's load (or recalibrate: evalsvc calibrate)"
+        )
+        return replace(outcome, verdict="inconclusive", details=details)
+    return replace(outcome, details=details)
+
+
+def _retention_outcome(
+    unstable_b: Sequence[float],
+    unstable_c: Sequence[float],
+    clusters: Sequence[str] | None,
+    looks: int,
+    gate: ResolvedGate,
+) -> GateOutcome:
     assert gate.margin is not None
     b = [1.0 - x for x in unstable_b]
     c = [1.0 - x for x in unstable_c]
