@@ -89,6 +89,20 @@ class Settings(BaseSettings):
     again by the worker). An in-process ``evalsvc compare`` is bounded by
     ``evalsvc.limits.MAX_ITEMS`` only."""
 
+    # ---- alerts (docs/deploy.md, "Alerts") -------------------------------------------------
+    alert_webhooks: SecretStr | None = None
+    """Comma-separated webhooks that every new alert is POSTed to: ``slack:URL`` sends Slack's
+    ``{"text": ...}``, ``json:URL`` or a bare URL the generic JSON alert. A secret (Slack's
+    URLs carry their token): never shown. Their hosts follow ``EVALSVC_ALLOWED_ENDPOINTS``."""
+    alert_webhook_timeout_s: float = Field(default=5.0, gt=0, le=60)
+    """Seconds one webhook request may take (connect to last byte) before it is retried."""
+    alert_webhook_attempts: int = Field(default=3, ge=1, le=10)
+    """Tries per webhook and alert (exponential back-off between them)."""
+    alert_error_streak: int = Field(default=3, ge=1, le=100)
+    """Consecutive finished runs of one endpoint ending in ``error`` that raise an alert."""
+    alert_trend_runs: int = Field(default=3, ge=2, le=50)
+    """Runs of one (baseline, candidate, suite) a margin-crossing trend spans."""
+
     @field_validator("home", "suites_dir", mode="after")
     @classmethod
     def _expand_user(cls, value: Path | None) -> Path | None:

@@ -363,3 +363,39 @@ class BlessedBaselineRow(Base):
     created_at: Mapped[datetime] = mapped_column(index=True)
     revoked_at: Mapped[datetime | None]
     revoked_by: Mapped[str | None] = mapped_column(sa.String(200))
+
+
+class AlertRow(Base):
+    """An alert raised after a run finished (``evalsvc.services.alerts``; migration 0008): a
+    verdict change, a Δ crossing the margin, an endpoint error streak, a stale blessed baseline.
+    ``dedupe_key`` is unique, so two workers that see the same event store it once; the
+    ``delivery`` columns are the webhook delivery's own compare-and-set (at most once)."""
+
+    __tablename__ = "alerts"
+
+    id: Mapped[str] = mapped_column(sa.String(ID_LEN), primary_key=True)
+    dedupe_key: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    kind: Mapped[str] = mapped_column(sa.String(32))
+    severity: Mapped[str] = mapped_column(sa.String(16))
+    status: Mapped[str] = mapped_column(sa.String(16), index=True)
+    """``open`` or ``acknowledged``."""
+    baseline_url: Mapped[str | None] = mapped_column(sa.String(2000))
+    candidate_url: Mapped[str | None] = mapped_column(sa.String(2000))
+    suite: Mapped[str | None] = mapped_column(sa.String(500))
+    run_id: Mapped[str | None] = mapped_column(
+        sa.ForeignKey("runs.id", ondelete="SET NULL"), index=True
+    )
+    previous_run_id: Mapped[str | None] = mapped_column(sa.String(ID_LEN))
+    message: Mapped[str] = mapped_column(sa.Text)
+    details: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(index=True)
+    acknowledged_at: Mapped[datetime | None]
+    acknowledged_by: Mapped[str | None] = mapped_column(sa.String(200))
+    delivery: Mapped[str] = mapped_column(sa.String(16))
+    """``pending`` → ``sending`` (claimed by one process) → ``delivered`` | ``failed``; ``none``
+    when no webhook was configured when it was raised."""
+    delivery_owner: Mapped[str | None] = mapped_column(sa.String(200))
+    delivery_started_at: Mapped[datetime | None]
+    delivered_at: Mapped[datetime | None]
+    deliveries: Mapped[list[Any]]
+    """One entry per webhook: ``{"webhook", "format", "status", "attempts", "error"}``."""

@@ -6,7 +6,7 @@ never leave this package. Each method is one transaction (``Database.session``),
 not retry by themselves; ``retry_transient`` and ``SampleWriter`` do, where a caller wants it.
 
 The aggregates (``store.runs``, ``.samples``, ``.queue``, ``.endpoints``, ``.schedules``,
-``.tokens``, ``.sweeps``, ``.log_uploads``) share the store's ``Database``; the front
+``.tokens``, ``.sweeps``, ``.log_uploads``, ``.alerts``) share the store's ``Database``; the front
 re-exports their methods under the names callers have always used (``store.create_run`` is
 ``store.runs.create_run``) and owns the schema (migrations, readiness).
 """
@@ -21,6 +21,7 @@ from evalsvc.settings import Settings
 
 from . import _migrate
 from ._blessed import BlessedStore
+from ._alerts import AlertStore
 from ._dashboard_queries import DashboardQueries
 from ._errors import DatabaseNotAtHead, DatabaseUnavailable
 from ._queue import QueueStore
@@ -53,6 +54,7 @@ class Store:
         self.sweeps = SweepStore(self._db)
         self.log_uploads = LogUploadStore(self._db)
         self.blessed = BlessedStore(self._db)
+        self.alerts = AlertStore(self._db)
         # The front's names for the aggregates' methods (bound methods: typed as the originals).
         runs, samples, queue = self.runs, self.samples, self.queue
         self.create_run, self.get_run, self.find_run_ids = (

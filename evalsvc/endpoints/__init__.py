@@ -28,7 +28,12 @@ if TYPE_CHECKING:
         root_url,
         status_line,
     )
-    from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, literal_address
+    from evalsvc.endpoints._egress import (
+        EgressPolicy,
+        EgressRefused,
+        GuardedResolver,
+        literal_address,
+    )
     from evalsvc.endpoints._probe import (
         CAPABILITIES,
         OPTIONAL_CAPABILITIES,
@@ -45,6 +50,7 @@ __all__ = [
     "EgressRefused",
     "EndpointClient",
     "EndpointError",
+    "GuardedResolver",
     "LocalTokenizer",
     "OPTIONAL_CAPABILITIES",
     "TokenLogprob",
@@ -72,6 +78,7 @@ _LAZY = {
     "status_line": "_client",
     "EgressPolicy": "_egress",
     "EgressRefused": "_egress",
+    "GuardedResolver": "_egress",
     "literal_address": "_egress",
     "BaseUrlError": "_probe",
     "CAPABILITIES": "_probe",

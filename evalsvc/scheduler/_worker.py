@@ -69,6 +69,14 @@ def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker
     execute_stored_run(store, run, cancel=cancel, worker_id=worker_id)
 
 
+def default_after_run(store: Store, run_id: str, worker_id: str) -> None:
+    """Raise and deliver the alerts of a run the worker finished
+    (``evalsvc.services.alerts.after_run``, imported lazily as above; it never raises)."""
+    from evalsvc.services.alerts import after_run  # type: ignore[import-not-found,unused-ignore]
+
+    after_run(store, run_id, owner=worker_id)
+
+
 def default_sweep_executor(
     store: Store, sweep: dict[str, Any], cancel: threading.Event, worker_id: str
 ) -> None:
@@ -138,6 +146,7 @@ class Worker:
         shutdown_grace_seconds: float | None = None,
         sweep_executor: SweepExecutor | None = None,
         sweeps: bool = True,
+        after_run: Callable[[Store, str, str], None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -147,6 +156,9 @@ class Worker:
         self.executor: Executor = executor or default_executor
         self.sweep_executor: SweepExecutor = sweep_executor or default_sweep_executor
         self.sweeps = sweeps
+        # Alerts after each finished run: by default with the default executor only (a test's
+        # executor that writes no gates has nothing to alert on).
+        self.after_run = after_run or (default_after_run if executor is None else None)
         """Also claim queued sweeps (when no run is claimable)."""
         self.worker_id = worker_id or make_worker_id()
         self.concurrency = concurrency
@@ -333,6 +345,8 @@ class Worker:
         try:
             self._settle(execution, failure)
             self._log_outcome(execution.run.id)
+            if self.after_run is not None and not execution.lease_lost.is_set():
+                self.after_run(self.store, execution.run.id, self.worker_id)
         except StoreError as err:
             # Could not record the outcome: the lease will expire and the reaper re-queues the
             # run; resume then skips the samples already stored.

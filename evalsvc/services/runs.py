@@ -58,7 +58,8 @@ class UsageError(ValueError):
 
 
 def exit_code(verdict: str | None) -> int:
-    """The CLI exit status for a run verdict (docs/cli.md: 0 pass, 1 fail, 3 inconclusive, 4 error)."""
+    """The CLI exit status for a run verdict (docs/cli.md: 0 pass, 1 fail, 3 inconclusive, 4 error,
+    5 non-comparable)."""
     return EXIT_CODES.get(verdict or "error", EXIT_CODES["error"])
 
 
@@ -387,6 +388,12 @@ def compare(
             f"run {run.id} was cancelled from outside (POST /runs/{{id}}/cancel) or its lease "
             "lapsed; the samples so far are kept"
         ) from None
+    finally:
+        # Once the verdict (or the error) is stored: raise and deliver the alerts it calls for
+        # (evalsvc.services.alerts; never raises, a run still running raises nothing).
+        from evalsvc.services import alerts
+
+        alerts.after_run(store, run.id)
 
 
 def execute_stored_run(

@@ -1,0 +1,185 @@
+"""Alerts from real runs (``evalsvc.services.alerts``), on SQLite and PostgreSQL.
+
+Two real runs of one (baseline, candidate, suite) through ``evalsvc.services.runs.compare``
+against loopback servers of known behaviour (``tests/runner/level_server.py``): the first with a
+candidate as good as the baseline (pass), the second with the same candidate URL answering half
+the items wrong (fail). The verdict change raises one alert, delivered exactly once to each
+webhook of a loopback receiver (``tests/fixtures/faults.py``: ``/ok`` answers 200, ``/flaky``
+503 once and then 200, ``/500`` always 500), in Slack's and the generic shape; evaluating the
+run again, from two threads at once, stores and sends nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.domain import EndpointRef, RunOptions, RunSpec, RunStatus
+from evalsvc.services import alerts, runs
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+)
+from tests.fixtures.faults import fault_server
+from tests.runner.level_server import level_server
+
+SEED = 5
+ALL = dict.fromkeys(range(1, 6), 1.0)
+HALF = dict.fromkeys(range(1, 6), 0.5)
+SUITE = f"""\
+name: alert-reasoning
+kind: reasoning
+seed: {SEED}
+params:
+  n: 60
+  max_tokens: 16
+  tasks: [{{family: arithmetic, level: 1}}, {{family: lists, level: 1}}]
+gate:
+  margin: 0.1
+"""
+
+
+@pytest.fixture
+def alerts_store(db_url: str) -> Iterator[Store]:  # noqa: F811  (the fixture)
+    with Store.from_url(db_url) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Any, Any]]:
+    """A baseline and a candidate server, shared by the backends (building one reads every
+    item of the seed: a second each)."""
+    with level_server(ALL, [SEED], per_level=40) as b, level_server(ALL, [SEED], per_level=40) as c:
+        yield b, c
+
+
+def _compare(db: Store, suite: Path, base: str, cand: str) -> dict[str, Any]:
+    spec = RunSpec(baseline=EndpointRef(url=base, name="bf16"),
+                   candidates=[EndpointRef(url=cand, name="fp8")],
+                   suites=[str(suite)], options=RunOptions(concurrency=8))
+    return runs.compare(spec, store=db)
+
+
+def _bodies(server: Any, path: str) -> list[dict[str, Any]]:
+    return [json.loads(b) for p, b in server.bodies_seen if p == path]
+
+
+def test_a_planted_verdict_change_fires_each_webhook_exactly_once(
+    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+) -> None:
+    suite = tmp_path / "alert-reasoning.yaml"
+    suite.write_text(SUITE)
+    b, c = pair
+    c.accuracy = ALL
+    with fault_server() as hooks:
+        host, port = hooks.server_address[:2]
+        root = f"http://{host}:{port}"
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS",
+                           f"slack:{root}/ok/slack, json:{root}/flaky/generic,{root}/500/broken")
+        monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.1")
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOK_ATTEMPTS", "2")
+        first = _compare(alerts_store, suite, b.url, c.url)
+        assert first["verdict"] == "pass", first["verdict"]
+        assert alerts_store.alerts.list_alerts() == [] and hooks.bodies_seen == []
+
+        c.accuracy = HALF  # the same candidate URL now answers half the items wrong
+        second = _compare(alerts_store, suite, b.url, c.url)
+        assert second["verdict"] == "fail", second["verdict"]
+
+        stored = alerts_store.alerts.list_alerts()
+        assert [(a["kind"], a["severity"], a["run_id"], a["previous_run_id"]) for a in stored] \
+            == [("verdict_change", "critical", second["run_id"], first["run_id"])]
+        alert = stored[0]
+        assert alert["details"]["from"] == "pass" and alert["details"]["to"] == "fail"
+        assert "pass → fail" in alert["message"] and "fp8" in alert["message"]
+
+        slack = _bodies(hooks, "/ok/slack")
+        assert slack == [{"text": f"[evalsvc critical] {alert['message']}"}]
+        generic = _bodies(hooks, "/flaky/generic")  # refused once (503), then accepted
+        assert len(generic) == 2 and generic[0] == generic[1]
+        body = generic[-1]["alert"]
+        assert (body["id"], body["kind"], body["run_id"], body["suite"]) == (
+            alert["id"], "verdict_change", second["run_id"], "alert-reasoning")
+        assert body["candidate"] == c.url and body["details"]["to"] == "fail"
+        assert len(_bodies(hooks, "/500/broken")) == 2  # both attempts, then given up
+
+        by_hook = {d["webhook"].split(":")[0] + d["format"]: d for d in alert["deliveries"]}
+        assert alert["delivery"] == "failed"  # one of the three webhooks never accepted it
+        assert [(d["status"], d["attempts"]) for d in alert["deliveries"]] == [
+            ("delivered", 1), ("delivered", 2), ("failed", 2)], by_hook
+
+        # Two workers finishing at once evaluate the same run: nothing stored or sent again.
+        gate = threading.Barrier(2)
+
+        def again() -> None:
+            gate.wait()
+            alerts.after_run(alerts_store, second["run_id"])
+
+        threads = [threading.Thread(target=again) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(alerts_store.alerts.list_alerts()) == 1
+        assert len(_bodies(hooks, "/ok/slack")) == 1
+        assert len(_bodies(hooks, "/flaky/generic")) == 2
+
+
+def test_one_event_is_stored_once_whoever_raises_it(alerts_store: Store) -> None:
+    """Eight threads raise the same event at once: the unique key lets one insert win."""
+    gate = threading.Barrier(8)
+    won: list[dict[str, Any] | None] = []
+
+    def raise_it() -> None:
+        gate.wait()
+        won.append(alerts_store.alerts.raise_alert(
+            dedupe_key="k" * 64, kind="verdict_change", severity="critical", message="m",
+            details={}, delivery="pending"))
+
+    threads = [threading.Thread(target=raise_it) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(w is not None for w in won) == 1
+    alert_id = next(w for w in won if w is not None)["id"]
+    claims = [alerts_store.alerts.claim_delivery(alert_id, owner=f"w{i}") for i in range(3)]
+    assert claims == [True, False, False]
+
+
+def test_an_error_streak_raises_one_alert_per_streak(
+    alerts_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of an endpoint that answers no JSON end in ``error``: the third in a row
+    raises ``error_streak``, the fourth adds nothing, and acknowledging it closes it."""
+    monkeypatch.setenv("EVALSVC_ALERT_ERROR_STREAK", "3")
+    monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
+    with fault_server() as srv:
+        host, port = srv.server_address[:2]
+        dead = f"http://{host}:{port}/garbage/v1"
+        ids = []
+        for _ in range(4):
+            spec = RunSpec(baseline=EndpointRef(url=dead), candidates=[EndpointRef(url=dead)],
+                           suites=["reasoning-smoke"], options=RunOptions(samples=2))
+            with pytest.raises(Exception):  # noqa: B017 - the run's error is the point
+                runs.compare(spec, store=alerts_store)
+            run_id = alerts_store.list_runs(limit=1)[0].id
+            assert alerts_store.get_run(run_id).status == RunStatus.error  # type: ignore[union-attr]
+            ids.append(run_id)
+            assert len(alerts_store.alerts.list_alerts()) == (0 if len(ids) < 3 else 1)
+    (alert,) = alerts_store.alerts.list_alerts()
+    assert alert["kind"] == "error_streak" and alert["details"]["first_run_id"] == ids[0]
+    assert alert["run_id"] == ids[2] and alert["delivery"] == "none"
+    done = alerts.acknowledge(alerts_store, alert["id"], by="oncall")
+    assert done["status"] == "acknowledged" and done["acknowledged_by"] == "oncall"
+    with pytest.raises(alerts.AlertNotOpen):
+        alerts.acknowledge(alerts_store, alert["id"], by="oncall")
+    with pytest.raises(alerts.AlertNotFound):
+        alerts.acknowledge(alerts_store, "0" * 32, by="oncall")
