@@ -13,7 +13,7 @@ Store-wide metrics (``docs/deploy.md`` lists them with their PromQL use):
 - ``evalsvc_gate_verdict{baseline,candidate,suite,metric,gated,verdict}``: 1 for the verdict of
   the latest gate of each (baseline URL, candidate URL, suite), 0 for the other verdicts;
   ``evalsvc_gate_verdict_code{baseline,candidate,suite,metric,gated}``: the same verdict as the
-  exit code ``compare`` uses (0 pass, 1 fail, 3 inconclusive, 4 error);
+  exit code ``compare`` uses (0 pass, 1 fail, 3 inconclusive, 4 error, 5 non-comparable);
 - ``evalsvc_gate_delta``, ``evalsvc_gate_ci_lower``, ``evalsvc_gate_ci_upper``,
   ``evalsvc_gate_margin``, ``evalsvc_gate_samples``, ``evalsvc_gate_timestamp_seconds``
   ``{baseline,candidate,suite,metric}``: the numbers of that latest gate (Δ = candidate −
@@ -64,7 +64,7 @@ from evalsvc.endpoints import redact_url
 
 log = logging.getLogger(__name__)
 
-VERDICTS = ("pass", "fail", "inconclusive", "error")
+VERDICTS = ("pass", "fail", "inconclusive", "error", "non-comparable")
 GATE_LABELS = ["baseline", "candidate", "suite", "metric"]
 ERROR_KIND_NAMES = (*(name for name, _ in ERROR_KINDS), OTHER_KIND)
 #: The label of a gate side that is a log file (``upload:<name>``, ``file://…``), not an endpoint.
@@ -106,7 +106,8 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     code = GaugeMetricFamily(
         "evalsvc_gate_verdict_code",
-        "Latest gate verdict as compare's exit code: 0 pass, 1 fail, 3 inconclusive, 4 error.",
+        "Latest gate verdict as compare's exit code: 0 pass, 1 fail, 3 inconclusive, 4 error, "
+        "5 non-comparable.",
         labels=[*GATE_LABELS, "gated"],
     )
     numbers = {

@@ -299,7 +299,7 @@ class GateRead(BaseModel):
     verdict: RunVerdict
     """``error`` also for a cancelled run: it gives no evidence to promote anything."""
     exit_code: int
-    """0 pass, 1 fail, 3 inconclusive, 4 error (docs/cli.md)."""
+    """0 pass, 1 fail, 3 inconclusive, 4 error, 5 non-comparable (docs/cli.md)."""
     reasons: list[ReasonRead] = []
     """Why the run reads its verdict: the report's run-level reasons (docs/report.md)."""
 

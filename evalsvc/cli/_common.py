@@ -34,6 +34,7 @@ VERDICT_STYLE = {
     "fail": "bold red",
     "inconclusive": "bold yellow",
     "error": "bold magenta",
+    "non-comparable": "bold cyan",
 }
 
 

@@ -1,7 +1,7 @@
 """``evalsvc compare`` (in-process, or ``--server`` through the REST client) and
 ``evalsvc gate-logs``: run or read, gate, report.
 
-Contract (docs/cli.md): exit 0 pass, 1 fail, 3 inconclusive (the verdict,
+Contract (docs/cli.md): exit 0 pass, 1 fail, 3 inconclusive, 5 non-comparable (the verdict,
 ``services.runs.exit_code``), 2 usage/configuration, 4 infrastructure (the exception,
 ``_exit.exit_code``). The report files asked for are written on every exit, an error report
 when there is no verdict. Human output goes to stderr; ``--json -`` alone owns stdout.
@@ -24,7 +24,14 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 from evalsvc.cli._safe import term
-from evalsvc.domain import EXIT_CODES, EndpointRef, RunOptions, RunSpec, SamplingOptions
+from evalsvc.domain import (
+    EXIT_CODES,
+    ComparabilityOptions,
+    EndpointRef,
+    RunOptions,
+    RunSpec,
+    SamplingOptions,
+)
 
 from ._common import describe, die, err, exit_for, open_store, raise_interrupt
 from ._exit import exit_code
@@ -126,6 +133,17 @@ def compare(
             "running the others and reporting it skipped.",
         ),
     ] = False,
+    allow_difference: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-difference",
+            metavar="NAME",
+            help="A difference between baseline and candidate that is the point of this run, "
+            "so it does not make the run non-comparable (exit 5): tokenizer, chat_template, "
+            "model_family, generation_defaults, reasoning, max_context, sample_counts. "
+            "Repeatable.",
+        ),
+    ] = None,
     server: Annotated[
         str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
     ] = None,
@@ -148,7 +166,8 @@ def compare(
         ),
     ] = None,
 ) -> None:
-    """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error."""
+    """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error,
+    5 non-comparable."""
     from pydantic import ValidationError
 
     from evalsvc.db import StoreError
@@ -175,6 +194,10 @@ def compare(
             calibrate=calibrate,
             request_timeout_s=timeout,
             strict=strict,
+            comparability=(
+                ComparabilityOptions.model_validate({"allow": allow_difference})
+                if allow_difference else None
+            ),
         )
     except ValidationError as exc:
         raise exit_for(exc) from exc

@@ -1,7 +1,7 @@
 """The ``evalsvc`` command line (Typer): the application and where each command lives.
 
 Contract (docs/cli.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config error,
-3 inconclusive, 4 infrastructure error. Human output goes to stderr; ``--json -`` alone owns
+3 inconclusive, 4 infrastructure error, 5 non-comparable. Human output goes to stderr; ``--json -`` alone owns
 stdout. Commands parse arguments and call ``evalsvc.services``; one function maps an exception
 to an exit code (``evalsvc.cli._exit.exit_code``). The commands live in their modules:
 ``compare`` (compare, gate-logs; ``rest`` is its REST client), ``suites`` (suites, plan),
@@ -111,7 +111,7 @@ def _holder() -> None:
 #: from this table is loaded for the help, as before.
 SHORT_HELP: dict[str, str] = {
     "compare": "Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, "
-    "3 inconclusive, 4 error.",
+    "3 inconclusive, 4 error, 5 non-comparable.",
     "gate-logs": "Gate two existing evaluation logs, paired by document id.",
     "plan": "How many items each suite needs to decide at margin δ, before running it (for a "
     "suite that calibrates: its pilot's cost and the main run's size at the band).",

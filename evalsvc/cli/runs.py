@@ -4,7 +4,7 @@ Contract: every command reads through ``evalsvc.services.history`` (the same fun
 routes call) and takes a run id or a unique id prefix (8+ characters, as ``runs list`` prints).
 Exit codes follow the project table: an unknown or ambiguous id or a run that cannot do what was
 asked is 2, an unreachable database 4; ``runs gate`` exits with the run's gate code (0 pass,
-1 fail, 3 inconclusive, 4 error), so a pipeline can gate on a run submitted earlier.
+1 fail, 3 inconclusive, 4 error, 5 non-comparable), so a pipeline can gate on a run submitted earlier.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from evalsvc.db import StoreError
-from evalsvc.domain import RunInfo, RunStatus
+from evalsvc.domain import RunInfo, RunStatus, RunVerdict
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
 
@@ -91,8 +91,9 @@ def list_runs(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Runs, newest first."""
-    if verdict is not None and verdict not in ("pass", "fail", "inconclusive", "error"):
-        fail(f"--verdict must be pass, fail, inconclusive or error, not {verdict!r}", EXIT_CONFIG)
+    if verdict is not None and verdict not in get_args(RunVerdict):
+        fail(f"--verdict must be pass, fail, inconclusive, error or non-comparable, not "
+             f"{verdict!r}", EXIT_CONFIG)
     store = open_store(database_url)
     try:
         runs = store.list_runs(limit=limit, status=status, verdict=verdict, endpoint_url=endpoint)
@@ -202,7 +203,8 @@ def report(
 
 @app.command("gate")
 def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None) -> None:
-    """Print the run's verdict and exit with its code (0 pass, 1 fail, 3 inconclusive, 4 error)."""
+    """Print the run's verdict and exit with its code (0 pass, 1 fail, 3 inconclusive, 4 error,
+    5 non-comparable)."""
     store, info = _with_run(database_url, run)
     try:
         report = store.get_report(info.id)

@@ -70,8 +70,8 @@ class Difference:
     def fix(self) -> str:
         return (
             f"compare endpoints that serve the same model the same way, or pass "
-            f"--allow-difference {self.field} (a suite's or a run's comparability: {{allow: "
-            f"[{self.field}]}}) if the {DIFFERENCES[self.field]} is what you are testing"
+            f"--allow-difference {self.field} if the {DIFFERENCES[self.field]} is what you are "
+            f"testing (in a suite or a REST run: comparability: {{allow: [{self.field}]}})"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,9 +100,10 @@ def provenance_differences(
     reasoning handling; a field is compared only when both sides report it."""
     out: list[Difference] = []
     for name, key, what in (
-        ("tokenizer", "tokenizer_fingerprint", "tokenizes a fixed sentence into other token ids"),
+        ("tokenizer", "tokenizer_fingerprint",
+         "tokenizes a fixed sentence into other token ids: another tokenizer"),
         ("chat_template", "chat_template_fingerprint",
-         "renders a fixed conversation differently (another chat template)"),
+         "renders a fixed conversation differently: another chat template"),
     ):
         b, c = baseline.get(key), candidate.get(key)
         if b and c and b != c:

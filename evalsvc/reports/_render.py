@@ -94,6 +94,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
                 "role": cand.role,
                 "verdict": cand.verdict,
                 "reasons": [r.to_dict() for r in cand.reasons],
+                # The comparability guard: differences beyond quantization, and allowed ones.
+                "comparability": cand.comparability.to_dict(),
                 "suites": suites,
             }
         )
@@ -299,7 +301,8 @@ def _md_reason(
 def to_junit(report: dict[str, Any]) -> str:
     """One testsuite per candidate, one testcase per suite gate: fail and inconclusive are
     failures (with ``type`` saying which), an errored suite or run an error, an ungated suite
-    skipped, a pass passes."""
+    skipped, a pass passes; a non-comparable candidate has a ``comparability`` testcase failing
+    with ``type="non-comparable"`` and each difference with its fix."""
     report = redact_report(report)
     x = xml_text
     root = ET.Element("testsuites", name="evalsvc", tests="0", failures="0", errors="0")
@@ -361,6 +364,20 @@ def to_junit(report: dict[str, Any]) -> str:
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}",
                                name=x(gone.get("suite")))
             ET.SubElement(tc, "skipped", message=x(f"not run: {gone.get('reason')}"))
+        differences = (cand.get("comparability") or {}).get("differences") or []
+        if cand.get("verdict") == "non-comparable" or differences:
+            # Not a quantization comparison: a failure of its own type, whose message names
+            # each difference and its fix (a candidate sent nothing has no other testcase).
+            t += 1
+            f += 1
+            tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="comparability")
+            said = "; ".join(
+                f"{d.get('field')}: {d.get('message')}; fix: {d.get('fix')}" for d in differences
+            ) or "; ".join(reason_lines({"reasons": [
+                r for r in reasons_of(cand) if r.get("code") == "non_comparable"]}))
+            ET.SubElement(
+                tc, "failure", message=x(f"non-comparable: {said}"), type="non-comparable"
+            ).text = x(said)
         if report.get("error"):
             e += 1
             tc = ET.SubElement(ts, "testcase", classname=f"evalsvc.{name}", name="infrastructure")

@@ -309,6 +309,8 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
         "fail": "Do not ship: a gate fails.",
         "inconclusive": "Cannot tell yet: no gate fails, but not every gate passes.",
         "error": "No verdict: the evidence is incomplete.",
+        "non-comparable": "Not a quantization comparison: a candidate differs from the baseline "
+                          "in more than the quantization.",
     }.get(str(verdict), str(verdict))
     by_key = {(c.get("role"), s.get("suite")): s
               for c in report.get("candidates") or [] for s in c.get("suites") or []}
@@ -335,6 +337,19 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
     out["next"].sort(key=lambda n: 0 if n.get("href") else 1)
     for r in report.get("reasons") or []:
         code = r.get("code")
+        if code == "non_comparable":
+            # The guard's reasons come first: no gate of that candidate decides anything.
+            message = str(r.get("message") or "")
+            fix = message.partition("; fix: ")[2]
+            step = {"text": fix, "command": None} if fix else None
+            out["blocking"].insert(0, {"candidate": labels.get(r.get("candidate")),
+                                       "role": r.get("candidate"), "suite": r.get("suite"),
+                                       "verdict": "non-comparable", "reasons": [r],
+                                       "next": [step] if step else []})
+            if step and step["text"] not in seen_next:
+                seen_next.add(step["text"])
+                out["next"].insert(0, step)
+            continue
         if code in ("passed", "not_gated", "skipped"):
             out["info"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
         elif code in ("error_budget", "no_gated_suites", "infrastructure_error"):

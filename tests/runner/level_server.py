@@ -13,6 +13,12 @@ way (the kind of fake the house rules allow: "a server with known behaviour").
   otherwise "I cannot find it.".
 
 ``server.prompts`` counts chat requests, ``server.seen`` keeps each reasoning (family, level).
+
+What the comparability guard reads is shaped like vLLM's: ``/tokenize`` with ``messages``
+renders them with the server's ``chat_template`` (a name: two servers with different names
+render differently) and ``/detokenize`` gives the rendered text back; ``tokenizer_offset``
+shifts every token id (another tokenizer). ``refuse`` is the share of reasoning items (by
+``k``) answered ``HTTP 400`` as a server with a shorter context refuses a long prompt.
 """
 
 from __future__ import annotations
@@ -34,9 +40,9 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _reply(self, payload: Any) -> None:
+    def _reply(self, payload: Any, status: int = 200) -> None:
         body = json.dumps(payload).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -52,11 +58,28 @@ class _Handler(BaseHTTPRequestHandler):
         size = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(size) or b"{}")
         if self.path.endswith("/tokenize"):
+            if isinstance(body.get("messages"), list):
+                text = self.server.render(body["messages"])
+                ids = self.server.ids(text)
+                with self.server.lock:
+                    self.server.rendered[tuple(ids)] = text
+                self._reply({"tokens": ids, "count": len(ids)})
+                return
             text = body.get("prompt") or ""
-            self._reply({"tokens": list(range(len(text.split()))), "count": len(text.split())})
+            ids = self.server.ids(text)
+            self._reply({"tokens": ids, "count": len(ids)})
+            return
+        if self.path.endswith("/detokenize"):
+            with self.server.lock:
+                text = self.server.rendered.get(tuple(body.get("tokens") or []))
+            self._reply({"prompt": text} if text is not None else {}, 200 if text else 400)
             return
         if self.path.endswith("/chat/completions"):
-            text = self.server.answer(str(body["messages"][-1]["content"]))
+            content = str(body["messages"][-1]["content"])
+            if self.server.refuses(content):
+                self._reply({"error": {"message": "maximum context length exceeded"}}, 400)
+                return
+            text = self.server.answer(content)
             self._reply({
                 "choices": [{"message": {"role": "assistant", "content": text},
                              "finish_reason": "stop"}],
@@ -81,9 +104,14 @@ class LevelServer(ThreadingHTTPServer):
         needle_easy: int = 2500,
         needle_hard: int = 5000,
         max_len: int = 8192,
+        chat_template: str = "chatml",
+        tokenizer_offset: int = 0,
+        refuse: float = 0.0,
     ) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.accuracy, self.max_len = accuracy, max_len
+        self.chat_template, self.tokenizer_offset, self.refuse = chat_template, tokenizer_offset, refuse
+        self.rendered: dict[tuple[int, ...], str] = {}
         self.needle_easy, self.needle_hard = needle_easy, needle_hard
         self.lock = threading.Lock()
         self.prompts = 0
@@ -99,6 +127,17 @@ class LevelServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def ids(self, text: str) -> list[int]:
+        """One token per word, its id shifted by ``tokenizer_offset``."""
+        return [self.tokenizer_offset + i for i in range(len(text.split()))]
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        return " ".join(f"<{self.chat_template}:{m.get('role')}> {m.get('content')}" for m in messages)
+
+    def refuses(self, content: str) -> bool:
+        known = self.table.get(content)
+        return known is not None and known[3] % 10 < round(10 * self.refuse)
 
     def answer(self, content: str) -> str:
         with self.lock:

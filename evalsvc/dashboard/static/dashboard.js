@@ -13,7 +13,8 @@
   }
 
   var COLORS = { baseline: "#6e7781", candidate: "#0969da", pass: "#1a7f37",
-                 fail: "#cf222e", inconclusive: "#9a6700", error: "#6e7781" };
+                 fail: "#cf222e", inconclusive: "#9a6700", error: "#6e7781",
+                 "non-comparable": "#8250df" };
 
   // Charts follow the page's theme (prefers-color-scheme; ECharts ships a "dark" theme).
   var dark = !!(window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches);

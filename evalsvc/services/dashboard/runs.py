@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 from evalsvc.db import RunFilters, Store
-from evalsvc.domain import Provenance, RunInfo, RunStatus
+from evalsvc.domain import Provenance, RunInfo, RunStatus, RunVerdict
 from evalsvc.services import history, run_verdict
 from evalsvc.suites import PILOT_SUFFIX
 
@@ -88,7 +88,7 @@ def parse_filters(
     if status and status not in {s.value for s in RunStatus}:
         problems.append(f"status: unknown value {status!r}")
         status = None
-    if verdict and verdict not in {"pass", "fail", "inconclusive", "error"}:
+    if verdict and verdict not in get_args(RunVerdict):
         problems.append(f"verdict: unknown value {verdict!r}")
         verdict = None
     pair: tuple[str, str] | None = None
