@@ -12,6 +12,7 @@ creates its parent directory on first connect).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import platformdirs
@@ -80,6 +81,18 @@ class Settings(BaseSettings):
     """How long a worker's claim on a run lasts without a heartbeat."""
     max_attempts: int = 3
     """A run whose lease expired this many times is marked ``error`` instead of re-queued."""
+    baseline_max_age: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
+    """Oldest blessed baseline a run reuses (ISO 8601 such as ``P3D``/``PT12H``, or seconds);
+    an older one re-runs the baseline with a warning to refresh it (``evalsvc baselines bless``)."""
+
+    @field_validator("baseline_max_age", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> object:
+        # An environment variable is text: pydantic reads "3600" as no duration, so seconds here.
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
+
     gate_max_margin: float = Field(default=0.25, ge=0, lt=1)
     """Largest gate margin any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
     gate_max_alpha: float = Field(default=0.10, gt=0, lt=0.5)
