@@ -31,6 +31,8 @@ Store-wide metrics (``docs/deploy.md`` lists them with their PromQL use):
 - ``evalsvc_database_up``: 1 when the database answered the scrape and accepts writes
   (a no-op write, ``Store.check_writable``); 0 when it is unreachable, read-only or full.
 - ``evalsvc_metrics_omitted{family}``: label sets left out of a family to bound it (below).
+- ``evalsvc_alerts_open{kind,severity}``: open (unacknowledged) alerts, every kind and severity
+  of ``evalsvc.services.alerts`` (zeros included: closed sets, 12 series).
 Process metric: ``evalsvc_api_requests_total{method,handler,status}``.
 
 Every label comes from a bounded set, so no client can grow the scrape (issue 37, N3: invented
@@ -61,6 +63,8 @@ from evalsvc.db import Histogram, MetricsSnapshot, Store, StoreError, metrics_sn
 from evalsvc.db._metrics import ERROR_KINDS, OTHER_KIND, RATE_WINDOW
 from evalsvc.domain import EXIT_CODES
 from evalsvc.endpoints import redact_url
+from evalsvc.services.alerts import KINDS as ALERT_KINDS
+from evalsvc.services.alerts import SEVERITIES as ALERT_SEVERITIES
 
 log = logging.getLogger(__name__)
 
@@ -209,6 +213,14 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     )
     rate.add_metric([], snap.samples_last_window / RATE_WINDOW.total_seconds())
     yield rate
+    alerts = GaugeMetricFamily(
+        "evalsvc_alerts_open", "Open (unacknowledged) alerts by kind and severity.",
+        labels=["kind", "severity"],
+    )
+    for kind in ALERT_KINDS:
+        for severity in ALERT_SEVERITIES:
+            alerts.add_metric([kind, severity], snap.alerts_open.get((kind, severity), 0))
+    yield alerts
     left_out = GaugeMetricFamily(
         "evalsvc_metrics_omitted",
         "Label sets left out of a family to bound the scrape (gate), or summed as other "

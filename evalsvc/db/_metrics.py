@@ -11,7 +11,8 @@ errors surface as ``StoreError`` like every other store call. The queries are bo
 - samples and endpoint errors by kind: over the samples of runs *created* in the last
   ``ERROR_WINDOW`` (the samples' ``run_id`` index), not the whole history;
 - samples per second: samples written in the last ``RATE_WINDOW`` by runs that are running or
-  finished within it.
+  finished within it;
+- open alerts per (kind, severity): one aggregate over ``alerts`` (status-indexed).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sqlalchemy.orm import aliased
 
 from evalsvc.domain import RunStatus
 
-from ._orm import EndpointSnapshotRow, GateResultRow, RunRow, SampleRow, utcnow
+from ._orm import AlertRow, EndpointSnapshotRow, GateResultRow, RunRow, SampleRow, utcnow
 from ._queue import IN_PROCESS_PREFIX
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class MetricsSnapshot:
     """(endpoint URL, kind) → samples in runs of the last ``ERROR_WINDOW``; kind ``ok`` or an
     error kind of ``ERROR_KINDS`` (or ``other``)."""
     samples_last_window: int = 0
+    alerts_open: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(alert kind, severity) → open (unacknowledged) alerts (``evalsvc.services.alerts``)."""
 
 
 def _seconds(dialect: str, later: Any, earlier: Any) -> sa.ColumnElement[float]:
@@ -263,6 +266,13 @@ def metrics_snapshot(store: Store, *, now: datetime | None = None) -> MetricsSna
                 SampleRow.run_id.in_(active), SampleRow.created_at >= now - RATE_WINDOW
             )
         )
+
+        # --- open alerts per (kind, severity): the status index
+        alerts_open = session.execute(
+            sa.select(AlertRow.kind, AlertRow.severity, sa.func.count())
+            .where(AlertRow.status == "open")
+            .group_by(AlertRow.kind, AlertRow.severity)
+        ).all()
     return MetricsSnapshot(
         runs_by_status=counts,
         gates=gates,
@@ -273,6 +283,7 @@ def metrics_snapshot(store: Store, *, now: datetime | None = None) -> MetricsSna
         live_workers={"worker": int(live.get("worker", 0)), "in_process": int(live.get("in_process", 0))},
         endpoint_samples={(str(url), str(k)): int(n) for url, k, n in per_kind},
         samples_last_window=int(written or 0),
+        alerts_open={(str(k), str(s)): int(n) for k, s, n in alerts_open},
     )
 
 

@@ -26,7 +26,7 @@ Contract:
   followed), with a timeout per attempt and retries with back-off on timeouts, connection
   errors, 429 and 5xx (tenacity); a 4xx other than 429 is final.
 - Views call ``list_alerts`` and ``acknowledge``; ``AlertNotFound`` (exit 2 / HTTP 404),
-  ``AlertNotOpen`` (exit 2 / HTTP 409) and ``AlertConfigError`` (exit 2) are their errors.
+  ``AlertNotOpen`` (exit 2 / HTTP 409) and ``AlertConfigError`` (exit 2 / HTTP 422) are their errors.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class AlertNotFound(LookupError):
     """No alert has this id."""
 
 
-class AlertNotOpen(RuntimeError):
+class AlertNotOpen(ValueError):
     """The alert was already acknowledged."""
 
 

@@ -7,6 +7,6 @@ the store becomes 404.
 
 from __future__ import annotations
 
-from . import endpoints, gatelogs, health, runs, schedules, suites
+from . import alerts, endpoints, gatelogs, health, runs, schedules, suites
 
-__all__ = ["endpoints", "gatelogs", "health", "runs", "schedules", "suites"]
+__all__ = ["alerts", "endpoints", "gatelogs", "health", "runs", "schedules", "suites"]
