@@ -79,6 +79,10 @@ def _commands(parent: typer.Typer, name: str) -> None:
         from evalsvc.cli.tokens import app as tokens_app
 
         parent.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
+    elif name == "alerts":
+        from evalsvc.cli.alerts import app as alerts_app
+
+        parent.add_typer(alerts_app, name="alerts", help="Alerts raised by finished runs: list, ack.")
     else:
         raise KeyError(name)
 
@@ -86,7 +90,7 @@ def _commands(parent: typer.Typer, name: str) -> None:
 # The order of `evalsvc --help` (Typer lists commands before sub-apps).
 COMMANDS = (
     "compare", "gate-logs", "plan", "worker", "export", "sweep",
-    "suites", "endpoints", "local", "db", "runs", "schedules", "api", "tokens",
+    "suites", "endpoints", "local", "db", "runs", "schedules", "api", "tokens", "alerts",
 )
 
 
@@ -126,6 +130,7 @@ SHORT_HELP: dict[str, str] = {
     "schedules": "Cron schedules that create runs.",
     "api": "The REST API server.",
     "tokens": "Bearer tokens of the REST API.",
+    "alerts": "Alerts raised by finished runs: list, ack.",
 }
 
 
