@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
 from rich.progress import (
@@ -26,6 +26,7 @@ from rich.progress import Progress as RichProgress
 from evalsvc.cli._safe import term
 from evalsvc.domain import (
     EXIT_CODES,
+    ComparabilityField,
     ComparabilityOptions,
     EndpointRef,
     RunOptions,
@@ -177,6 +178,15 @@ def compare(
 
     if len(endpoints) < 2:
         raise die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
+    names = get_args(ComparabilityField)
+    for name in allow_difference or []:
+        if name not in names:
+            raise die(
+                f"--allow-difference {name!r} is not a difference the comparability guard "
+                f"compares; use one of {', '.join(names)} (dtype, KV-cache dtype and "
+                "quantization method may always differ: they are the point)",
+                EXIT_CODES["usage"],
+            )
     try:
         decoding = SamplingOptions(
             k=sampling_k, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
