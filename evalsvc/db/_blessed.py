@@ -95,7 +95,7 @@ class BlessedStore:
             row = session.scalar(stmt)
             return _dict(row) if row is not None else None
 
-    def list(self, *, include_revoked: bool = False, suite: str | None = None,
+    def list_all(self, *, include_revoked: bool = False, suite: str | None = None,
              limit: int = 100) -> list[dict[str, Any]]:
         """Blessings, newest first."""
         stmt = sa.select(BlessedBaselineRow).order_by(

@@ -484,8 +484,14 @@ def _execute(
                 return
             yield page
 
+    from evalsvc.services.baselines import Reuse
+
+    reuse = Reuse(store, run, suites)
+
     def on_probed(role: str, ref: EndpointRef, prov: Provenance) -> None:
         store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
+        if role == "baseline":  # a blessed baseline's samples, before any item is sent
+            reuse.apply(ref, prov, done)
 
     try:
         result = asyncio.run(
@@ -527,7 +533,7 @@ def _execute(
         )
         raise
     writer.flush()
-    report = build_report(result)
+    report = reuse.annotate(build_report(result))
     store.save_gate_results(
         run.id,
         [

@@ -1,0 +1,178 @@
+"""Blessed baselines from real runs (``evalsvc.services.baselines``), on SQLite and PostgreSQL.
+
+Real runs through ``evalsvc.services.runs.compare`` against loopback servers of known behaviour
+(``tests/runner/level_server.py``; each counts the reasoning items it was sent in ``seen``):
+
+- a run after its baseline was blessed sends no item to the baseline (the candidate gets all of
+  them) and reaches the verdict, Δ and p of a full run on the same items, and says so;
+- a changed baseline (another max context: another provenance fingerprint) and a stale blessing
+  (``EVALSVC_BASELINE_MAX_AGE``) re-run the baseline with a warning naming why and the refresh;
+  ``blessed_baseline=False`` re-runs it silently;
+- a blessing of three runs measures the noise floor (0 on a deterministic server); two runs, a
+  run of another seed, an unfinished run and a determinism suite are refused with the fix;
+- a determinism suite is never given a blessed baseline's samples, even under a matching key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec
+from evalsvc.services import baselines, runs
+from evalsvc.suites import SuiteSpec, suite_kinds
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+)
+from tests.runner.level_server import level_server
+
+SEED = 5
+GOOD = dict.fromkeys(range(1, 6), 0.8)
+N = 40
+SUITE = f"""\
+name: bless-reasoning
+kind: reasoning
+seed: {SEED}
+params:
+  n: {N}
+  max_tokens: 16
+  tasks: [{{family: arithmetic, level: 1}}, {{family: lists, level: 1}}]
+gate:
+  margin: 0.1
+"""
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Store]:  # noqa: F811  (the fixture)
+    with Store.from_url(db_url) as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[Any, Any]]:
+    """A baseline and a candidate server (building one reads every item of the seed)."""
+    with level_server(GOOD, [SEED, SEED + 1], per_level=40) as b, \
+            level_server(GOOD, [SEED, SEED + 1], per_level=40) as c:
+        yield b, c
+
+
+@pytest.fixture
+def suite_file(tmp_path: Path) -> Path:
+    path = tmp_path / "bless-reasoning.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def _run(db: Store, pair: tuple[Any, Any], suite: Path, **options: Any) -> tuple[dict[str, Any], int, int]:
+    """One real run; the report and the items each side was sent."""
+    base, cand = pair
+    b0, c0 = len(base.seen), len(cand.seen)
+    spec = RunSpec(baseline=EndpointRef(url=base.url), candidates=[EndpointRef(url=cand.url)],
+                   suites=[str(suite)], options=RunOptions(concurrency=8, **options))
+    report = runs.compare(spec, store=db)
+    return report, len(base.seen) - b0, len(cand.seen) - c0
+
+
+def _gate(report: dict[str, Any]) -> tuple[Any, ...]:
+    s = report["candidates"][0]["suites"][0]
+    return s["verdict"], s["delta"], s["p_value"], s["n"]
+
+
+def test_a_blessed_baseline_is_reused_and_gates_the_same(db: Store, pair: Any, suite_file: Path) -> None:
+    full, sent_b, sent_c = _run(db, pair, suite_file)
+    assert (sent_b, sent_c) == (N, N)
+    [blessing] = baselines.bless(db, [full["run_id"]], note="nightly reference", by="ci")
+    assert blessing["items"] == N and blessing["noise"] is None
+
+    reused, sent_b, sent_c = _run(db, pair, suite_file)
+    assert (sent_b, sent_c) == (0, N)  # no baseline request for the reusable kind
+    assert _gate(reused) == _gate(full)
+    [entry] = reused["baseline_reuse"]
+    assert entry["status"] == "reused" and entry["blessing_id"] == blessing["id"]
+    assert entry["items_reused"] == N and entry["blessed_run"] == full["run_id"]
+    assert 0 <= entry["age_s"] < 600
+    assert not [w for w in reused["warnings"] if "blessed" in w]
+    line = baselines.report_lines(reused)[0]
+    assert blessing["id"] in line and "reused" in line
+
+    # Opting out sends everything again and says nothing about the blessing.
+    off, sent_b, _ = _run(db, pair, suite_file, blessed_baseline=False)
+    assert sent_b == N and off["baseline_reuse"][0]["status"] == "off"
+    assert _gate(off) == _gate(full)
+
+
+def test_a_changed_baseline_is_run_again_with_a_warning(db: Store, pair: Any, suite_file: Path) -> None:
+    base = pair[0]
+    first, _, _ = _run(db, pair, suite_file)
+    baselines.bless(db, [first["run_id"]])
+    base.max_len = 4096  # the endpoint was redeployed with a shorter context
+    try:
+        again, sent_b, _ = _run(db, pair, suite_file)
+    finally:
+        base.max_len = 8192
+    assert sent_b == N
+    entry = again["baseline_reuse"][0]
+    assert entry["status"] == "changed" and "endpoint.max_context" in entry["changed"]
+    [warning] = [w for w in again["warnings"] if "blessed baseline" in w]
+    assert "max_context" in warning and f"evalsvc baselines bless {again['run_id']}" in warning
+
+
+def test_a_stale_blessing_is_run_again_with_a_warning(
+    db: Store, pair: Any, suite_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, _, _ = _run(db, pair, suite_file)
+    baselines.bless(db, [first["run_id"]])
+    monkeypatch.setenv("EVALSVC_BASELINE_MAX_AGE", "0.001")
+    again, sent_b, _ = _run(db, pair, suite_file)
+    assert sent_b == N and again["baseline_reuse"][0]["status"] == "stale"
+    [warning] = [w for w in again["warnings"] if "blessed baseline" in w]
+    assert "EVALSVC_BASELINE_MAX_AGE" in warning and f"bless {again['run_id']}" in warning
+
+
+def test_three_runs_measure_the_noise_floor_and_wrong_blessings_are_refused(
+    db: Store, pair: Any, suite_file: Path
+) -> None:
+    ids = [_run(db, pair, suite_file)[0]["run_id"] for _ in range(3)]
+    with pytest.raises(baselines.UsageError, match="at least 3 runs"):
+        baselines.bless(db, ids[:2])
+    [blessing] = baselines.bless(db, ids)
+    assert blessing["run_id"] == ids[0] and blessing["run_ids"] == ids
+    noise = blessing["noise"]
+    assert noise["runs"] == 3 and noise["units"] == N
+    assert noise["sd"] == 0.0 and noise["discordance"] == 0.0  # a deterministic server
+    other, _, _ = _run(db, pair, suite_file, seed=SEED + 1)
+    with pytest.raises(baselines.UsageError, match="differs from run"):
+        baselines.bless(db, [ids[0], ids[1], other["run_id"]])
+    with pytest.raises(LookupError, match="evalsvc runs list"):
+        baselines.bless(db, ["nosuchrun"])
+    revoked = baselines.revoke(db, blessing["id"], by="ci")
+    assert revoked["revoked_at"] is not None
+    again, sent_b, _ = _run(db, pair, suite_file)
+    assert sent_b == N and again["baseline_reuse"][0]["status"] == "none"
+
+
+def test_determinism_always_runs_both_sides(db: Store, pair: Any, suite_file: Path) -> None:
+    """Even under a blessing whose key matches, a determinism suite is sent both sides."""
+    assert not suite_kinds()["determinism"].baseline_reusable
+    assert not suite_kinds()["speed"].baseline_reusable
+    first, _, _ = _run(db, pair, suite_file)
+    run = db.get_run(first["run_id"])
+    assert run is not None
+    det = suite_kinds()["determinism"](SuiteSpec(name="det", kind="determinism", seed=SEED))
+    prov = Provenance(engine="vllm", model="m")
+    snap = {"name": det.name, "kind": det.kind, "version": det.version,
+            "spec": det.spec.model_dump(mode="json")}
+    key = baselines.suite_key(snap, run.spec.options, prov)
+    db.blessed.add(fingerprint=baselines.key_fingerprint(key), suite="det",
+                   endpoint_url=run.spec.baseline.url, key=key, run_ids=[run.id], items=N,
+                   noise=None, note=None, blessed_by=None)
+    reuse = baselines.Reuse(db, run, [det])
+    done: set[tuple[str, str, str, int]] = set()
+    reuse.apply(run.spec.baseline, prov, done)
+    assert done == set() and reuse.entries["det"]["status"] == "not-reusable"
