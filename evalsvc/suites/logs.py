@@ -5,11 +5,15 @@ Contract:
 - :func:`read_eval_log` reads one side: an lm-eval ``--output_path`` directory (its
   ``samples_<task>_<timestamp>.jsonl`` files, written with ``--log_samples``), one such samples
   file, an Inspect eval log (the JSON log format, ``.json``; or the ``.eval`` zip of
-  ``header.json`` + ``samples/*.json``), or a promptfoo results file (``promptfoo eval -o
-  results.json``; one provider of it). Anything else raises :class:`LogError` with the reason.
+  ``header.json`` + ``samples/*.json``), a promptfoo results file (``promptfoo eval -o
+  results.json``; one provider of it), or an Every Eval Ever instance-level file (JSON Lines,
+  ``evalsvc.suites.eee``; told from an lm-eval samples file by its first record). Anything else
+  raises :class:`LogError` with the reason.
 - :func:`score_records` turns one task of one side into per-document records keyed by the
   document id — lm-eval's ``doc_id`` (``doc<N>``), Inspect's sample ``id`` and ``epoch``
-  (``<id>#<epoch>``), promptfoo's ``testIdx`` (``test<N>``; a task is one of its prompts) —
+  (``<id>#<epoch>``), promptfoo's ``testIdx`` (``test<N>``; a task is one of its prompts),
+  Every Eval Ever's ``sample_id`` (a task is an ``evaluation_name``, a metric an
+  ``evaluation_result_id``; its fingerprint the ``sample_hash``) —
   with the chosen metric as the score, a fingerprint of the document (lm-eval's ``doc_hash``,
   Inspect's input text, promptfoo's test variables) so that two logs of different documents
   under the same ids are refused, and the requested slice columns. A metric or slice column that a
@@ -37,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalsvc import limits
 from evalsvc.domain import Item, Provenance, Sample
 from evalsvc.gates import KURTIC_SOURCE, VLLM_CI_SOURCE, GateDefaults
+from evalsvc.suites import eee
 from evalsvc.suites._base import Suite, SuiteSpec
 from evalsvc.suites._logread import (
     LogError,
@@ -82,7 +87,7 @@ class EvalLogSide:
     kept slim: the fields the gate reads, the input as a fingerprint)."""
 
     source: str
-    format: Literal["lm-eval", "inspect", "promptfoo"]
+    format: Literal["lm-eval", "inspect", "promptfoo", "eee"]
     model: str | None
     tasks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
@@ -425,6 +430,11 @@ def check_upload_name(
             f"{name}: a provider is named, but only a promptfoo results file (.json) has providers"
         )
     if name.endswith(".jsonl"):
+        if not _SAMPLES.match(name):  # an Every Eval Ever file is told by its first record
+            first = stream.readline(limits.MAX_LOG_LINE_BYTES)
+            stream.seek(0)
+            if eee.looks_like_eee(first):
+                return
         _lmeval_task(Path(name), _as_given)
     elif name.endswith(".eval"):
         check_zip_directory(stream, name)
@@ -454,6 +464,8 @@ def read_eval_log(
         raise LogError(f"{where}: a provider is named, but only a promptfoo results file has providers")
     if p.is_dir():
         return _read_lmeval_dir(p, show)
+    if p.suffix == ".jsonl" and eee.is_eee_file(p):
+        return _read_eee(p, where)
     if p.suffix == ".jsonl":
         side = EvalLogSide(source=where, format="lm-eval", model=_lmeval_model(p.parent, show))
         task = _lmeval_task(p, show)
@@ -583,6 +595,8 @@ def default_metric(side: EvalLogSide, task: str) -> str:
         return "acc"
     if side.format == "promptfoo":
         return "pass"
+    if side.format == "eee":
+        return str(first.get("result") or "score")
     scores = first.get("scores") or {}
     if isinstance(scores, dict) and scores:
         return _name(next(iter(scores)), "scorer name", side.files.get(task, side.source))
@@ -652,6 +666,8 @@ def score_records(
         return out, notes
     if side.format == "promptfoo":
         return _promptfoo_records(records, where, metric, slice_fields), notes
+    if side.format == "eee":
+        return _eee_records(records, where, metric, slice_fields), notes
     for rec in records:
         sid, epoch = rec.get("id"), rec.get("epoch", 1)
         if sid is None:
@@ -690,6 +706,53 @@ def score_records(
             },
         )
     return out, notes
+
+
+def _read_eee(path: Path, where: str) -> EvalLogSide:
+    records = eee.read_file(path, where)
+    model = records[0]["model"]
+    side = EvalLogSide(
+        source=where, format="eee", model=_name(model, "model id", where) if model else None
+    )
+    for rec in records:
+        task = _name(rec["task"], "evaluation name", rec["_where"])
+        side.tasks.setdefault(task, []).append(rec)
+        side.files[task] = where
+    return side
+
+
+def _eee_records(
+    records: list[dict[str, Any]], where: str, metric: str, slice_fields: Sequence[str]
+) -> dict[str, LogRecord]:
+    """Every Eval Ever records of one ``evaluation_name`` whose ``evaluation_result_id`` is
+    ``metric`` (``score`` picks records without one), keyed by ``sample_id``; a record with an
+    ``error`` is an errored document (the schema requires a score even then)."""
+    out: dict[str, LogRecord] = {}
+    results = list(dict.fromkeys(str(r["result"] or "score") for r in records))
+    for rec in records:
+        if str(rec["result"] or "score") != metric:
+            continue
+        key = _name(rec["sample_id"], "sample id", rec["_where"])
+        if key in out:
+            raise LogError(f"{rec['_where']}: sample {key} appears twice for {metric}")
+        error = rec["error"]
+        meta = _mapping(rec["metadata"])
+        out[key] = LogRecord(
+            key=key,
+            score=None if error else score_value(rec["score"], what=f"{rec['_where']}, sample {key}"),
+            error=_text(error, 1000) if error else None,
+            output=rec["output"],
+            target=_scalar(rec["reference"]),
+            fingerprint=_text(rec["fingerprint"], 200) if rec["fingerprint"] else None,
+            slices=_slices(slice_fields, meta, f"sample {key}", rec["_where"], ("metadata field", "fields")),
+            metrics={metric: rec["score"]},
+        )
+    if not out:
+        raise LogError(
+            f"{where}: no records with evaluation_result_id {metric!r} "
+            f"(ids: {', '.join(_text(r, 60) for r in results[:20])})"
+        )
+    return out
 
 
 def _promptfoo_records(
