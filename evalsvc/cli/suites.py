@@ -77,7 +77,9 @@ def suites_show(
     out = Console(highlight=False)
     row = detail["row"]
     out.print(f"[bold]{term(name)}[/] ({term(row['kind'])}) · {term(detail['path'])}")
-    out.print(term(detail["yaml"].rstrip()))  # the file as written (escaped for the terminal)
+    # The file as written (escaped for the terminal), never wrapped at the terminal's width:
+    # a wrapped line of a folded scalar would no longer be YAML, and users copy it.
+    out.print(term(detail["yaml"].rstrip()), soft_wrap=True)
     out.print()
     out.print(f"needs: {term(', '.join(row.get('needs') or []) or 'nothing beyond the API')}")
     out.print(f"cost: {term(row['cost']['text'])} per endpoint")

@@ -202,6 +202,20 @@ def test_suites_list_and_show_give_gate_needs_and_cost() -> None:
     assert unknown.returncode == 2 and "gpu-nope" in unknown.stderr
 
 
+def test_suites_show_prints_the_yaml_unwrapped_on_a_narrow_terminal() -> None:
+    """The YAML ``suites show`` prints is the file, whatever the terminal's width: users copy it
+    to make their own suite, and a folded description wrapped at 60 columns was no YAML."""
+    import yaml
+
+    shown = run_cli("suites", "show", "gpu", env={"COLUMNS": "60"})
+    assert shown.returncode == 0, shown.stderr
+    header, rest = shown.stdout.split("\n", 1)
+    path = Path(header.split(" · ", 1)[1])
+    block = rest.split("\n\nneeds: ", 1)[0]
+    assert block == path.read_text().rstrip()
+    assert yaml.safe_load(block)["suites"] == GPU_SUITES
+
+
 def test_lm_eval_runs_with_the_engines_own_tokenizer(
     lmeval_python: str, engines: dict[str, list[str]], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
