@@ -145,6 +145,14 @@ def compare(
             "Repeatable.",
         ),
     ] = None,
+    blessed_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--blessed-baseline/--no-blessed-baseline",
+            help="Reuse a blessed baseline's samples where one matches (evalsvc baselines "
+            "bless); --no-blessed-baseline sends every item to the baseline again.",
+        ),
+    ] = True,
     server: Annotated[
         str | None, typer.Option(help="Submit to an evalsvc server at URL instead of running here.")
     ] = None,
@@ -204,6 +212,7 @@ def compare(
             calibrate=calibrate,
             request_timeout_s=timeout,
             strict=strict,
+            blessed_baseline=blessed_baseline,
             comparability=(
                 ComparabilityOptions.model_validate({"allow": allow_difference})
                 if allow_difference else None

@@ -75,6 +75,12 @@ def _commands(parent: typer.Typer, name: str) -> None:
         from evalsvc.cli.api import app as api_app
 
         parent.add_typer(api_app, name="api", help="The REST API server.")
+    elif name == "baselines":
+        from evalsvc.cli.baselines import app as baselines_app
+
+        parent.add_typer(
+            baselines_app, name="baselines", help="Blessed baselines: bless, list, show, revoke."
+        )
     elif name == "tokens":
         from evalsvc.cli.tokens import app as tokens_app
 
@@ -90,7 +96,7 @@ def _commands(parent: typer.Typer, name: str) -> None:
 # The order of `evalsvc --help` (Typer lists commands before sub-apps).
 COMMANDS = (
     "compare", "gate-logs", "plan", "worker", "export", "sweep",
-    "suites", "endpoints", "local", "db", "runs", "schedules", "api", "tokens", "alerts",
+    "suites", "endpoints", "local", "db", "runs", "schedules", "baselines", "api", "tokens", "alerts",
 )
 
 
@@ -128,6 +134,7 @@ SHORT_HELP: dict[str, str] = {
     "db": "Database migrations.",
     "runs": "Stored runs: list, show, cancel, report, gate.",
     "schedules": "Cron schedules that create runs.",
+    "baselines": "Blessed baselines: bless, list, show, revoke.",
     "api": "The REST API server.",
     "tokens": "Bearer tokens of the REST API.",
     "alerts": "Alerts raised by finished runs: list, ack.",
