@@ -33,6 +33,7 @@ from starlette.responses import Response
 from evalsvc import __version__
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
+from evalsvc.services import alerts as alert_svc
 from evalsvc.services import dashboard as svc
 from evalsvc.services import sweep_views
 from evalsvc.services.tokens import ANONYMOUS, Principal
@@ -290,8 +291,27 @@ def runs_page(
     if limit != 50:
         kept["limit"] = str(limit)
     live = [r["id"] for r in data["rows"] if r["progress"] is not None]
+    alerts_by_run = alert_svc.open_by_run(store, [r["id"] for r in data["rows"]])
     return _page(request, "runs.html", viewer, title="Runs", data=data, form=form, kept=kept,
-                 problems=problems, live=live)
+                 problems=problems, live=live, alerts_by_run=alerts_by_run)
+
+
+@router.get("/alerts", response_class=HTMLResponse)
+def alerts_page(
+    request: Request, store: StoreDep, viewer: Viewer,
+    status_: Annotated[str, Query(alias="status")] = "", kind: str = "", run: str = "",
+) -> HTMLResponse:
+    """Alerts newest first (``evalsvc.services.alerts``), filtered by status, kind or run."""
+    problems = []
+    try:
+        found = alert_svc.list_alerts(store, status=status_ or None, kind=kind or None,
+                                      run_id=run or None, limit=500)
+    except alert_svc.AlertConfigError as exc:
+        problems.append(f"{exc}; showing every alert")
+        found = alert_svc.list_alerts(store, run_id=run or None, limit=500)
+    return _page(request, "alerts.html", viewer, title="Alerts", alerts=found,
+                 kinds=alert_svc.KINDS, problems=problems,
+                 form={"status": status_, "kind": kind, "run": run})
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)

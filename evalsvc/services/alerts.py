@@ -276,9 +276,12 @@ def _norm(url: str) -> str:
 def _labels(run: RunInfo) -> dict[str, str]:
     from evalsvc.reports import endpoint_label
 
-    refs = [run.spec.baseline, *run.spec.candidates]
-    return {_norm(r.url): endpoint_label({"name": r.name, "url": redact_url(r.url),
-                                          "model": r.model}) for r in refs}
+    out: dict[str, str] = {}
+    for r in [run.spec.baseline, *run.spec.candidates]:
+        if _norm(r.url) not in out or r.name:  # a URL in two roles: its registered name wins
+            out[_norm(r.url)] = endpoint_label({"name": r.name, "url": redact_url(r.url),
+                                                "model": r.model})
+    return out
 
 
 def _worse_end(p: dict[str, Any]) -> tuple[float, float] | None:
@@ -439,14 +442,15 @@ def after_run(store: Store, run_id: str, *, owner: str | None = None) -> list[di
 
 
 def list_alerts(store: Store, *, status: str | None = None, kind: str | None = None,
-                limit: int = 100) -> list[dict[str, Any]]:
+                run_id: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """Alerts newest first; URLs redacted (a stored URL may predate the userinfo rule)."""
     if status is not None and status not in ("open", "acknowledged"):
         raise AlertConfigError(f"status must be open or acknowledged, not {status!r}")
     if kind is not None and kind not in KINDS:
         raise AlertConfigError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    runs = None if run_id is None else [run_id]
     return [_redacted(a) for a in store.alerts.list_alerts(status=status, kind=kind,
-                                                           limit=limit)]
+                                                           run_ids=runs, limit=limit)]
 
 
 def _redacted(alert: dict[str, Any]) -> dict[str, Any]:
