@@ -1,0 +1,123 @@
+"""A real OpenAI-compatible chat server on loopback that answers the bundled lm-eval generate
+task ``evalsvc_gen`` (``evalsvc.suites.kinds._gen_task``) right with a planted probability.
+
+It knows every question of ``gen_docs()``. Document ``i`` is answered right with probability
+``accuracy`` shifted by a fixed per-document offset in [−0.3, 0.3] (``i % 7``), clipped to
+[0, 1], when the request's temperature is above 0, and right iff that probability is at least ½
+at temperature 0 (greedy). The n-th request for a question draws a hash of (``rng_seed``,
+question, n): lm-eval runs one sample index after another, so draw n is sample n whatever order
+the concurrent requests of a run arrive in, and a verdict does not depend on scheduling (give
+each side its own server). Right: " <answer>."; wrong: " I am not sure." (no number).
+
+``bodies`` keeps each chat request's decoding fields (``temperature``, ``top_p``,
+``max_tokens``, whether a ``seed`` key was present and its value); ``answers`` each question's
+right/wrong draws in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from evalsvc.suites.kinds._gen_task import gen_docs
+
+_QUESTION = re.compile(r"Question: (.*?)\nAnswer:", re.S)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: GenServer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _reply(self, payload: Any) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path.rstrip("/").endswith("/v1/models"):
+            self._reply({"data": [{"id": "gen-model", "max_model_len": 4096}]})
+        else:
+            self._reply({})
+
+    def do_POST(self) -> None:  # noqa: N802
+        size = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(size) or b"{}")
+        if not self.path.endswith("/chat/completions"):
+            self._reply({})
+            return
+        text = self.server.answer(str(body["messages"][-1]["content"]), body)
+        self._reply({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 4},
+        })
+
+
+class GenServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, accuracy: float, *, rng_seed: int = 0) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.accuracy, self.rng_seed = accuracy, rng_seed
+        self.lock = threading.Lock()
+        self.table = {d["question"]: (int(d["id"]), d["answer"]) for d in gen_docs()}
+        self.draws: Counter[str] = Counter()
+        self.bodies: list[dict[str, Any]] = []
+        self.answers: dict[str, list[bool]] = defaultdict(list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def p_doc(self, i: int) -> float:
+        return min(1.0, max(0.0, self.accuracy + (i % 7 - 3) / 10.0))
+
+    def answer(self, content: str, body: dict[str, Any]) -> str:
+        found = _QUESTION.search(content)
+        known = self.table.get(found.group(1).strip()) if found else None
+        with self.lock:
+            self.bodies.append({
+                "temperature": body.get("temperature"), "top_p": body.get("top_p"),
+                "max_tokens": body.get("max_tokens"), "has_seed": "seed" in body,
+                "seed": body.get("seed"),
+            })
+            if known is None:
+                return " I am not sure."
+            question = found.group(1).strip() if found else ""
+            n = self.draws[question]
+            self.draws[question] += 1
+        i, answer = known
+        p = self.p_doc(i)
+        if float(body.get("temperature") or 0.0) > 0:
+            digest = hashlib.blake2b(f"{self.rng_seed}|{question}|{n}".encode(), digest_size=8)
+            right = int.from_bytes(digest.digest(), "big") / 2.0**64 < p
+        else:
+            right = p >= 0.5
+        with self.lock:
+            self.answers[question].append(right)
+        return f" {answer}." if right else " I am not sure."
+
+
+@contextmanager
+def gen_server(accuracy: float, **kw: Any) -> Iterator[GenServer]:
+    server = GenServer(accuracy, **kw)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
