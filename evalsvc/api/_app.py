@@ -46,7 +46,17 @@ from evalsvc.suites import SuiteError
 from evalsvc.web.static import CachedStatic, gzip_response
 
 from ._openapi import BodyLimit, document_errors
-from .routes import alerts, endpoints, gatelogs, health, runs, schedules, suites, sweeps
+from .routes import (
+    alerts,
+    baselines,
+    endpoints,
+    gatelogs,
+    health,
+    runs,
+    schedules,
+    suites,
+    sweeps,
+)
 
 log = logging.getLogger("evalsvc.api")
 
@@ -123,7 +133,7 @@ def install(app: FastAPI) -> None:
     )
     _install_docs(app)
     app.include_router(health.router, prefix=API_PREFIX)
-    for module in (endpoints, runs, suites, schedules, gatelogs, sweeps, alerts):
+    for module in (endpoints, runs, suites, schedules, gatelogs, sweeps, alerts, baselines):
         app.include_router(module.router, prefix=API_PREFIX)
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from evalsvc.domain import EndpointRef, Provenance, RunInfo, RunSpec, RunStatus
 
-from . import _queue
+from . import _calibrations, _queue
 from ._orm import (
     EndpointSnapshotRow,
     GateResultRow,
@@ -330,3 +330,22 @@ class RunStore:
         with self._db.session(write=False) as session:
             row = session.get(ReportRow, run_id)
             return dict(row.report) if row is not None else None
+
+    def latest_calibration(self, *, fingerprint: str, suite: str) -> dict[str, Any] | None:
+        """The newest completed A/A calibration run of an endpoint whose provenance fingerprint
+        is ``fingerprint`` that gated ``suite`` (``_calibrations.latest_calibration``), with
+        its report; ``None`` when there is none."""
+        with self._db.session(write=False) as session:
+            return _calibrations.latest_calibration(session, fingerprint=fingerprint, suite=suite)
+
+    def list_calibrations(
+        self, *, fingerprint: str | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
+        """Completed calibration runs, newest first (of ``fingerprint`` when given)."""
+        with self._db.session(write=False) as session:
+            out = []
+            for found in _calibrations.calibrations(session, fingerprint=fingerprint):
+                out.append(found)
+                if len(out) >= limit:
+                    break
+            return out

@@ -17,6 +17,7 @@ measured at other levels).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from evalsvc.domain import Provenance, RunOptions
@@ -24,6 +25,7 @@ from evalsvc.suites import CalibrationPolicy, Suite, SuiteError, resolve
 
 if TYPE_CHECKING:  # the store and the run service are loaded by plan() alone: `suites list`
     from evalsvc.db import Store  # sizes every catalog suite with calibration_plan, quickly
+    from evalsvc.gates import NoiseFloor
 
 
 def band_discordance(band: tuple[float, float]) -> float:
@@ -80,12 +82,16 @@ def plan(
     store: Store | None = None,
     calibrate: bool | None = None,
     max_context: int | None = None,
+    floors: Mapping[str, NoiseFloor] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per suite: the items needed to pass a candidate as good as the baseline with
     ``power`` (which also fails a true drop of 2δ with at least that power; see
     ``evalsvc.stats.required_n``), beside the items the suite plans now and the MDE at that n.
     ``calibrate`` is ``--calibrate``/``--no-calibrate`` (None: each suite's YAML);
-    ``max_context`` the baseline's, for ladders that rise to it (needle)."""
+    ``max_context`` the baseline's, for ladders that rise to it (needle); ``floors`` the
+    endpoint's calibrated noise floors by suite (``evalsvc.services.calibration``), whose
+    discordance sizes a suite unless ``discordance`` is given. Each sized row says where its
+    discordance came from (``discordance_source``, ``discordance_note``)."""
     from evalsvc.services.runs import UsageError, bind_gates
 
     try:
@@ -136,6 +142,13 @@ def plan(
             row["max_items"] = stages[-1]
         psi = discordance if discordance is not None else pilot.get(suite.name)
         source = "given" if discordance is not None else "pilot run" if psi is not None else None
+        floor = (floors or {}).get(suite.name)
+        if psi is None and floor is not None and floor.discordance is not None:
+            # Measured A/A on this endpoint; smoothed as the gate smooths for its MDE,
+            # (discordant + 1)/(pairs + 2), so that a calibration without a flip is not ψ = 0.
+            psi = (floor.discordance * floor.pairs + 1) / (floor.pairs + 2)
+            source = "calibration"
+            row["noise_floor"] = floor.to_dict()
         policy = suite.calibration(calibrate)
         cal = None
         if policy is not None:
@@ -177,7 +190,8 @@ def plan(
             )
         elif psi is None:
             row["note"] = (
-                "give --discordance or --pilot-run (the share of items on which the endpoints disagree)"
+                "give --discordance or --pilot-run (the share of items on which the endpoints "
+                "disagree), or --endpoint for a calibrated one (evalsvc calibrate)"
             )
         else:
             if source == "pilot run":
@@ -187,11 +201,17 @@ def plan(
                 psi = (psi * n + 1) / (n + 2)
             row["discordance"] = psi
             row["discordance_source"] = source
+            row["discordance_note"] = _discordance_note(psi, source, floor, pilot_run)
             # The gate's n counts pairs; a kind may draw several per item (determinism: one per
             # condition and repeat). Pairs of one item are correlated, so for such kinds the
             # item count below is a lower bound.
             per = suite.pairs_per_item()
-            pairs = suite.required_pairs(m, psi, a, power)
+            try:
+                pairs = suite.required_pairs(m, psi, a, power)
+            except ValueError as exc:  # a discordance the kind's model cannot take (> 0.5)
+                row["note"] = f"cannot size at discordance {psi:.3g}: {exc}"
+                rows.append(row)
+                continue
             row["required_items"] = -(-pairs // per)
             if need is not None:
                 # No run smaller than the exact minimum can pass, whatever the discordance.
@@ -287,6 +307,22 @@ def sampled_plan(
         )
     out["note"] = note
     return out
+
+
+def _discordance_note(
+    psi: float, source: str | None, floor: NoiseFloor | None, pilot_run: str | None
+) -> str:
+    """Where the discordance that sized a row came from, in words (``plan``'s output)."""
+    if source == "calibration" and floor is not None:
+        return (
+            f"discordance {psi:.3g} measured by calibration {floor.calibration} on "
+            f"{floor.measured_at[:10]} ({floor.pairs} A/A pairs, smoothed)"
+        )
+    if source == "pilot run":
+        return f"discordance {psi:.3g} from pilot run {pilot_run} (smoothed)"
+    if source == "given":
+        return f"discordance {psi:.3g} given (--discordance)"
+    return f"discordance {psi:.3g} assumed ({source}): calibrate the endpoint to measure it"
 
 
 def _calibration_note(cal: dict[str, Any], source: str | None) -> str:

@@ -49,6 +49,7 @@ from evalsvc.runner import (
     Progress,
     execute,
 )
+from evalsvc.services import noise_floor
 from evalsvc.settings import Settings
 from evalsvc.suites import Suite, SuiteError, resolve
 
@@ -492,6 +493,8 @@ def _execute(
         store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
         if role == "baseline":  # a blessed baseline's samples, before any item is sent
             reuse.apply(ref, prov, done)
+        if role == "baseline":  # its calibrated noise floor, if one is on file
+            noise_floor.attach_floors(store, suites, prov)
 
     try:
         result = asyncio.run(

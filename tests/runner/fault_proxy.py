@@ -15,7 +15,9 @@ forwarded to the upstream ``.../v1`` unchanged (probe, ``/tokenize``, ``/metrics
   while another was in flight is changed with probability ``alter_p``, independently per request
   (seeded): the token at a random position is swapped for its runner-up, so the changed answers
   vary from request to request like batch-dependent numerics (an Intel AMX host's bf16 is about
-  31% unstable under the determinism suite's traffic). Several proxies with their own rates and
+  31% unstable under the determinism suite's traffic); in front of an upstream that returns no
+  logprobs (``tests/fixtures/faults.py``'s ``ok``) a random number is appended to the text
+  instead. Several proxies with their own rates and
   seeds make a noisy baseline, an equally noisy copy and a noisier candidate;
 - ``/match/v1/...``       a chat answer to a request whose body contains ``match`` (e.g. one
   reasoning family's question wording) is replaced by ``wrong`` (its logprobs by one token that
@@ -140,6 +142,11 @@ def _swap_confident_token(choice: dict[str, Any]) -> bool:
 
 def _swap_random_token(choice: dict[str, Any], rng: random.Random) -> bool:
     content = ((choice.get("logprobs") or {}).get("content")) or []
+    message = choice.get("message") or {}
+    if not content and isinstance(message.get("content"), str):
+        # An upstream without logprobs (the loopback fault server): vary the text itself.
+        message["content"] += f" ({rng.randrange(1000)})"
+        return True
     swappable = [
         i for i, tok in enumerate(content)
         if any(t["token"] != tok["token"] for t in tok.get("top_logprobs") or [])

@@ -1,0 +1,136 @@
+"""Noise floor on file (issue 40): ``evalsvc calibrate`` runs an endpoint against itself, stores
+its discordance and batch instability, and ``plan`` and the determinism gate read them back.
+
+A real loopback fault proxy (``tests/runner/fault_proxy.py``) in front of the loopback fault
+server's ``ok`` answers plants the instability: its ``noisy`` path changes a share of the chat
+answers that arrive while another request is in flight, its ``pass`` path forwards untouched.
+Both paths probe as the same configuration (the same provenance fingerprint), so a calibration
+measured on the noisy path is the floor of a later run whose baseline is the quiet one: a
+traffic that did not reach the batching the calibration saw. Every run goes through the real
+runner and the real store, on SQLite and PostgreSQL (``db_url``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from evalsvc.db import Store
+from evalsvc.domain import EndpointRef, RunOptions, RunSpec, provenance_fingerprint
+from evalsvc.services import calibration, noise_floor, planning
+from evalsvc.services.runs import compare
+from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
+    db_url,
+    pg_session_url,
+    sqlite_template,
+)
+from tests.fixtures.faults import base_url, fault_server
+from tests.runner.fault_proxy import FaultProxy, fault_proxy
+
+# 32 probes (above the 29 that a pass with nothing varying needs at δ = 0.10, one look), each in
+# groups of 4 concurrent requests, twice: 64 gated pairs per pass, milliseconds on loopback.
+SUITE = """\
+name: determinism-floor
+kind: determinism
+seed: 7
+params:
+  n: 32
+  max_tokens: 8
+  repeats: 2
+  conditions: [concurrency]
+  concurrency_levels: [4]
+"""
+
+
+@pytest.fixture
+def proxy() -> Iterator[FaultProxy]:
+    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.6, seed=3) as px:
+        yield px
+
+
+@pytest.fixture
+def suite_file(tmp_path: Path) -> str:
+    path = tmp_path / "determinism-floor.yaml"
+    path.write_text(SUITE)
+    return str(path)
+
+
+def _gate(report: dict, suite: str = "determinism-floor") -> dict:
+    (entry,) = [s for s in report["candidates"][0]["suites"] if s["suite"] == suite]
+    return entry
+
+
+def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
+    db_url: str, proxy: FaultProxy, suite_file: str  # noqa: F811  (the fixture)
+) -> None:
+    quiet = EndpointRef(url=proxy.url("pass"))
+    noisy = EndpointRef(url=proxy.url("noisy"))
+    options = RunOptions(concurrency=8)
+    with Store.from_url(db_url) as store:
+        # Before any calibration: nothing varies on the quiet path, 32 probes pass on the exact
+        # zero-loss bound, and the gate has no floor.
+        spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[suite_file], options=options)
+        before = _gate(compare(spec, store=store))
+        assert before["details"]["gate"]["noise_floor"] is None
+        assert before["verdict"] == "pass"
+
+        cal = calibration.calibrate(noisy, [suite_file], store=store, options=options)
+        floor = cal["floors"]["determinism-floor"]
+        assert cal["status"] == "completed" and floor["calibration"] == cal["id"]
+        # The planted noise: the proxy changed answers under load, on many prompts.
+        assert floor["instability"] > 0.1 and floor["varying_clusters"] > 0.3
+        assert floor["clusters"] == 64  # 32 prompts on each of the two passes
+        assert floor["discordance"] > 0.05 and floor["pairs"] == 64
+        snaps = store.get_endpoint_snapshots(cal["id"])
+        assert cal["fingerprint"] == provenance_fingerprint(snaps["baseline"][1])
+        assert calibration.get(store, cal["id"])["floors"] == cal["floors"]
+        assert [c["id"] for c in calibration.list_calibrations(store)] == [cal["id"]]
+
+        # plan: the stored discordance, named with its calibration, instead of a guess.
+        fp, floors = calibration.floors_for_endpoint(store, quiet, [suite_file])
+        assert fp == cal["fingerprint"] and floors["determinism-floor"].calibration == cal["id"]
+        (row,) = planning.plan(suites=[suite_file], margin=None, alpha=None, floors=floors)
+        assert row["discordance_source"] == "calibration"
+        # Smoothed as the gate smooths for its MDE: (discordant + 1)/(pairs + 2).
+        assert row["discordance"] == pytest.approx((floor["discordance"] * 64 + 1) / 66)
+        assert f"measured by calibration {cal['id']}" in row["discordance_note"]
+        (given,) = planning.plan(
+            suites=[suite_file], margin=None, alpha=None, discordance=row["discordance"]
+        )
+        assert row["required_items"] == given["required_items"]
+        assert given["discordance_source"] == "given"
+        (unsized,) = planning.plan(suites=[suite_file], margin=None, alpha=None)
+        assert "required_items" not in unsized and "evalsvc calibrate" in unsized["note"]
+
+        # The gate: the same quiet run now carries the floor and, having varied on no prompt
+        # where the calibration saw many, its pass is no evidence.
+        after = _gate(compare(spec, store=store))
+        gate = after["details"]["gate"]["noise_floor"]
+        assert gate["calibration"] == cal["id"] and gate["instability"] == floor["instability"]
+        check = after["details"]["noise_floor"]
+        assert check["observed_varying_clusters"] == 0 and check["p_quieter"] < 0.05
+        assert after["verdict"] == "inconclusive"
+        assert after["details"]["verdict_before_floor"] == "pass"
+        assert "below the noise floor" in after["details"]["reason"]
+
+
+def test_a_label_alone_is_not_a_calibration(
+    db_url: str, proxy: FaultProxy, suite_file: str  # noqa: F811  (the fixture)
+) -> None:
+    """A run labelled as a calibration whose candidate is another endpoint is never a floor."""
+    quiet = EndpointRef(url=proxy.url("pass"))
+    other = EndpointRef(url=proxy.url("noisy"))
+    with Store.from_url(db_url) as store:
+        spec = RunSpec(
+            baseline=quiet, candidates=[other], suites=[suite_file],
+            labels={calibration.CALIBRATION_LABEL: calibration.CALIBRATION},
+        )
+        report = compare(spec, store=store)
+        assert calibration.list_calibrations(store) == []
+        snaps = store.get_endpoint_snapshots(str(report["run_id"]))
+        fp = provenance_fingerprint(snaps["baseline"][1])
+        assert noise_floor.floor_for(store, fp, "determinism-floor") is None
+        with pytest.raises(calibration.CalibrationNotFound):
+            calibration.get(store, "0" * 32)
