@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 
-.PHONY: install install-run browser demo test test-fast test-endpoints lint down bench bench-memory
+.PHONY: install install-run browser promtool demo test test-fast test-endpoints lint down bench bench-memory
 
 install: $(VENV)/.installed
 
@@ -51,7 +51,11 @@ demo: install-run
 browser:
 	sh scripts/install-browser.sh
 
-test: install browser
+# promtool (Debian's prometheus package) checks and unit-tests deploy/prometheus/alerts.rules.yml.
+promtool:
+	sh scripts/install-promtool.sh
+
+test: install browser promtool
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 
 # pytest rewrites the asserts of some 400 modules in each worker; with PYTHONDONTWRITEBYTECODE set
