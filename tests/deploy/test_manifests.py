@@ -6,6 +6,7 @@ the Prometheus and Grafana provisioning, and the CI examples against their JSON 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -327,3 +328,50 @@ def test_ci_example_scripts_parse(tmp_path: Path) -> None:
         r = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert r.returncode == 0, f"{text}\n{r.stderr}"
     assert job["artifacts"]["reports"]["junit"] == "junit.xml"
+
+
+def _gha_comment_step() -> dict[str, Any]:
+    gha = yaml.safe_load((REPO_ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    (step,) = [s for s in gha["jobs"]["gate"]["steps"] if "sticky comment" in s.get("name", "")]
+    return step  # type: ignore[no-any-return]
+
+
+def test_github_example_updates_one_sticky_comment(tmp_path: Path) -> None:
+    """The bot's earlier comment is found by its hidden marker (the step's own jq filter, run by
+    the real jq over a comment listing shaped as GitHub's) and PATCHed; only without one is a
+    comment POSTed."""
+    step = _gha_comment_step()
+    run = step["run"]
+    assert step["env"]["MARKER"].startswith("<!-- evalsvc-report")
+    assert "--method PATCH" in run and "issues/comments/$id" in run
+    assert run.index("--method PATCH") < run.index("--method POST")  # update first, else create
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("jq is not installed (Debian package jq)")
+    (jq_filter,) = re.findall(r"--jq '([^']+)'", run)
+    marker = "<!-- evalsvc-report: evalsvc release gate -->"
+    comments = [
+        {"id": 1, "user": {"login": "someone"}, "body": f"{marker}\nquoted by a person"},
+        {"id": 2, "user": {"login": "github-actions[bot]"}, "body": "another bot comment"},
+        {"id": 3, "user": {"login": "github-actions[bot]"}, "body": f"{marker}\n## evalsvc"},
+        {"id": 4, "user": {"login": "github-actions[bot]"},
+         "body": "<!-- evalsvc-report: another gate -->\n## evalsvc"},
+    ]
+    listing = tmp_path / "comments.json"
+    listing.write_text(json.dumps(comments))
+    r = subprocess.run([jq, jq_filter, str(listing)], capture_output=True, text=True,
+                       env={"MARKER": marker, "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["3"]
+
+
+def test_gitlab_example_updates_one_sticky_note() -> None:
+    """The merge-request note script compiles, finds its note by marker and author, pages
+    through the notes, and PUTs before it would POST."""
+    gitlab = yaml.safe_load((REPO_ROOT / "examples" / "ci" / "gitlab-ci.yml").read_text())
+    script = "\n".join(gitlab["evalsvc-gate"]["script"])
+    (python,) = re.findall(r"<<'PY'\n(.*?)\nPY\n", script, flags=re.S)
+    compile(python, "gitlab-ci.yml note script", "exec")
+    assert "<!-- evalsvc-report" in python and 'n["body"].startswith(marker)' in python
+    assert 'n["author"]["id"] == me' in python and "page += 1" in python
+    assert '"PUT"' in python and '"POST"' in python
