@@ -199,6 +199,22 @@ def _from_logs(run: RunInfo) -> bool:
     return run.spec.labels.get("source") == "gate-logs"
 
 
+def _rows_all_ran(store: Store, run: RunInfo, s: dict[str, Any] | None) -> int | None:
+    """The rows a ``dataset`` suite ran when they were all its data holds (its ``n`` was unset,
+    or asked for more than there were: ``evalsvc.suites.kinds.dataset``), else None: no
+    ``--samples`` can add an item to such a run, only more rows can."""
+    if not s or s.get("kind") != "dataset" or not isinstance(s.get("n"), int):
+        return None
+    ran = int(s["n"]) + int(s.get("n_errors") or 0)
+    try:
+        snaps = {x["name"]: x for x in store.get_suite_snapshots(run.id)}
+    except Exception:  # a hint must never break the page that shows the verdict
+        return None
+    params = ((snaps.get(s.get("suite")) or {}).get("spec") or {}).get("params") or {}
+    asked = params.get("n")
+    return ran if asked is None or (isinstance(asked, int) and asked > ran) else None
+
+
 def _worse_within_reach(s: dict[str, Any]) -> bool:
     """The candidate is shown worse than the baseline (the oriented interval is wholly below
     0) but not shown beyond the margin (the interval still reaches past −δ): inconclusive for
@@ -212,12 +228,16 @@ def _next_step(
 ) -> dict[str, Any] | None:
     """The next step for one blocking reason: a sentence and, where useful, a command. Only
     what can be done: a gate-logs run is never told ``--samples`` (its items are the logs'),
-    and no run is told to use fewer items than it ran."""
+    nor a ``dataset`` run that ran every row of its data (only more rows add items), and no run
+    is told to use fewer items than it ran."""
     suite = (s or {}).get("suite")
     short = run.id[:12]
     logs = _from_logs(run)
     ran = (s or {}).get("n")
     ran_n = ran if isinstance(ran, int) else 0
+    rows = None if logs else _rows_all_ran(store, run, s)
+    if rows is not None and code in ("underpowered", "ci_includes_margin", "insufficient_data"):
+        return _more_rows(code, s or {}, rows, store, run)
     if code in ("underpowered", "ci_includes_margin") and suite:
         what = code.replace("_", " ")
         if _worse_within_reach(s or {}):
@@ -281,6 +301,33 @@ def _next_step(
     if code == "no_gated_suites":
         return {"text": "add a gated suite: nothing here can pass", "command": None}
     return None
+
+
+def _more_rows(
+    code: str, s: dict[str, Any], rows: int, store: Store, run: RunInfo
+) -> dict[str, Any]:
+    """The next step for a ``dataset`` suite that ran every row of its data and could not
+    decide: how many rows it would need (the plan's size, else the MDE's), never ``--samples``."""
+    suite = s.get("suite")
+    held = f"its data held {rows} rows and all of them ran"
+    if _worse_within_reach(s):
+        margin = _num(s.get("margin"))
+        return {"text": f"{suite}: worse than baseline, not shown beyond δ = {margin:g} at "
+                        f"n = {rows}; {held}: to tell whether the drop exceeds δ, add rows",
+                "command": None}
+    what = code.replace("_", " ")
+    if code == "insufficient_data":
+        m = re.search(r"minimum of (\d+)", " ".join(r.get("message", "")
+                                                   for r in s.get("reasons") or []))
+        need = int(m.group(1)) if m else None
+    else:
+        planned = _plan_n(store, run, suite) if suite else None
+        need = planned["items"] if planned is not None else _scaled_n(s)
+    if need is not None and need > rows:
+        return {"text": f"{what}: {suite} needs about n = {need} items; {held}: add rows "
+                        f"(at least {need} in all) and re-run", "command": None, "n": need}
+    return {"text": f"{what}: at n = {rows} the interval still reaches the margin; {held}: "
+                    "only more rows narrow it", "command": None}
 
 
 def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[str, Any]:

@@ -145,3 +145,53 @@ def test_samples_past_a_datasets_rows_runs_them_all_and_says_so(
     warning = "mine: --samples/n 40 asks for more rows than qa.jsonl has: it runs all 12"
     assert warning in report["warnings"]
     assert warning in " ".join(r.stderr.split())  # and the terminal says it
+
+
+def _stub_answer(question: str) -> str:
+    """The number the stub server answers to ``question`` sent as one user message."""
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    try:
+        from stub_server import _answer
+    finally:
+        sys.path.remove(str(REPO_ROOT / "benchmarks"))
+    return _answer([{"role": "user", "content": question}]).split()[-1].rstrip(".")
+
+
+def test_a_dataset_that_ran_every_row_is_told_to_add_rows_never_samples(
+    stub_root: str, tmp_path: Path
+) -> None:
+    """60 rows, no ``n``: the default n (200) asked for nothing, so no warning; both endpoints
+    answer alike and the baseline solves 60%, so the interval at n = 60 reaches the margin
+    (inconclusive). ``--samples`` cannot add an item to a file of 60 rows: the next step says
+    to add rows."""
+    from evalsvc.services import run_verdict
+
+    rows = []
+    for i in range(60):
+        question = f"What is {i} + 1?"
+        right = _stub_answer(question)
+        rows.append({"id": f"q{i}", "question": question,
+                     "answer": right if i % 5 < 3 else str(int(right) + 1)})
+    (tmp_path / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(
+        "name: mine\nkind: dataset\nseed: 0\nparams:\n  path: qa.jsonl\n  id_column: id\n"
+        "  prompt:\n    template: \"{question}\"\n  reference: answer\n  scorer: numeric\n"
+        "  max_tokens: 8\n"
+    )
+    url = f"{stub_root}/v1"
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    r = run_cli("compare", url, url, "--suite", str(suite), "--json", "-", "--database-url", db)
+    assert r.returncode == 3, r.stderr
+    report = json.loads(r.stdout)
+    assert report["warnings"] == [] and "asks for more rows" not in r.stderr
+    (s,) = report["candidates"][0]["suites"]
+    assert s["n"] == 60 and s["baseline"] == pytest.approx(0.6)
+    assert [x["code"] for x in s["reasons"]] == ["ci_includes_margin"]
+    with Store.from_url(db) as store:
+        run = store.get_run(report["run_id"])
+        assert run is not None
+        steps = run_verdict.banner(store, run, report)["next"]
+    texts = [x["text"] for x in steps]
+    assert texts and not any("--samples" in t for t in texts), texts
+    assert "its data held 60 rows and all of them ran" in texts[0], texts

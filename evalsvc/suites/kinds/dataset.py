@@ -857,9 +857,10 @@ class DatasetSuite(Suite):
         order = list(range(total))
         random.Random(f"{self.spec.seed}:dataset").shuffle(order)
         take = order[: min(total, p.n if p.n is not None else limits.MAX_ITEMS)]
-        if p.n is not None and p.n > total:
+        if p.n is not None and p.n > total and "n" in p.model_fields_set:
             # Asked for more rows than there are: it runs them all, and says so (a user who
-            # sized the run for n items must not read a verdict on fewer as one on n).
+            # sized the run for n items must not read a verdict on fewer as one on n). The
+            # default n asks for nothing: a file of fewer rows than it simply runs them all.
             self._warnings.append(
                 f"{self.name}: --samples/n {p.n} asks for more rows than {where} has: it runs "
                 f"all {total}"
