@@ -5,6 +5,7 @@ Contract (docs/cli.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config
 stdout. Commands parse arguments and call ``evalsvc.services``; one function maps an exception
 to an exit code (``evalsvc.cli._exit.exit_code``). The commands live in their modules:
 ``compare`` (compare, gate-logs; ``rest`` is its REST client), ``suites`` (suites, plan),
+``calibrate``,
 ``endpoints``, ``runs``, ``schedules``, ``tokens``, ``worker``, ``export``, ``db``, ``api``,
 ``local``.
 """
@@ -31,6 +32,10 @@ def _commands(parent: typer.Typer, name: str) -> None:
         from evalsvc.cli import suites
 
         parent.command()(suites.plan)
+    elif name == "calibrate":
+        from evalsvc.cli.calibrate import calibrate
+
+        parent.command("calibrate")(calibrate)
     elif name == "worker":
         from evalsvc.cli.worker import worker
 
@@ -95,7 +100,7 @@ def _commands(parent: typer.Typer, name: str) -> None:
 
 # The order of `evalsvc --help` (Typer lists commands before sub-apps).
 COMMANDS = (
-    "compare", "gate-logs", "plan", "worker", "export", "sweep",
+    "compare", "gate-logs", "plan", "calibrate", "worker", "export", "sweep",
     "suites", "endpoints", "local", "db", "runs", "schedules", "baselines", "api", "tokens", "alerts",
 )
 
@@ -125,6 +130,8 @@ SHORT_HELP: dict[str, str] = {
     "gate-logs": "Gate two existing evaluation logs, paired by document id.",
     "plan": "How many items each suite needs to decide at margin δ, before running it (for a "
     "suite that calibrates: its pilot's cost and the main run's size at the band).",
+    "calibrate": "Run ENDPOINT against itself (A/A) and store its noise floor: per suite, the "
+    "discordance and the batch instability that `plan` and the determinism gate use.",
     "worker": "Claim queued runs from the database and execute them.",
     "export": "Export every sample of a run, one row per (endpoint, suite, item, repeat).",
     "sweep": "Gate and speed-measure a grid of serving configurations against one baseline.",

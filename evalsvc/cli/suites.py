@@ -18,7 +18,7 @@ from rich.table import Table
 
 from evalsvc.cli._safe import term
 
-from ._common import err, exit_for, open_store
+from ._common import die, err, exit_for, open_store
 
 app = typer.Typer(help="The suite catalog.", no_args_is_help=True)
 
@@ -193,6 +193,13 @@ def plan(
             min=1, help="The baseline's max context, for ladders that rise to it (needle)."
         ),
     ] = None,
+    endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="Size with this endpoint's calibrated discordance (evalsvc calibrate), found "
+            "by its provenance fingerprint (probes it)."
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
     db: Annotated[
         str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
@@ -203,6 +210,20 @@ def plan(
     from evalsvc.services import planning
     from evalsvc.services.runs import UsageError
 
+    store = open_store(db) if pilot_run or endpoint else None
+    floors = None
+    if endpoint is not None:
+        from evalsvc.endpoints import EndpointError
+        from evalsvc.services import calibration
+        from evalsvc.services.runs import resolve_endpoint
+
+        try:
+            ref = resolve_endpoint(endpoint, store)
+            _, floors = calibration.floors_for_endpoint(store, ref, suite)
+        except (UsageError, LookupError) as exc:
+            raise exit_for(exc) from exc
+        except (EndpointError, OSError) as exc:
+            raise die(f"endpoint {endpoint} unreachable: {exc}", 4) from exc
     try:
         rows = planning.plan(
             suites=suite,
@@ -211,9 +232,10 @@ def plan(
             power=power,
             discordance=discordance,
             pilot_run=pilot_run,
-            store=open_store(db) if pilot_run else None,
+            store=store,
             calibrate=calibrate,
             max_context=max_context,
+            floors=floors,
         )
     except UsageError as exc:
         raise exit_for(exc) from exc
@@ -234,3 +256,6 @@ def plan(
             term(r.get("note", "")),
         )
     Console().print(table)
+    for r in rows:
+        if r.get("discordance_note"):
+            Console().print(f"{term(r['suite'])}: {term(r['discordance_note'])}", highlight=False)

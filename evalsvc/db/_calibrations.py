@@ -3,11 +3,12 @@
 Contract: a calibration (``evalsvc calibrate``, ``POST /api/v1/calibrations``) is a run whose
 spec carries the label ``CALIBRATION_LABEL = CALIBRATION`` and whose every candidate is its
 baseline (an A/A run); no table of its own. ``latest_calibration`` finds the newest completed
-one whose baseline's provenance fingerprint (``evalsvc.domain.provenance_fingerprint`` of the
-stored endpoint snapshot) is the given one and whose report gated the given suite, scanning the
-labelled runs newest first in pages (the label is filtered in SQL: SQLite ``json_extract``,
-PostgreSQL ``->>``). Results are plain dicts: ``run_id``, ``finished_at``, ``fingerprint``,
-``baseline_url``, ``report``.
+one (not past its error budget) whose baseline's provenance fingerprint
+(``evalsvc.domain.provenance_fingerprint`` of the stored endpoint snapshot) is the given one
+and whose report gated the given suite, scanning the labelled runs newest first in pages (the
+label is filtered in SQL: SQLite ``json_extract``, PostgreSQL ``->>``). Results are plain
+dicts: ``run_id``, ``finished_at``, ``fingerprint``, ``baseline_url``, ``suites`` (and
+``report`` from ``latest_calibration``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ def _labelled(session: Session, *, after: tuple[Any, str] | None) -> list[tuple[
             EndpointSnapshotRow,
             sa.and_(EndpointSnapshotRow.run_id == RunRow.id, EndpointSnapshotRow.role == "baseline"),
         )
-        .where(RunRow.status == RunStatus.completed.value, label == CALIBRATION)
+        .where(
+            RunRow.status == RunStatus.completed.value,
+            # A run past its error budget measured the failures, not the noise.
+            sa.or_(RunRow.verdict.is_(None), RunRow.verdict != "error"),
+            label == CALIBRATION,
+        )
         .order_by(RunRow.finished_at.desc(), RunRow.id.desc())
         .limit(_PAGE)
     )
