@@ -13,11 +13,13 @@ Contract:
   ``margin_trend`` (over the last ``EVALSVC_ALERT_TREND_RUNS`` runs of an identity the worse end
   of Δ's interval fell run after run and crossed the gate's boundary −margin at the latest),
   ``error_streak`` (the last ``EVALSVC_ALERT_ERROR_STREAK`` finished runs of an endpoint URL all
-  ended in ``error``) and ``stale_baseline`` (a detector registered by the blessed-baselines
-  service through ``register_detector``).
+  ended in ``error``) and ``stale_baseline`` (the run found its blessed baseline older than
+  ``EVALSVC_BASELINE_MAX_AGE`` and ran the baseline again: the report's ``baseline_reuse``).
+  ``register_detector`` adds a detector of another kind.
 - **Once.** Every alert has a ``dedupe_key`` (kind, identity and the run that completed the
-  event; an error streak: the run that started it); the store's unique index decides which of
-  two concurrent raisers stores it (``AlertStore.raise_alert``), and a compare-and-set on its
+  event; an error streak: the run that began it; a stale baseline: the blessing); the store's
+  unique index decides which of two concurrent raisers stores it (``AlertStore.raise_alert``),
+  and a compare-and-set on its
   delivery state decides which process sends its webhooks (``AlertStore.claim_delivery``): at
   most once, also when the sender dies mid-way.
 - **Webhooks** (``EVALSVC_ALERT_WEBHOOKS``): ``slack:URL`` gets ``{"text": ...}``, ``json:URL``
@@ -243,7 +245,8 @@ class NewAlert:
     severity: str
     message: str
     anchor: str
-    """What makes this event unique besides kind and identity (the run that completed it)."""
+    """What makes this event unique besides kind and identity (the run that completed it; an
+    error streak: the run that began it; a stale baseline: the blessing)."""
     baseline_url: str | None = None
     candidate_url: str | None = None
     suite: str | None = None
@@ -393,8 +396,35 @@ def detect_error_streaks(store: Store, run: RunInfo, settings: Settings) -> list
     return out
 
 
+def detect_stale_baselines(store: Store, run: RunInfo, settings: Settings) -> list[NewAlert]:
+    """``stale_baseline``: the run found a blessed baseline for a suite older than
+    ``EVALSVC_BASELINE_MAX_AGE`` and ran the baseline again (``evalsvc.services.baselines``
+    records it in the report's ``baseline_reuse``). One alert per blessing, whichever run saw
+    it first: every nightly run after it would say the same until someone blesses again."""
+    report = store.get_report(run.id) or {}
+    labels = _labels(run)
+    base = _norm(run.spec.baseline.url)
+    out = []
+    for entry in report.get("baseline_reuse") or []:
+        if entry.get("status") != "stale" or not entry.get("blessing_id"):
+            continue
+        age_days = float(entry.get("age_s") or 0.0) / 86400
+        out.append(NewAlert(
+            kind="stale_baseline", severity="warning", anchor=str(entry["blessing_id"]),
+            baseline_url=base, suite=str(entry.get("suite")), run_id=run.id,
+            previous_run_id=entry.get("blessed_run"),
+            message=f"{entry.get('suite')}: the blessed baseline of {labels.get(base, base)} is "
+                    f"{age_days:.1f} days old, past EVALSVC_BASELINE_MAX_AGE: run {run.id[:8]} "
+                    f"ran the baseline again; refresh it: evalsvc baselines bless {run.id}",
+            details={"blessing_id": entry["blessing_id"], "age_s": entry.get("age_s"),
+                     "blessed_at": entry.get("blessed_at")},
+        ))
+    return out
+
+
 register_detector(detect_gates)
 register_detector(detect_error_streaks)
+register_detector(detect_stale_baselines)
 
 
 def evaluate(store: Store, run_id: str, *, settings: Settings | None = None) -> list[dict[str, Any]]:

@@ -183,3 +183,28 @@ def test_an_error_streak_raises_one_alert_per_streak(
         alerts.acknowledge(alerts_store, alert["id"], by="oncall")
     with pytest.raises(alerts.AlertNotFound):
         alerts.acknowledge(alerts_store, "0" * 32, by="oncall")
+
+
+def test_a_stale_blessed_baseline_raises_one_alert_per_blessing(
+    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+) -> None:
+    """A run blessed as the baseline, then two runs after ``EVALSVC_BASELINE_MAX_AGE`` has
+    passed: both run the baseline again (``evalsvc.services.baselines``), the first of them
+    raises ``stale_baseline``, the second adds nothing (same blessing)."""
+    from evalsvc.services import baselines
+
+    suite = tmp_path / "alert-reasoning.yaml"
+    suite.write_text(SUITE)
+    b, c = pair
+    c.accuracy = ALL
+    monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
+    blessed = _compare(alerts_store, suite, b.url, c.url)["run_id"]
+    (blessing,) = baselines.bless(alerts_store, [blessed])
+    monkeypatch.setenv("EVALSVC_BASELINE_MAX_AGE", "0.001")  # every blessing is now stale
+    later = [_compare(alerts_store, suite, b.url, c.url) for _ in range(2)]
+    assert [e["status"] for r in later for e in r["baseline_reuse"]] == ["stale", "stale"]
+    (alert,) = alerts_store.alerts.list_alerts()
+    assert (alert["kind"], alert["run_id"], alert["previous_run_id"]) == (
+        "stale_baseline", later[0]["run_id"], blessed)
+    assert alert["details"]["blessing_id"] == blessing["id"]
+    assert f"evalsvc baselines bless {later[0]['run_id']}" in alert["message"]
