@@ -41,6 +41,11 @@ PROVENANCE_FIELDS = (
     "prefix_caching",
     "root",
     "tokenizer_fingerprint",
+    # What the comparability guard compares (a differing row explains a non-comparable verdict).
+    "chat_template_fingerprint",
+    "model_family",
+    "generation_defaults",
+    "reasoning",
 )
 
 
