@@ -300,6 +300,10 @@ def compare(
     print_headlines(report)
     for w in report.get("warnings", []):
         err.print(f"[yellow]warning:[/] {term(w)}")
+    from evalsvc.reports import reuse_lines  # loaded already: the report was built with it
+
+    for line in reuse_lines(report):  # blessed baselines: what was not sent to the baseline
+        err.print(f"[cyan]baseline:[/] {term(line)}")
     if report.get("error"):
         err.print(f"[bold magenta]error:[/] {term(report['error'])}")
     verdict = report["verdict"]

@@ -21,6 +21,7 @@ from evalsvc.reports._render import (
     to_junit,
     to_markdown,
 )
+from evalsvc.reports._reuse import human_age, noise_text, reuse_lines
 from evalsvc.reports._text import md_text
 
 
@@ -38,12 +39,15 @@ __all__ = [
     "error_report",
     "findings",
     "headline",
+    "human_age",
     "is_threshold",
     "md_text",
+    "noise_text",
     "reason_lines",
     "reasons_of",
     "redact_report",
     "report_schema",
+    "reuse_lines",
     "skipped_of",
     "suite_findings",
     "summary_rows",

@@ -24,6 +24,7 @@ from evalsvc.runner import RunResult
 
 from ._findings import findings, headline, suite_findings
 from ._gatecols import gate_view, reason_lines, reasons_of
+from ._reuse import reuse_lines
 from ._text import md_text, xml_text
 
 SCHEMA_VERSION = 1
@@ -202,6 +203,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"> Error: {m(report['error'])}", ""]
     for w in report.get("warnings", []):
         lines += [f"> Warning: {m(w)}", ""]
+    # Blessed baselines (evalsvc baselines bless): which suites' baseline was not sent again.
+    lines += [f"> Baseline: {m(line)}\n" for line in reuse_lines(report)]
     labels = _role_labels(report)
     said: set[tuple[Any, ...]] = set()  # each reason once: here, or under its suite
     if reasons_of(report):

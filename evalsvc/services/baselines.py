@@ -16,7 +16,8 @@ Contract:
   samples copied in and marked done, so the runner sends those items to the candidates only
   (the mechanism of ``compare(reuse_baseline_from=…)`` that sweeps use). A key that changed or
   a stale blessing re-runs the baseline with a warning naming why and the command that
-  refreshes it. ``annotate(report)`` adds ``baseline_reuse`` (one entry per suite) to the report.
+  refreshes it. ``annotate(report)`` adds ``baseline_reuse`` (one entry per suite) to the report
+  (``evalsvc.reports._reuse.reuse_lines`` renders it).
 - Errors are ``UsageError`` (exit 2, 422 over REST) naming the fix; an unknown blessing or run
   is ``LookupError`` (exit 2, 404).
 """
@@ -41,6 +42,7 @@ from evalsvc.domain import (
     RunStatus,
     provenance_fingerprint,
 )
+from evalsvc.reports import human_age
 from evalsvc.settings import Settings
 from evalsvc.suites import Suite, pilot_name, suite_kinds
 
@@ -261,14 +263,6 @@ def age_s(blessing: dict[str, Any], now: datetime | None = None) -> float:
     return ((now or datetime.now(UTC)) - created).total_seconds()
 
 
-def human_age(seconds: float) -> str:
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
-
-
 def view(blessing: dict[str, Any], now: datetime | None = None) -> dict[str, Any]:
     """A blessing as JSON views show it (dates as ISO text, its age and whether it is stale)."""
     age = age_s(blessing, now)
@@ -377,26 +371,3 @@ class Reuse:
                                     if s.name in self.entries]
         report["warnings"] = [*report.get("warnings", []), *self.warnings]
         return report
-
-
-def report_lines(report: dict[str, Any]) -> list[str]:
-    """One line per suite whose baseline a blessing concerns (Markdown, terminal), plain text."""
-    out = []
-    for e in report.get("baseline_reuse") or []:
-        status = e.get("status")
-        if status not in ("reused", "stale", "changed"):
-            continue
-        age = human_age(float(e.get("age_s") or 0))
-        noise = e.get("noise") or {}
-        floor = ""
-        if noise.get("sd") is not None:
-            floor = (f"; noise floor over {noise['runs']} runs: SD {noise['sd']:.4f}, "
-                     f"discordance {noise['discordance']:.3f}")
-        if status == "reused":
-            out.append(f"{e['suite']}: baseline reused from blessing {e['blessing_id']} "
-                       f"(run {e['blessed_run']}, {age} old, {e.get('items_reused')} items){floor}")
-        else:
-            why = "stale" if status == "stale" else f"{e.get('changed')} changed"
-            out.append(f"{e['suite']}: baseline re-run, blessing {e['blessing_id']} not used "
-                       f"({why}, {age} old)")
-    return out

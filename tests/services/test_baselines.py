@@ -19,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec
+from evalsvc.reports import report_schema, reuse_lines, to_markdown
 from evalsvc.services import baselines, runs
 from evalsvc.suites import SuiteSpec, suite_kinds
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
@@ -93,13 +95,16 @@ def test_a_blessed_baseline_is_reused_and_gates_the_same(db: Store, pair: Any, s
     reused, sent_b, sent_c = _run(db, pair, suite_file)
     assert (sent_b, sent_c) == (0, N)  # no baseline request for the reusable kind
     assert _gate(reused) == _gate(full)
+    jsonschema.validate(reused, report_schema())
     [entry] = reused["baseline_reuse"]
     assert entry["status"] == "reused" and entry["blessing_id"] == blessing["id"]
     assert entry["items_reused"] == N and entry["blessed_run"] == full["run_id"]
     assert 0 <= entry["age_s"] < 600
     assert not [w for w in reused["warnings"] if "blessed" in w]
-    line = baselines.report_lines(reused)[0]
-    assert blessing["id"] in line and "reused" in line
+    line = reuse_lines(reused)[0]
+    assert blessing["id"] in line and "no baseline request" in line
+    assert f"> Baseline: bless-reasoning: baseline reused from blessing {blessing['id']}" in (
+        to_markdown(reused))
 
     # Opting out sends everything again and says nothing about the blessing.
     off, sent_b, _ = _run(db, pair, suite_file, blessed_baseline=False)
