@@ -13,6 +13,7 @@ scripts from ``/static``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import secrets
@@ -34,8 +35,8 @@ from evalsvc import __version__
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.reports import to_junit, to_markdown
 from evalsvc.services import alerts as alert_svc
+from evalsvc.services import baselines, sweep_views
 from evalsvc.services import dashboard as svc
-from evalsvc.services import sweep_views
 from evalsvc.services.tokens import ANONYMOUS, Principal
 from evalsvc.web.auth import StateDep, StoreDep, principal_for_token
 from evalsvc.web.static import CachedStatic
@@ -321,7 +322,38 @@ def run_page(request: Request, run_id: str, store: StoreDep, viewer: Viewer) -> 
     except svc.NotFound as exc:
         return _not_found(request, viewer, str(exc))
     live = [run_id] if page["run"]["status"] in ("queued", "running") else []
+    page["blessed"] = baselines.run_view(store, run_id, page["run"]["status"],
+                                         store.get_report(run_id), admin="admin" in viewer.scopes)
     return _page(request, "run.html", viewer, title=f"Run {run_id[:10]}", page=page, live=live)
+
+
+@router.post("/runs/{run_id}/bless")
+async def bless_run(request: Request, run_id: str, store: StoreDep, viewer: Viewer) -> Response:
+    """The run page's "bless baseline" / "refresh" button (``evalsvc baselines bless RUN``):
+    a same-origin form with the page's token, from an ``admin`` token (it changes what later
+    runs send, as endpoint and schedule writes do)."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        _check_same_origin(request, form)
+    except CrossSiteRequest as exc:
+        return _refused(request, exc)
+    problem, code = None, status.HTTP_403_FORBIDDEN
+    if "admin" not in viewer.scopes:
+        problem = (f"token {viewer.name!r} lacks the 'admin' scope that blessing a baseline "
+                   "needs (evalsvc tokens create NAME --scope admin)")
+    else:
+        try:
+            await asyncio.to_thread(baselines.bless, store, [run_id], by=viewer.name)
+        except LookupError as exc:
+            return _not_found(request, viewer, str(exc))
+        except baselines.UsageError as exc:
+            problem, code = str(exc), status.HTTP_422_UNPROCESSABLE_CONTENT
+    if problem is not None:
+        resp = _page(request, "error.html", viewer, title="Not blessed", message=problem)
+        resp.status_code = code
+        return resp
+    return RedirectResponse(f"/runs/{quote(run_id, safe='')}#baseline",
+                            status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/runs/{run_id}/suites/{suite}", response_class=HTMLResponse)

@@ -371,3 +371,29 @@ class Reuse:
                                     if s.name in self.entries]
         report["warnings"] = [*report.get("warnings", []), *self.warnings]
         return report
+
+
+# ---------------------------------------------------------------------------------- dashboard
+
+
+def run_view(store: Store, run_id: str, status: str, report: dict[str, Any] | None,
+             *, admin: bool) -> dict[str, Any]:
+    """The run page's "Baseline" section: the report's reuse lines, the unrevoked blessings
+    made from this run, and whether (and as what) the bless button is offered: on a completed
+    run with a reusable suite; "refresh" when this run re-ran a stale or changed blessing."""
+    from evalsvc.reports import noise_text, reuse_lines
+
+    entries = (report or {}).get("baseline_reuse") or []
+    blessings = []
+    for b in store.blessed.for_run(run_id):
+        shown = view(b)
+        shown.update(age=human_age(shown["age_s"]), floor=noise_text(b.get("noise")))
+        blessings.append(shown)
+    snaps = store.get_suite_snapshots(run_id) if status == RunStatus.completed.value else []
+    return {
+        "lines": reuse_lines(report or {}),
+        "blessings": blessings,
+        "can_bless": any(reusable(s) for s in snaps),
+        "refresh": any(e.get("status") in ("stale", "changed") for e in entries) or bool(blessings),
+        "admin": admin,
+    }

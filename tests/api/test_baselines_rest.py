@@ -2,15 +2,18 @@
 ``evalsvc.services.runs.compare`` against loopback servers of known behaviour,
 ``tests/runner/level_server.py``), on SQLite and PostgreSQL: bless (admin), list, show, revoke;
 a reader may not bless; an unknown run is 404, two runs 422 with the fix; the CLI blesses and
-lists the same rows; ``options.blessed_baseline`` is a run option over REST."""
+lists the same rows; ``options.blessed_baseline`` is a run option over REST; the run page's
+button blesses (same-origin form, admin token) and the next run's page says it reused it."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
@@ -94,3 +97,32 @@ def test_the_opt_out_is_a_run_option(api: Api, pair: Any) -> None:
         assert run is not None and run.spec.options.blessed_baseline is False
         wrong = submitter.post("/runs", json={**body, "options": {"blessed_baseline": "maybe"}})
         assert wrong.status_code == 422
+
+
+def _csrf(html: str) -> str:
+    found = re.search(r'id="bless-form">\s*<input type="hidden" name="csrf" value="([^"]+)"', html)
+    assert found is not None, "the run page offers no bless form"
+    return found.group(1)
+
+
+def test_the_run_page_blesses_and_shows_the_reuse(api: Api, pair: Any, tmp_path: Path) -> None:
+    [first] = _runs(api, pair, tmp_path, 1)
+    with httpx.Client(base_url=api.base_url, cookies={"evalsvc_token": api.tokens["read"]}) as web:
+        token = _csrf(web.get(f"/runs/{first}").text)
+        refused = web.post(f"/runs/{first}/bless", data={"csrf": token})
+        assert refused.status_code == 403 and "lacks the &#39;admin&#39; scope" in refused.text
+    with httpx.Client(base_url=api.base_url, cookies={"evalsvc_token": api.tokens["admin"]}) as web:
+        page = web.get(f"/runs/{first}").text
+        assert "Bless baseline" in page
+        stale = web.post(f"/runs/{first}/bless", data={"csrf": "not-the-token"})
+        assert stale.status_code == 403
+        done = web.post(f"/runs/{first}/bless", data={"csrf": _csrf(page)},
+                        follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"].endswith("#baseline")
+        (blessing,) = api.store.blessed.list_all()
+        assert blessing["run_id"] == first and blessing["blessed_by"] == "t-admin"
+        page = web.get(f"/runs/{first}").text
+        assert "Refresh blessed baseline" in page and blessing["id"] in page
+        [second] = _runs(api, pair, tmp_path, 1)
+        page = web.get(f"/runs/{second}").text
+        assert f"baseline reused from blessing {blessing['id']}" in page
