@@ -513,8 +513,9 @@ class LmevalSuite(Suite):
         (None without one: the task's own generation arguments). lm-eval updates the task's
         ``generation_kwargs`` with them (its stop sequences stay); its API models pop
         ``do_sample``, send ``max_gen_toks`` as ``max_tokens`` and everything else as is, so
-        ``seed`` replaces the model's fixed seed 1234: ``None`` (JSON null, which the engines
-        read as no seed) unless the policy sets one (module docstring)."""
+        ``seed`` replaces the model's fixed seed 1234: ``None`` (JSON null: no seed; the OpenAI
+        API's ``seed`` is nullable, vLLM's ``int | None``) unless the policy sets one (module
+        docstring)."""
         if self.spec.sampling is None:
             return None
         policy = self.sampling
