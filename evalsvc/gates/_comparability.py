@@ -93,11 +93,17 @@ def _mapping_diff(base: Mapping[str, Any], cand: Mapping[str, Any]) -> list[str]
 
 
 def provenance_differences(
-    baseline: Mapping[str, Any], candidate: Mapping[str, Any]
+    baseline: Mapping[str, Any], candidate: Mapping[str, Any], *, reasoning_split: bool = False
 ) -> list[Difference]:
     """Every difference between the two probes' provenance that is not the quantization:
     tokenizer fingerprint, chat-template fingerprint, model family, generation defaults and
-    reasoning handling; a field is compared only when both sides report it."""
+    reasoning handling; a field is compared only when both sides report it.
+
+    ``reasoning_split``: every suite of the run splits the thinking from the answer before
+    scoring (``Suite.scores_answers``), so a trace in a separate field and one inline between
+    ``<think>`` markers score alike, and only a model that reasons on one side and not on the
+    other differs; otherwise (lm-eval reads the content as it comes) how the trace comes
+    back differs too."""
     out: list[Difference] = []
     for name, key, what in (
         ("tokenizer", "tokenizer_fingerprint",
@@ -118,6 +124,8 @@ def provenance_differences(
             if changed:
                 out.append(Difference(name, f"the candidate {what}: {', '.join(changed)}"))
     b, c = baseline.get("reasoning"), candidate.get("reasoning")
+    if reasoning_split:
+        b, c = (b and "parsed"), (c and "parsed")
     if b != c and (b or c):
 
         def said(v: Any) -> str:

@@ -64,9 +64,12 @@ async def incomparable(
     """One :class:`Comparability` per candidate (``provs[1:]``), in order (module contract)."""
     base = provs[0]
     base_dump = base.model_dump()
+    # Kinds that score answers split a trace from the answer in one place, whichever way the
+    # engine sends it (evalsvc.suites._thinking): then only reasoning or not differs.
+    split = all(s.scores_answers for s in suites)
     out = []
     for prov in provs[1:]:
-        found = provenance_differences(base_dump, prov.model_dump())
+        found = provenance_differences(base_dump, prov.model_dump(), reasoning_split=split)
         shorter = prov.max_context is not None and (
             base.max_context is None or prov.max_context < base.max_context
         )

@@ -78,6 +78,14 @@ def test_each_difference_is_named_with_both_values(
     assert f"--allow-difference {field} if the" in diff.fix
 
 
+def test_how_a_trace_comes_back_matters_only_where_no_split_reads_it() -> None:
+    parsed, inline = {**Q4_KV8, "reasoning": "parsed"}, {**F16, "reasoning": "inline"}
+    assert [d.field for d in provenance_differences(inline, parsed)] == ["reasoning"]
+    assert provenance_differences(inline, parsed, reasoning_split=True) == []
+    (diff,) = provenance_differences(F16, parsed, reasoning_split=True)  # reasons vs does not
+    assert "the baseline not at all" in diff.message
+
+
 def test_a_field_one_side_does_not_report_is_not_compared() -> None:
     # vLLM reports neither generation defaults nor the model's shape.
     assert provenance_differences(F16, {**VLLM_BF16, "chat_template_fingerprint": None}) == []
