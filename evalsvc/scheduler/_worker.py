@@ -11,6 +11,11 @@ Contract with the executor (``evalsvc.services.runs.execute_stored_run`` by defa
 The worker settles what the executor left: an exception marks the run ``error``; returning
 without finishing (and without a cancel) is also an ``error``, never a silent pass.
 
+After settling a run it finished (not one released or whose lease was lost), the worker calls
+``after_run(store, run_id, worker_id)`` (default with the default executor:
+``evalsvc.services.alerts.after_run``, which raises and delivers the run's alerts and never
+raises); the run's verdict is stored before it.
+
 On shutdown the worker waits ``shutdown_grace_seconds`` for executions to return; one that
 ignores its cancel that long (a suite still planning) has its run released to the queue, and
 the worker stops anyway. A failure to fire schedules is logged and never stops the loop.

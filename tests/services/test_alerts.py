@@ -208,3 +208,58 @@ def test_a_stale_blessed_baseline_raises_one_alert_per_blessing(
         "stale_baseline", later[0]["run_id"], blessed)
     assert alert["details"]["blessing_id"] == blessing["id"]
     assert f"evalsvc baselines bless {later[0]['run_id']}" in alert["message"]
+
+
+def test_a_worker_delivers_the_alert_of_a_run_it_finished(
+    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+) -> None:
+    """The second run is queued and executed by a real worker (the default executor, server
+    mode): the worker raises the verdict change after settling the run and sends it once."""
+    from evalsvc.scheduler import Worker
+
+    suite = tmp_path / "alert-reasoning.yaml"
+    suite.write_text(SUITE)
+    b, c = pair
+    c.accuracy = ALL
+    with fault_server() as hooks:
+        host, port = hooks.server_address[:2]
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"http://{host}:{port}/ok/hook")
+        monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.1")
+        first = _compare(alerts_store, suite, b.url, c.url)
+        c.accuracy = HALF
+        queued = alerts_store.create_run(
+            RunSpec(baseline=EndpointRef(url=b.url), candidates=[EndpointRef(url=c.url)],
+                    suites=[str(suite)], options=RunOptions(concurrency=8)),
+            status=RunStatus.queued)
+        assert Worker(alerts_store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 1
+        assert alerts_store.get_run(queued.id).verdict == "fail"  # type: ignore[union-attr]
+        (alert,) = alerts_store.alerts.list_alerts()
+        assert (alert["kind"], alert["run_id"], alert["previous_run_id"]) == (
+            "verdict_change", queued.id, first["run_id"])
+        assert alert["delivery"] == "delivered"
+        assert [b["alert"]["id"] for b in _bodies(hooks, "/ok/hook")] == [alert["id"]]
+
+
+def test_a_falling_interval_that_crosses_the_margin_raises_margin_trend(
+    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+) -> None:
+    """Three runs of one identity: the candidate as good twice, then 20% of the items wrong.
+    The interval's lower end holds and then falls below −margin at the third run:
+    ``margin_trend`` (beside the verdict change of that run), once."""
+    monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
+    monkeypatch.setenv("EVALSVC_ALERT_TREND_RUNS", "3")
+    suite = tmp_path / "alert-reasoning.yaml"
+    suite.write_text(SUITE)
+    b, c = pair
+    c.accuracy = ALL
+    done = [_compare(alerts_store, suite, b.url, c.url)["run_id"] for _ in range(2)]
+    c.accuracy = dict.fromkeys(range(1, 6), 0.8)
+    done.append(_compare(alerts_store, suite, b.url, c.url)["run_id"])
+    found = {a["kind"]: a for a in alerts_store.alerts.list_alerts()}
+    assert sorted(found) == ["margin_trend", "verdict_change"]
+    trend = found["margin_trend"]
+    assert trend["details"]["runs"] == done and trend["run_id"] == done[-1]
+    ends, bound = trend["details"]["worse_ends"], trend["details"]["boundary"]
+    assert bound == pytest.approx(-0.1) and ends[0] >= bound and ends[1] >= bound > ends[2]
+    alerts.after_run(alerts_store, done[-1])
+    assert len(alerts_store.alerts.list_alerts()) == 2
