@@ -49,6 +49,7 @@ from ._openapi import BodyLimit, document_errors
 from .routes import (
     alerts,
     baselines,
+    calibrations,
     endpoints,
     gatelogs,
     health,
@@ -133,7 +134,9 @@ def install(app: FastAPI) -> None:
     )
     _install_docs(app)
     app.include_router(health.router, prefix=API_PREFIX)
-    for module in (endpoints, runs, suites, schedules, gatelogs, sweeps, alerts, baselines):
+    for module in (
+        endpoints, runs, suites, schedules, gatelogs, sweeps, alerts, baselines, calibrations
+    ):
         app.include_router(module.router, prefix=API_PREFIX)
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
