@@ -183,12 +183,12 @@ def bless(
     ids = list(dict.fromkeys(run_ids))
     if not ids:
         raise UsageError("name a run to bless: evalsvc baselines bless RUN [RUN2 RUN3]")
+    runs = [_finished_run(store, r) for r in ids]  # an unknown run first: 404 over REST
     if len(ids) == 2:
         raise UsageError(
             f"two runs cannot measure a noise floor (it needs at least {MIN_NOISE_RUNS} runs of "
             "the same baseline): bless one run, or add a third"
         )
-    runs = [_finished_run(store, r) for r in ids]
     keyed = [_run_keys(store, r) for r in runs]
     first = keyed[0]
     wanted = list(dict.fromkeys(suites)) if suites else None
