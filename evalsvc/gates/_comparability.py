@@ -162,16 +162,17 @@ def context_difference(
     )
 
 
-#: Statuses that say "too busy", not "I will not do this": they are load, hence infrastructure.
-_LOAD_STATUSES = ("HTTP 408", "HTTP 429")
+#: 4xx statuses that say "too busy" or "who are you", not "I will not do this with that
+#: request": load and credentials, hence infrastructure.
+_NOT_REFUSALS = ("HTTP 401", "HTTP 403", "HTTP 407", "HTTP 408", "HTTP 429")
 
 
 def is_refusal(error: str | None) -> bool:
     """Whether a sample's error is the endpoint refusing the request (an HTTP 4xx answer: a
     prompt past its context, a parameter it does not take), as opposed to a transport failure,
-    a timeout or a 5xx, which are infrastructure."""
+    a timeout, a 5xx, load (408, 429) or credentials (401, 403, 407), which are infrastructure."""
     return bool(error) and str(error).startswith("HTTP 4") and not str(error).startswith(
-        _LOAD_STATUSES
+        _NOT_REFUSALS
     )
 
 

@@ -111,6 +111,7 @@ def test_a_shorter_context_is_a_difference_only_where_a_suite_needs_it() -> None
 def test_refusals_not_outages_and_only_past_the_budget() -> None:
     assert is_refusal("HTTP 400 Bad Request") and is_refusal("HTTP 413 Content Too Large")
     for outage in ("HTTP 429 Too Many Requests", "HTTP 408 Request Timeout",
+                   "HTTP 401 Unauthorized", "HTTP 403 Forbidden",
                    "HTTP 503 Service Unavailable", "timeout after 300 s", None):
         assert not is_refusal(outage)
     assert refusal_difference("r", 100, 0, 5, 0.05) is None  # 5% is within a 5% budget
