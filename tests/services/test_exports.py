@@ -9,6 +9,7 @@ Every Eval Ever export is checked against the package's schema and read back by 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,7 @@ def test_mlflow_export_reads_back_with_mlflows_own_client(
     assert len(client.search_runs([experiment.experiment_id])) == 1
 
 
-def test_mlflow_refusals_exit_2_with_the_fix(
+def test_mlflow_refusals_exit_2_with_the_fix_and_an_unreachable_server_4(
     stored: tuple[str, str, dict[str, Any]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db_url, run_id, _ = stored
@@ -114,6 +115,13 @@ def test_mlflow_refusals_exit_2_with_the_fix(
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     r = run_cli("export", run_id, "--mlflow", uri, "--database-url", db_url)
     assert r.returncode == 2 and "MLFLOW_ALLOW_FILE_STORE" in r.stderr, r.stderr
+    # A tracking server that does not answer: an infrastructure error (exit 4), not a traceback.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    r = run_cli("export", run_id, "--mlflow", f"http://127.0.0.1:{closed}", "--database-url", db_url)
+    assert r.returncode == 4 and f"MLflow at http://127.0.0.1:{closed}" in r.stderr, r.stderr
     # Without MLflow installed (an import of it fails, as in a venv without the extra).
     monkeypatch.setitem(sys.modules, "mlflow", None)
     r = run_cli("export", run_id, "--mlflow", uri, "--database-url", db_url)
