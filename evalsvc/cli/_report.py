@@ -16,13 +16,42 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    ProgressColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgress
-from rich.progress import TaskID
-from rich.table import Table
+from rich.table import Column, Table
 
 from evalsvc.cli._safe import term
 
 from ._common import VERDICT_STYLE, err
+
+#: What a bar's row needs besides its description: the bar at its narrowest (4), the counts
+#: up to "1260/1260", the elapsed time, "left" and the time left, and the five gaps between.
+_BAR_ROW_FIXED = 4 + 9 + 7 + 4 + 7 + 5
+
+
+def progress_columns(width: int) -> tuple[ProgressColumn, ...]:
+    """The bars' columns for a console ``width`` wide: the counts, the elapsed time and the
+    time left always whole (rich's estimate from the bar's recent rate, "-:--:--" until the
+    first items finish); the description cut with "…" and the bar narrowed to fit. Rich's own
+    defaults shrink every column alike, so an 80-column CI log read "10/… 0:00… left 0:00…"."""
+    whole = Column(no_wrap=True)
+    return (
+        TextColumn("{task.description}", table_column=Column(
+            no_wrap=True, overflow="ellipsis", max_width=max(16, width - _BAR_ROW_FIXED))),
+        BarColumn(bar_width=min(40, max(4, width - 90))),
+        MofNCompleteColumn(table_column=whole),
+        TimeElapsedColumn(table_column=whole),
+        TextColumn("left", table_column=whole),
+        TimeRemainingColumn(table_column=whole),
+    )
 
 
 class RichProgressBars:
@@ -79,7 +108,10 @@ class RichProgressBars:
         self._flushed = time.monotonic() if now is None else now
 
     def message(self, text: str) -> None:
-        self.progress.console.log(term(text))
+        # Above the bars with the time, as ``console.log`` would print it, but without its
+        # right-hand column naming this file and line (evalsvc's internals, not the user's).
+        stamp = time.strftime("%H:%M:%S")
+        self.progress.console.print(f"[log.time]\\[{stamp}][/] {term(text)}", highlight=False)
 
 
 def verdict_table(report: dict[str, Any]) -> Table:

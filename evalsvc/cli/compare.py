@@ -14,13 +14,6 @@ from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.progress import Progress as RichProgress
 
 from evalsvc.cli._safe import term
@@ -43,6 +36,7 @@ from ._report import (
     RichProgressBars,
     print_headlines,
     print_verdict,
+    progress_columns,
     verdict_table,
     write_outputs,
 )
@@ -244,16 +238,7 @@ def compare(
 
     labels = {"baseline": f"baseline {label(refs[0])}"}
     labels.update({f"candidate:{i}": f"candidate {label(r)}" for i, r in enumerate(refs[1:])})
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        # The time left, from the bar's own recent rate (rich's estimate; "-:--:--" until the
-        # first items finish), so a long run says when it will end.
-        TextColumn("left"),
-        TimeRemainingColumn(),
-    )
+    columns = progress_columns(err.width)  # the time left stays whole on 80 columns
 
     created: list[str] = []  # the run's id, once the service has recorded it
 

@@ -16,15 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.progress import Progress as RichProgress
+from rich.progress import TaskID
 
 from evalsvc.cli._safe import term
 from evalsvc.domain import RunOptions
@@ -32,7 +25,13 @@ from evalsvc.settings import Settings
 
 from ._common import err, raise_interrupt
 from ._exit import EXIT_INFRA, EXIT_USAGE, exit_code
-from ._report import print_headlines, print_verdict, verdict_table, write_outputs
+from ._report import (
+    print_headlines,
+    print_verdict,
+    progress_columns,
+    verdict_table,
+    write_outputs,
+)
 
 
 def compare_remote(
@@ -235,8 +234,7 @@ def follow_remote(
     """Poll the run until it is finished, drawing one bar per (suite, endpoint) from its
     progress, each endpoint by its label (``labels``: role → label); None when ``deadline``
     (monotonic) passes first."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
+    columns = progress_columns(err.width)
     with RichProgress(*columns, console=err, transient=False) as bar:
         state = bar.add_task("queued", total=None)
         tasks: dict[tuple[str, str], TaskID] = {}
