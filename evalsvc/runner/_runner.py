@@ -541,7 +541,11 @@ async def execute(
         sent = [r == "baseline" or guard[r].comparable for r in roles]
         live = [c for c, keep in zip(clients, sent, strict=True) if keep]
         roles = [r for r, keep in zip(roles, sent, strict=True) if keep]
-        warnings = _tokenizer_warnings(refs, provs)
+        # A non-comparable candidate's reasons say it already (and it is sent nothing).
+        warnings = _tokenizer_warnings(
+            [x for x, keep in zip(refs, sent, strict=True) if keep],
+            [p for p, keep in zip(provs, sent, strict=True) if keep],
+        )
         warnings += [w for suite in suites for w in suite.load_warnings()]
         warnings += [
             f"{role} differs from the baseline, as the run or its suites allow: {d.message}"
