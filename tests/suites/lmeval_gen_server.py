@@ -9,7 +9,8 @@ question, n): lm-eval runs one sample index after another, so draw n is sample n
 the concurrent requests of a run arrive in, and a verdict does not depend on scheduling (give
 each side its own server). Right: " <answer>."; wrong: " I am not sure." (no number).
 
-``bodies`` keeps each chat request's decoding fields (``temperature``, ``top_p``,
+With ``fail_after`` N, every chat request after the N-th is answered 500 (an endpoint that dies
+mid-run). ``bodies`` keeps each chat request's decoding fields (``temperature``, ``top_p``,
 ``max_tokens``, whether a ``seed`` key was present and its value); ``answers`` each question's
 right/wrong draws in order.
 """
@@ -57,6 +58,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.endswith("/chat/completions"):
             self._reply({})
             return
+        if self.server.dead():
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         text = self.server.answer(str(body["messages"][-1]["content"]), body)
         self._reply({
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -68,9 +74,11 @@ class _Handler(BaseHTTPRequestHandler):
 class GenServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, accuracy: float, *, rng_seed: int = 0) -> None:
+    def __init__(self, accuracy: float, *, rng_seed: int = 0,
+                 fail_after: int | None = None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.accuracy, self.rng_seed = accuracy, rng_seed
+        self.accuracy, self.rng_seed, self.fail_after = accuracy, rng_seed, fail_after
+        self.requests = 0
         self.lock = threading.Lock()
         self.table = {d["question"]: (int(d["id"]), d["answer"]) for d in gen_docs()}
         self.draws: Counter[str] = Counter()
@@ -80,6 +88,11 @@ class GenServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def dead(self) -> bool:
+        with self.lock:
+            self.requests += 1
+            return self.fail_after is not None and self.requests > self.fail_after
 
     def p_doc(self, i: int) -> float:
         return min(1.0, max(0.0, self.accuracy + (i % 7 - 3) / 10.0))

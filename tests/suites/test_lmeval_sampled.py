@@ -284,6 +284,40 @@ def test_a_resumed_run_evaluates_only_the_missing_samples_with_the_policys_seeds
 
 
 @pytest.mark.slow
+def test_samples_finished_before_the_endpoint_died_are_kept(lmeval_python: str) -> None:
+    """The endpoint answers sample 0's 12 documents, then only 500s: lm-eval's process fails
+    during sample 1, whose documents are errored samples naming its exit status and the log
+    kept on the worker; sample 0's are scored."""
+    from evalsvc.endpoints import EndpointClient
+
+    # One attempt per request: lm-eval's retries back off for seconds before it gives up.
+    suite = _lmeval("gen-dies", sampling={"k": 2, "temperature": 0.6}, n=12,
+                    model_args={"max_retries": 1}, **GEN)
+    items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(12)]
+    emitted: list[Sample] = []
+
+    async def emit(sample: Sample) -> None:
+        emitted.append(sample)
+
+    async def go(url: str) -> None:
+        client = EndpointClient(EndpointRef(url=url, model="gen-model"))
+        try:
+            await suite.run(items, client, role="baseline", emit=emit, done=set(),
+                            concurrency=4)
+        finally:
+            await client.aclose()
+
+    with gen_server(0.6, fail_after=12) as srv:
+        asyncio.run(go(srv.url))
+    first = [s for s in emitted if s.repeat == 0]
+    second = [s for s in emitted if s.repeat == 1]
+    assert len(first) == len(second) == 12
+    assert all(s.error is None and s.score is not None for s in first)
+    assert all(s.error and s.error.startswith("lm-eval exited 1") for s in second)
+    assert "log on the worker" in (second[0].error or "")
+
+
+@pytest.mark.slow
 def test_the_real_preflight_reads_the_tasks_output_type(lmeval_python: str) -> None:
     from evalsvc.domain import Provenance
 
