@@ -301,15 +301,17 @@ def gate_logs(
         Path,
         typer.Argument(
             help="Baseline log: an lm-eval --output_path directory (--log_samples), a "
-            "samples_<task>_*.jsonl file, an Inspect log (.json or .eval), or a promptfoo "
-            "results file (promptfoo eval -o results.json)."
+            "samples_<task>_*.jsonl file, an Inspect log (.json or .eval), a promptfoo "
+            "results file (promptfoo eval -o results.json), or an Every Eval Ever "
+            "instance-level .jsonl file."
         ),
     ],
     candidate: Annotated[Path, typer.Argument(help="Candidate log, in the same format.")],
     metric: Annotated[
         str | None,
         typer.Option(
-            help="Per-document metric (lm-eval: acc, exact_match...; Inspect: the scorer). "
+            help="Per-document metric (lm-eval: acc, exact_match...; Inspect: the scorer; "
+            "Every Eval Ever: an evaluation_result_id). "
             "Default: the log's first."
         ),
     ] = None,
