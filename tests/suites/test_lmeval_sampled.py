@@ -82,6 +82,34 @@ def test_the_service_layer_refuses_the_block_as_a_usage_error(tmp_path: Path) ->
     assert "\n" not in str(refused.value).strip()  # one line
 
 
+def test_rest_refuses_the_block_with_422_and_queues_nothing(
+    tmp_path: Path, sqlite_template: Path, monkeypatch: pytest.MonkeyPatch  # noqa: F811
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from evalsvc.db import Store
+    from evalsvc.webapp import create_app
+
+    suites = tmp_path / "suites"
+    suites.mkdir()
+    (suites / "mc-sampled.yaml").write_text(
+        "name: mc-sampled\nkind: lmeval\nsampling: {k: 4, temperature: 0.6}\n"
+    )
+    monkeypatch.setenv("EVALSVC_SUITES_DIR", str(suites))
+    db = tmp_path / "evalsvc.db"
+    shutil.copy(sqlite_template, db)
+    url = f"sqlite:///{db}"
+    body = {"baseline": {"url": "http://127.0.0.1:9/v1"},
+            "candidates": [{"url": "http://127.0.0.1:9/v1"}], "suites": ["mc-sampled"]}
+    with TestClient(create_app(url, auth=False)) as client:
+        resp = client.post("/api/v1/runs", json=body)
+    assert resp.status_code == 422, resp.text
+    assert "'evalsvc_mc' is scored by loglikelihood" in resp.text
+    assert "remove the sampling block" in resp.text
+    with Store.from_url(url) as store:
+        assert store.list_runs() == []
+
+
 def test_a_runs_decoding_options_reach_a_generate_task_and_pass_a_loglikelihood_one() -> None:
     options = RunOptions(sampling=SamplingOptions(k=3, temperature=0.8))
     mc = _lmeval("mc")
