@@ -285,6 +285,15 @@ def _load_file(path: Path) -> Suite | SuiteSet:
         raise SuiteError(f"{path}:1: a suite file must be a mapping")
     if "suites" in data and "kind" not in data:
         return _suite_set(path, node, data)
+    if "kind" not in data:
+        # Neither a suite (no kind) nor a set (no suites): a mistyped ``suites`` is a set's
+        # mistake, which the suite model's errors ("kind required") would not name.
+        for key in data:
+            if isinstance(key, str) and did_you_mean(key, ["suites"]):
+                raise SuiteError(
+                    f"{path}:{_line(node, (key,))}: field '{key}': unknown key (did you mean "
+                    "'suites'?): a set lists its suites under 'suites', a suite needs a 'kind'"
+                )
     try:
         spec = SuiteSpec.model_validate(data).located_at(path.resolve().parent)
     except ValidationError as exc:

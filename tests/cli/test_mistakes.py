@@ -124,6 +124,21 @@ def test_a_mistyped_yaml_key_names_the_nearest_valid_key(tmp_path: Path) -> None
     assert "field 'params.tasks.0.wieght': unknown key (did you mean 'weight'?)" in r.stderr
 
 
+def test_a_set_file_with_a_mistyped_suites_key_says_did_you_mean(tmp_path: Path) -> None:
+    """A set is told it is a set: "kind required" (the suite model's error) named no fix."""
+    url = "http://127.0.0.1:9/v1"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine\nsuite: [reasoning-smoke, drift-smoke]\n")
+    r = run_cli("compare", url, url, "--suite", str(mine))
+    assert r.returncode == 2, r.stderr
+    assert (f"{mine}:2: field 'suite': unknown key (did you mean 'suites'?): a set lists its "
+            "suites under 'suites', a suite needs a 'kind'") in " ".join(r.stderr.split())
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("name: bare\nseed: 3\n")  # no key near 'suites': the suite model's error
+    r = run_cli("plan", "--suite", str(bare))
+    assert r.returncode == 2 and "field 'kind': Field required" in r.stderr, r.stderr
+
+
 def test_samples_past_a_datasets_rows_runs_them_all_and_says_so(
     stub_root: str, tmp_path: Path
 ) -> None:
