@@ -132,6 +132,8 @@ def gate_table(report: dict[str, Any] | None) -> dict[str, Any]:
                 "mde": mde,
                 "mde_flag": mde_flag,
                 "before_holm": d.get("verdict_before_holm"),
+                # The baseline's calibrated noise floor, shown beside the gate.
+                "noise_floor": (d.get("gate") or {}).get("noise_floor"),
                 "reasons": s.get("reasons") or [],
                 "scaled": sc,
             }

@@ -46,7 +46,7 @@ params:
 
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
-    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.6, seed=3) as px:
+    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.3, seed=3) as px:
         yield px
 
 
@@ -106,7 +106,8 @@ def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
 
         # The gate: the same quiet run now carries the floor and, having varied on no prompt
         # where the calibration saw many, its pass is no evidence.
-        after = _gate(compare(spec, store=store))
+        after_report = compare(spec, store=store)
+        after = _gate(after_report)
         gate = after["details"]["gate"]["noise_floor"]
         assert gate["calibration"] == cal["id"] and gate["instability"] == floor["instability"]
         check = after["details"]["noise_floor"]
@@ -114,6 +115,18 @@ def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
         assert after["verdict"] == "inconclusive"
         assert after["details"]["verdict_before_floor"] == "pass"
         assert "below the noise floor" in after["details"]["reason"]
+
+        # The dashboard shows it beside the gate: the run page's gate row and its rendering.
+        from evalsvc.dashboard._routes import _env
+        from evalsvc.services.run_verdict import gate_table
+
+        full = store.get_report(str(after_report["run_id"]))
+        (row,) = gate_table(full)["rows"]
+        assert row["noise_floor"] == gate
+        macro = _env.get_template("_macros.html").module.noise_floor  # type: ignore[attr-defined]
+        shown = str(macro(row["noise_floor"]))
+        assert f"calibration {cal['id'][:8]}" in shown and "instability" in shown
+        assert "no noise floor" in str(macro(None))
 
 
 def test_a_label_alone_is_not_a_calibration(
