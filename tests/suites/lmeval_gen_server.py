@@ -9,10 +9,12 @@ question, n): lm-eval runs one sample index after another, so draw n is sample n
 the concurrent requests of a run arrive in, and a verdict does not depend on scheduling (give
 each side its own server). Right: " <answer>."; wrong: " I am not sure." (no number).
 
-With ``fail_after`` N, every chat request after the N-th is answered 500 (an endpoint that dies
-mid-run). ``bodies`` keeps each chat request's decoding fields (``temperature``, ``top_p``,
-``max_tokens``, whether a ``seed`` key was present and its value); ``answers`` each question's
-right/wrong draws in order.
+It serves the completions API too, the way lm-eval's engine-tokenizer model
+(``evalsvc-engine-completions``) sends it: ``POST /tokenize`` gives each character's code point
+as its token id, and a completion's prompt of ids is read back as text. With ``fail_after`` N,
+every chat request after the N-th is answered 500 (an endpoint that dies mid-run). ``bodies``
+keeps each request's decoding fields (``temperature``, ``top_p``, ``max_tokens``, whether a
+``seed`` key was present and its value); ``answers`` each question's right/wrong draws in order.
 """
 
 from __future__ import annotations
@@ -55,6 +57,20 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802
         size = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(size) or b"{}")
+        if self.path.endswith("/tokenize"):
+            self._reply({"tokens": [ord(c) for c in str(body.get("prompt") or "")]})
+            return
+        if self.path.endswith("/v1/completions"):
+            prompts = body.get("prompt")
+            if not (isinstance(prompts, list) and prompts and isinstance(prompts[0], list)):
+                prompts = [prompts]
+            texts = [p if isinstance(p, str) else "".join(map(chr, p)) for p in prompts]
+            self._reply({
+                "choices": [{"index": i, "text": self.server.answer(t, body),
+                             "finish_reason": "stop"} for i, t in enumerate(texts)],
+                "usage": {"prompt_tokens": 12, "completion_tokens": 4},
+            })
+            return
         if not self.path.endswith("/chat/completions"):
             self._reply({})
             return

@@ -12,8 +12,9 @@ answer the bundled ``evalsvc_gen`` right with a planted per-document probability
 temperature > 0 (``tests/suites/lmeval_gen_server.py``): one run through the service layer
 into the store with a copy of the baseline and a worse candidate (k samples differ, A/A does
 not fail, the worse candidate fails, every view gets ``details.sampling``); a resumed run
-evaluates only the missing sample indices, with the policy's per-sample seeds; the real
-preflight reads the task's output type.
+evaluates only the missing sample indices, with the policy's per-sample seeds; a completions
+task samples through the engine's own tokenizer; a process that fails mid-run keeps the samples
+it finished; the real preflight reads the task's output type. REST refuses the block with a 422.
 """
 
 from __future__ import annotations
@@ -309,6 +310,44 @@ def test_a_resumed_run_evaluates_only_the_missing_samples_with_the_policys_seeds
     assert all(s.data["seed_sent"] is True and s.data["seed"] == seeds[s.repeat]
                for s in emitted)
     assert len(srv.bodies) == 80 and {b["seed"] for b in srv.bodies} == set(seeds.values())
+
+
+@pytest.mark.slow
+def test_a_completions_task_is_sampled_through_the_engines_own_tokenizer(
+    lmeval_python: str,
+) -> None:
+    """``local-completions`` without a local tokenizer: the sampling process registers
+    ``evalsvc-engine-completions`` first, the prompts go out as the engine's token ids
+    (``/tokenize``), with the sample's decoding and no seed."""
+    from evalsvc.endpoints import EndpointClient
+
+    suite = _lmeval("gen-engine", sampling={"k": 2, "temperature": 0.6}, n=8,
+                    task="evalsvc_gen", metric="exact_match", capabilities=["completions"])
+    assert suite.sampled_config(
+        EndpointClient(EndpointRef(url="http://127.0.0.1:9/v1")), Path("/o"), 8, [0]
+    )["engine"] is True
+    items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(8)]
+    emitted: list[Sample] = []
+
+    async def emit(sample: Sample) -> None:
+        emitted.append(sample)
+
+    async def go(url: str) -> None:
+        client = EndpointClient(EndpointRef(url=url, model="gen-model"))
+        try:
+            await suite.run(items, client, role="baseline", emit=emit, done=set(),
+                            concurrency=4)
+        finally:
+            await client.aclose()
+
+    with gen_server(0.6) as srv:
+        asyncio.run(go(srv.url))
+    assert len(emitted) == 16 and all(s.error is None for s in emitted), emitted[:1]
+    assert {s.repeat for s in emitted} == {0, 1}
+    assert len(srv.bodies) == 16  # one completion per document and sample, answered
+    assert all(b["temperature"] == 0.6 and b["has_seed"] and b["seed"] is None
+               for b in srv.bodies)
+    assert sum(len(draws) for draws in srv.answers.values()) == 16
 
 
 @pytest.mark.slow

@@ -32,17 +32,18 @@ from pathlib import Path
 from typing import Any
 
 
-def task_manager(task: str, include: str | None) -> Any:
+def task_manager(task: str, include: str | None, metadata: dict[str, Any]) -> Any:
     """lm-eval's task index: the include directory alone when it has the task, else with
-    lm-eval's own tasks."""
+    lm-eval's own tasks; ``metadata`` (the model arguments, as the command line passes them)
+    reaches every task it loads."""
     from lm_eval.tasks import TaskManager  # type: ignore[import-not-found]
 
     if include:
-        alone = TaskManager(include_path=include, include_defaults=False)
+        alone = TaskManager(include_path=include, include_defaults=False, metadata=metadata)
         if task in alone.all_tasks:
             return alone
-        return TaskManager(include_path=include)
-    return TaskManager()
+        return TaskManager(include_path=include, metadata=metadata)
+    return TaskManager(metadata=metadata)
 
 
 def main(config_path: str) -> None:
@@ -55,8 +56,10 @@ def main(config_path: str) -> None:
     from lm_eval import simple_evaluate  # type: ignore[import-not-found]
     from lm_eval.api.registry import get_model  # type: ignore[import-not-found]
     from lm_eval.loggers import EvaluationTracker  # type: ignore[import-not-found]
+    from lm_eval.utils import simple_parse_args_string  # type: ignore[import-not-found]
 
-    tasks = task_manager(cfg["task"], cfg.get("include"))
+    metadata = simple_parse_args_string(cfg["model_args"])
+    tasks = task_manager(cfg["task"], cfg.get("include"), metadata)
     lm = get_model(cfg["model"]).create_from_arg_string(cfg["model_args"])
     chat = bool(cfg.get("apply_chat_template"))
     seed = int(cfg["seed"])
