@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -72,8 +73,15 @@ def resolve_endpoint(name_or_url: str, store: Store | None) -> EndpointRef:
             raise UsageError(str(exc)) from None
     found = store.get_endpoint(name_or_url) if store is not None else None
     if found is None:
+        hint = ""
+        if re.fullmatch(r"[\w.\-\[\]:]+:\d{1,5}(/\S*)?", name_or_url):
+            # host:port[/path] without its scheme, the most common way to get here (a bare
+            # host:port also lacks the OpenAI base path, which vLLM and SGLang serve at /v1).
+            path = "" if "/" in name_or_url else "/v1"
+            hint = f" (did you mean http://{name_or_url}{path}?)"
         raise UsageError(
-            f"{name_or_url!r} is neither a URL (http://host:port/v1) nor a registered endpoint name"
+            f"{name_or_url!r} is neither a URL (http://host:port/v1) nor a registered endpoint "
+            f"name{hint}"
         )
     try:  # egress: a registration older than the userinfo rule is refused, not used
         check_endpoint_url(found.url)

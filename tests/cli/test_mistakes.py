@@ -66,6 +66,19 @@ def test_a_route_url_is_refused_with_its_base_everywhere_a_url_is_taken(
     assert json.loads(listed.stdout) == []  # nothing was registered
 
 
+def test_a_url_without_its_scheme_is_given_back_with_it(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    for given, meant in (("127.0.0.1:9/v1", "http://127.0.0.1:9/v1"),
+                         ("gpu-a:8000", "http://gpu-a:8000/v1")):  # and the base path
+        r = run_cli("compare", given, "http://127.0.0.1:9/v1", "--suite", "reasoning-smoke",
+                    "--database-url", db)
+        assert r.returncode == 2, r.stderr
+        assert f"nor a registered endpoint name (did you mean {meant}?)" in r.stderr
+    r = run_cli("compare", "prod-bf16", "http://127.0.0.1:9/v1", "--suite", "reasoning-smoke",
+                "--database-url", db)  # a name: no URL to suggest
+    assert r.returncode == 2 and "did you mean" not in r.stderr, r.stderr
+
+
 def test_a_worker_run_with_a_url_without_v1_errors_naming_the_fix(
     stub_root: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
