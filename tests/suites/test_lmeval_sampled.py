@@ -278,14 +278,16 @@ def test_every_view_shows_the_sampled_figures(sampled_run: dict[str, Any]) -> No
 
 @pytest.mark.slow
 def test_a_resumed_run_evaluates_only_the_missing_samples_with_the_policys_seeds(
-    lmeval_python: str,
+    lmeval_python: str, tmp_path: Path
 ) -> None:
     """Samples 0 of every document and 2 of half of them are done: one lm-eval process
     evaluates sample indices 1 and 2 (all 40 documents each, as ``--limit`` takes them) and
-    emits the 60 missing samples, each request carrying its sample index's seed."""
+    emits the 60 missing samples, each request carrying its sample index's seed; ``keep_logs``
+    keeps each index's lm-eval logs under ``sample-<r>/``."""
     from evalsvc.endpoints import EndpointClient
 
-    suite = _lmeval("gen-seeded", sampling={**SAMPLING, "seed": 7}, n=40, **GEN)
+    suite = _lmeval("gen-seeded", sampling={**SAMPLING, "seed": 7}, n=40,
+                    keep_logs=str(tmp_path / "logs"), **GEN)
     items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(40)]
     done = {(it.id, 0) for it in items} | {(it.id, 2) for it in items[:20]}
     emitted: list[Sample] = []
@@ -310,6 +312,11 @@ def test_a_resumed_run_evaluates_only_the_missing_samples_with_the_policys_seeds
     assert all(s.data["seed_sent"] is True and s.data["seed"] == seeds[s.repeat]
                for s in emitted)
     assert len(srv.bodies) == 80 and {b["seed"] for b in srv.bodies} == set(seeds.values())
+    kept = tmp_path / "logs" / "gen-seeded" / "baseline"
+    assert sorted(p.name for p in kept.iterdir()) == ["sample-1", "sample-2"]
+    for r in (1, 2):
+        (log,) = (kept / f"sample-{r}").rglob("samples_evalsvc_gen_*.jsonl")
+        assert len(log.read_text().splitlines()) == 40
 
 
 @pytest.mark.slow
