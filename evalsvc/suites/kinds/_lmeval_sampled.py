@@ -8,11 +8,11 @@ writes each run's logs as lm-eval's command line does with ``--log_samples`` (an
 complete, so after a failure the caller keeps the samples already finished.
 
 Why not one ``lm_eval`` command per sample index: each command indexes lm-eval's few thousand
-task files before it starts (about 10 of its 12 CPU-seconds for the 12-document bundled
+task files before it starts (about 10 of its 13 CPU-seconds for the bundled
 ``evalsvc_gen`` on a 2-core host); here the task manager, the model and the imports are made
 once, a task of the include directory is first looked up there alone (as the preflight does),
-and each further sample costs what its requests cost (3 samples: 3.2 CPU-s, against 35 for
-three commands; docs/benchmarks.md).
+and each further sample costs what its requests cost (40 documents: 3.0–3.4 CPU-s for 3
+samples in one process, 12.8–13.1 for each command; docs/benchmarks.md).
 
 The config (JSON, written by ``evalsvc.suites.kinds.lmeval``): ``model``, ``model_args`` (lm-eval's
 ``key=value,...`` string), ``engine`` (register ``evalsvc-engine-completions`` first,
