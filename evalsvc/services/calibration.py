@@ -135,8 +135,11 @@ def get(store: Store, calibration_id: str) -> dict[str, Any]:
     if "baseline" in snaps:
         out["fingerprint"] = provenance_fingerprint(snaps["baseline"][1])
     report = store.get_report(run.id)
-    if report is not None and out["fingerprint"] is not None and run.finished_at is not None:
+    # A run past its error budget measured the failures, not the noise: no floors.
+    usable = run.verdict != "error" and run.finished_at is not None
+    if report is not None and out["fingerprint"] is not None and usable:
         for suite in _suites_of(report):
+            assert run.finished_at is not None
             floor = figures(
                 store, report, suite, run_id=run.id, fingerprint=out["fingerprint"],
                 measured_at=run.finished_at,

@@ -80,7 +80,7 @@ def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
         floor = cal["floors"]["determinism-floor"]
         assert cal["status"] == "completed" and floor["calibration"] == cal["id"]
         # The planted noise: the proxy changed answers under load, on many prompts.
-        assert floor["instability"] > 0.1 and floor["varying_clusters"] > 0.3
+        assert floor["instability"] > 0.05 and floor["varying_clusters"] > 0.1
         assert floor["clusters"] == 64  # 32 prompts on each of the two passes
         assert floor["discordance"] > 0.05 and floor["pairs"] == 64
         snaps = store.get_endpoint_snapshots(cal["id"])
