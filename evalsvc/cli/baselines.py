@@ -80,6 +80,7 @@ def list_(
     database_url: DatabaseUrlOption = None,
 ) -> None:
     """Blessed baselines, newest first, with their age (stale past EVALSVC_BASELINE_MAX_AGE)."""
+    from evalsvc.reports import human_age
     from evalsvc.services import baselines
 
     rows = _call(database_url, lambda s: [baselines.view(b) for b in s.blessed.list_all(
@@ -91,7 +92,7 @@ def list_(
     for b in rows:
         state = "revoked" if b["revoked_at"] else ("stale" if b["stale"] else "in use")
         table.add_row(b["id"], term(b["suite"]), term(b["endpoint_url"]), b["run_id"],
-                      str(len(b["run_ids"])), str(b["items"]), baselines.human_age(b["age_s"]),
+                      str(len(b["run_ids"])), str(b["items"]), human_age(b["age_s"]),
                       _floor(b.get("noise")), state)
     Console().print(table)
 
