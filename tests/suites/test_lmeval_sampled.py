@@ -388,7 +388,9 @@ def test_samples_finished_before_the_endpoint_died_are_kept(lmeval_python: str) 
     assert len(first) == len(second) == 12
     assert all(s.error is None and s.score is not None for s in first)
     assert all(s.error and s.error.startswith("lm-eval exited 1") for s in second)
-    assert "log on the worker" in (second[0].error or "")
+    log = Path((second[0].error or "").rsplit("log on the worker: ", 1)[1].rstrip(")"))
+    assert log.name == "lm_eval.log" and "sample 0 done" in log.read_text()
+    shutil.rmtree(log.parent)  # kept for the operator; this test's is read
 
 
 @pytest.mark.slow
