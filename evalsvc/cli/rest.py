@@ -93,7 +93,10 @@ def compare_remote(
         "suites": suites,
         "options": options.model_dump(mode="json"),
     }
-    base = server.rstrip("/") + "/api/v1"
+    server, problem = server_root(server)
+    if problem:
+        return no_verdict(problem, EXIT_USAGE)
+    base = server + "/api/v1"
     signal.signal(signal.SIGTERM, raise_interrupt)
     with httpx.Client(headers=headers, timeout=30) as http:
 
@@ -199,6 +202,17 @@ def api_json(resp: Any, server: str, *, ok: bool = False) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise NotTheApi(not_the_api(resp, server, "not a JSON object"))
     return value
+
+
+def server_root(server: str) -> tuple[str, str | None]:
+    """The server's root URL from what ``--server`` was given, and what is wrong with it (None
+    when nothing is): a URL without its scheme names the one it meant (exit 2, as an endpoint
+    URL's does); the API's base path, which ``evalsvc api serve`` prints (``…/api/v1``), is
+    taken for the root it is under."""
+    root = server.strip().rstrip("/")
+    if "://" not in root:
+        return root, f"--server {server!r} is not a URL: did you mean http://{root}?"
+    return root.removesuffix("/api/v1"), None
 
 
 def _token_fix(status: int, has_token: bool) -> str:

@@ -45,6 +45,22 @@ def background_worker(db_url: str, executor: Executor) -> Iterator[Worker]:
             thread.join(15)
 
 
+def test_the_server_url_as_api_serve_prints_it_or_without_its_scheme(api: Api) -> None:
+    """``evalsvc api serve`` prints ``http://HOST:PORT/api/v1``: given to ``--server`` it is the
+    same server (it read HTTP 404); ``HOST:PORT`` without ``http://`` names the URL it meant."""
+    env = {"EVALSVC_TOKEN": api.tokens["submit"]}
+    with background_worker(api.db_url, make_executor("pass")):
+        printed = run_cli("compare", BASE, CAND, "--suite", "needle-smoke", "--samples", "5",
+                          "--server", f"{api.base_url}/api/v1/", "--json", "-", env=env)
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout)["verdict"] == "pass"
+    bare = api.base_url.removeprefix("http://")
+    r = run_cli("compare", BASE, CAND, "--suite", "needle-smoke", "--server", bare, env=env)
+    assert r.returncode == 2, r.stderr
+    assert f"--server '{bare}' is not a URL: did you mean http://{bare}?" in r.stderr
+    assert len(api.store.list_runs()) == 1  # the refused one sent nothing
+
+
 @pytest.mark.parametrize(("verdict", "code"), [("pass", 0), ("fail", 1)])
 def test_compare_server_end_to_end(api: Api, verdict: str, code: int) -> None:
     with background_worker(api.db_url, make_executor(verdict)):
