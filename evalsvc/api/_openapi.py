@@ -106,8 +106,9 @@ def _problem_response(code: str, existing: dict[str, Any] | None) -> dict[str, A
 
 
 def _catalog_enum(components: dict[str, Any]) -> None:
-    """``RunCreate.suites`` and ``SweepSpec.suites`` list the catalog's names (read when the
-    document is built; the CLI's sweep spec may also name files, the server's may not)."""
+    """``RunCreate.suites``, ``SweepSpec.suites`` and ``CalibrationCreate.suites`` list the
+    catalog's names (read when the document is built; the CLI's sweep spec may also name files,
+    the server's may not)."""
     from evalsvc.services.catalog import suite_rows
     from evalsvc.suites import SuiteError
 
@@ -115,7 +116,8 @@ def _catalog_enum(components: dict[str, Any]) -> None:
         names = sorted(str(row["name"]) for row in suite_rows())
     except SuiteError:  # a broken catalog: the routes say so; the document stays usable
         return
-    for model in ("RunCreate", "SweepSpec"):  # POST /runs, POST /sweeps
+    # POST /runs, POST /sweeps, POST /calibrations
+    for model in ("RunCreate", "SweepSpec", "CalibrationCreate"):
         items = components.get(model, {}).get("properties", {}).get("suites", {}).get("items")
         if isinstance(items, dict) and names:
             items["enum"] = names

@@ -217,6 +217,7 @@ def plan(
         from evalsvc.services import calibration
         from evalsvc.services.runs import resolve_endpoint
 
+        assert store is not None  # opened above for --endpoint
         try:
             ref = resolve_endpoint(endpoint, store)
             _, floors = calibration.floors_for_endpoint(store, ref, suite)

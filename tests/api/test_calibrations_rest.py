@@ -37,5 +37,7 @@ def test_a_queued_calibration_stores_its_floor(api: Api) -> None:
         with api.client("read") as reader:
             listed = reader.get("/calibrations").json()
             assert [c["id"] for c in listed] == [cal_id]
+            typo = reader.get("/calibrations", params={"limt": 1})
+            assert typo.status_code == 422 and "takes limit" in typo.json()["detail"]
             missing = reader.get(f"/calibrations/{'0' * 32}")
             assert missing.status_code == 404 and "no calibration" in missing.json()["detail"]
