@@ -67,8 +67,8 @@ def test_a_non_comparable_run_gates_5_and_its_page_says_why(
         f"name: tiny\nkind: reasoning\nseed: {SEED}\nparams:\n  n: 10\n  max_tokens: 16\n"
         "  tasks:\n    - {family: arithmetic, level: 1}\n"
     )
-    with level_server(GOOD, [SEED], per_level=100) as b, \
-            level_server(GOOD, [SEED], per_level=100, tokenizer_offset=3) as c, \
+    with level_server(GOOD, [SEED], per_level=30) as b, \
+            level_server(GOOD, [SEED], per_level=30, tokenizer_offset=3) as c, \
             Store.from_url(url) as store:
         spec = RunSpec(baseline=EndpointRef(url=b.url), candidates=[EndpointRef(url=c.url)],
                        suites=[str(suite)])

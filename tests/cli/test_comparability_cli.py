@@ -37,8 +37,8 @@ def test_another_chat_template_exits_5_naming_the_fix_and_is_stored(
 ) -> None:
     out = tmp_path / "report.json"
     junit = tmp_path / "junit.xml"
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, chat_template="llama3") as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, chat_template="llama3") as cand:
         r = run_cli("compare", base.url, cand.url, "--suite", str(_suite(tmp_path)),
                     "--database-url", db_url, "--json", str(out), "--junit", str(junit))
         assert not cand.seen, "a non-comparable candidate is sent no item"
@@ -59,8 +59,8 @@ def test_another_chat_template_exits_5_naming_the_fix_and_is_stored(
 def test_allow_difference_runs_the_comparison(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'e.db'}"
     out = tmp_path / "report.json"
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, chat_template="llama3") as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, chat_template="llama3") as cand:
         r = run_cli("compare", base.url, cand.url, "--suite", str(_suite(tmp_path)),
                     "--database-url", db, "--json", str(out),
                     "--allow-difference", "chat_template")

@@ -43,8 +43,8 @@ def _items_seen(server: LevelServer) -> int:
 
 
 def test_the_same_model_stays_comparable_and_records_what_was_compared() -> None:
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100) as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30) as cand:
         result = _run(base.url, [cand.url], [_reasoning()], RunOptions(concurrency=4))
     prov = result.candidates[0].provenance
     assert prov.chat_template_fingerprint == result.baseline_provenance.chat_template_fingerprint
@@ -54,8 +54,8 @@ def test_the_same_model_stays_comparable_and_records_what_was_compared() -> None
 
 
 def test_another_chat_template_is_non_comparable_and_sent_nothing() -> None:
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, chat_template="llama3") as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, chat_template="llama3") as cand:
         result = _run(base.url, [cand.url], [_reasoning()], RunOptions(concurrency=4))
         sent = _items_seen(cand)
     assert result.verdict == "non-comparable" and result.error is None
@@ -74,8 +74,8 @@ def test_another_chat_template_is_non_comparable_and_sent_nothing() -> None:
 
 
 def test_another_tokenizer_names_the_tokenizer_only() -> None:
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, tokenizer_offset=7) as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, tokenizer_offset=7) as cand:
         result = _run(base.url, [cand.url], [_reasoning()], RunOptions(concurrency=4))
     fields = [d.field for d in result.candidates[0].comparability.differences]
     assert fields == ["tokenizer"] and result.verdict == "non-comparable"
@@ -83,8 +83,8 @@ def test_another_tokenizer_names_the_tokenizer_only() -> None:
 
 def test_a_difference_the_run_or_every_suite_allows_is_reported_not_deciding() -> None:
     allow = ComparabilityOptions(allow=["chat_template"])
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, chat_template="llama3") as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, chat_template="llama3") as cand:
         by_run = _run(base.url, [cand.url], [_reasoning()],
                       RunOptions(concurrency=4, comparability=allow))
         by_suite = _run(base.url, [cand.url], [_reasoning(comparability=allow)],
@@ -101,9 +101,9 @@ def test_a_difference_the_run_or_every_suite_allows_is_reported_not_deciding() -
 
 
 def test_one_comparable_and_one_non_comparable_candidate() -> None:
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100) as same, \
-            level_server(GOOD, [SEED], per_level=100, chat_template="gemma") as other:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30) as same, \
+            level_server(GOOD, [SEED], per_level=30, chat_template="gemma") as other:
         result = _run(base.url, [same.url, other.url], [_reasoning()], RunOptions(concurrency=4))
         assert _items_seen(same) == 20 and _items_seen(other) == 0
     first, second = result.candidates
@@ -114,8 +114,8 @@ def test_one_comparable_and_one_non_comparable_candidate() -> None:
 
 
 def test_refusals_on_one_side_past_the_budget_are_non_comparable() -> None:
-    with level_server(GOOD, [SEED], per_level=100) as base, \
-            level_server(GOOD, [SEED], per_level=100, refuse=0.3) as cand:
+    with level_server(GOOD, [SEED], per_level=30) as base, \
+            level_server(GOOD, [SEED], per_level=30, refuse=0.3) as cand:
         result = _run(base.url, [cand.url], [_reasoning()], RunOptions(concurrency=4))
         allowed = _run(base.url, [cand.url], [_reasoning()], RunOptions(
             concurrency=4, comparability=ComparabilityOptions(allow=["sample_counts"])))
