@@ -72,7 +72,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def usage(_: Request, exc: Exception) -> Response:
         return _problem(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc))
 
-    async def invalid_request(_: Request, exc: Exception) -> Response:
+    async def invalid_request(request: Request, exc: Exception) -> Response:
         # The same shape as every other error ({"detail": str}), plus each invalid field.
         assert isinstance(exc, RequestValidationError)
         errors = [
@@ -86,10 +86,18 @@ def _install_error_handlers(app: FastAPI) -> None:
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        detail = f"{where}: {first['msg']}{more}" if where else first["msg"]
+        kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if first["loc"] == ["body"] and not kind.endswith("json"):
+            # curl -d sends a form (application/x-www-form-urlencoded), which FastAPI reads as
+            # no object at all: the fix is the header, not the fields.
+            detail = (f"the body was sent as {kind or 'no content type'}, not JSON: send it "
+                      "with `Content-Type: application/json` (curl: -H 'Content-Type: "
+                      "application/json')")
         return JSONResponse(
             jsonable_encoder(
                 {
-                    "detail": f"{where}: {first['msg']}{more}" if where else first["msg"],
+                    "detail": detail,
                     "errors": errors,
                 }
             ),

@@ -120,3 +120,22 @@ def test_a_suite_file_sent_to_the_server_points_at_the_suites_dir(api: Api) -> N
                                           "suites": ["./mine.yaml"]})
     assert resp.status_code == 422
     assert "EVALSVC_SUITES_DIR on the API server and its workers" in resp.json()["detail"]
+
+
+def test_a_body_sent_as_a_form_names_the_content_type(api: Api) -> None:
+    """``curl -d '{...}'`` without ``-H 'Content-Type: application/json'`` sends a form: the
+    answer names the header (it read "body: Input should be a valid dictionary")."""
+    body = json.dumps({"baseline": {"url": "http://127.0.0.1:9001/v1"},
+                       "candidates": [{"url": "http://127.0.0.1:9002/v1"}],
+                       "suites": ["reasoning-smoke"]})
+    with api.client("submit") as client:
+        form = client.post("/runs", content=body,
+                           headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert form.status_code == 422, form.text
+        assert form.json()["detail"] == (
+            "the body was sent as application/x-www-form-urlencoded, not JSON: send it with "
+            "`Content-Type: application/json` (curl: -H 'Content-Type: application/json')")
+        sent = client.post("/runs", content=body, headers={"Content-Type": "application/json"})
+        assert sent.status_code == 202, sent.text
+        wrong = client.post("/runs", json=["reasoning-smoke"])  # JSON, but not an object
+        assert wrong.status_code == 422 and "Content-Type" not in wrong.json()["detail"]
