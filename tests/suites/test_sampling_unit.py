@@ -219,3 +219,17 @@ def test_a_runs_k_is_refused_for_a_dataset_without_a_reference(tmp_path: Path) -
                                                        "prompt": {"template": "{q}"}}))
     with pytest.raises(GatePolicyError, match="needs a reference column"):
         suite.bind_gate(RunOptions(sampling=SamplingOptions(k=2, temperature=0.6)))
+
+
+@pytest.mark.parametrize("kind", ["toolcalls", "structured"])
+def test_greedy_answer_kinds_refuse_the_block_and_pass_a_runs_k_by(kind: str) -> None:
+    """Tool calls and structured output pair one greedy answer per item in their two gates:
+    the block is refused with the reason, and a run's --sampling-k leaves them greedy and
+    binary (it would otherwise count an item's k samples as k independent pairs)."""
+    cls = suite_kinds()[kind]
+    with pytest.raises(ValueError, match="greedy answer per item"):
+        cls(SuiteSpec(name="t", kind=kind, sampling={"k": 3, "temperature": 0.6}))
+    suite = cls(SuiteSpec(name="t", kind=kind))
+    gate = suite.bind_gate(RunOptions(sampling=SamplingOptions(k=3, temperature=0.8)))
+    assert suite.spec.sampling is None and suite.samples_per_item == 1
+    assert gate.kind == "binary"

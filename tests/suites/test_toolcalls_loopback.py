@@ -202,7 +202,8 @@ def test_structured_faithful_passes_and_invalid_answers_fail(srv: ToolServer) ->
     bad = [s for s in samples if s.endpoint != "baseline" and not s.data["valid"]]
     assert bad and all("is a required property" in s.data["errors"][0] for s in bad)
     text = "\n".join(findings(entry))
-    assert "Failed: valid (100% →" in text and bad[0].item_id in text
+    # The finding names examples of the invalid answers (a few, in its own order).
+    assert "Failed: valid (100% →" in text and any(s.item_id in text for s in bad)
 
 
 def test_structured_refused_where_response_format_is_ignored(srv: ToolServer) -> None:

@@ -512,9 +512,15 @@ class ToolCallSuite(Suite):
     params: ToolCallParams
 
     def __init__(self, spec: SuiteSpec) -> None:
-        super().__init__(spec)
         if spec.sampling is not None:
             raise ValueError(_NO_SAMPLING.format(kind=self.kind))
+        super().__init__(spec)
+
+    @property
+    def sampleable(self) -> bool:
+        # Greedy only, like the block: its two gates pair one answer per item, so a run's
+        # --sampling-k passes this suite by (docs/suites.md, "Sampled evaluation").
+        return False
 
     def item_count(self) -> int:
         return self.params.n
