@@ -10,6 +10,8 @@ Real runs through ``evalsvc.services.runs.compare`` against loopback servers of 
   ``blessed_baseline=False`` re-runs it silently;
 - a blessing of three runs measures the noise floor (0 on a deterministic server); two runs, a
   run of another seed, an unfinished run and a determinism suite are refused with the fix;
+- a queued run a worker executes (server mode: a catalog suite) reuses a blessing as ``compare``
+  does;
 - a determinism suite is never given a blessed baseline's samples, even under a matching key.
 """
 
@@ -23,8 +25,9 @@ import jsonschema
 import pytest
 
 from evalsvc.db import Store
-from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec
+from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec, RunStatus
 from evalsvc.reports import report_schema, reuse_lines, to_markdown
+from evalsvc.scheduler import Worker
 from evalsvc.services import baselines, runs
 from evalsvc.suites import SuiteSpec, suite_kinds
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
@@ -59,8 +62,8 @@ def db(db_url: str) -> Iterator[Store]:  # noqa: F811  (the fixture)
 @pytest.fixture(scope="module")
 def pair() -> Iterator[tuple[Any, Any]]:
     """A baseline and a candidate server (building one reads every item of the seed)."""
-    with level_server(GOOD, [SEED, SEED + 1], per_level=40) as b, \
-            level_server(GOOD, [SEED, SEED + 1], per_level=40) as c:
+    seeds = [SEED, SEED + 1, 7]  # 7: the catalog's reasoning-smoke, for the queued run
+    with level_server(GOOD, seeds, per_level=40) as b, level_server(GOOD, seeds, per_level=40) as c:
         yield b, c
 
 
@@ -181,3 +184,27 @@ def test_determinism_always_runs_both_sides(db: Store, pair: Any, suite_file: Pa
     done: set[tuple[str, str, str, int]] = set()
     reuse.apply(run.spec.baseline, prov, done)
     assert done == set() and reuse.entries["det"]["status"] == "not-reusable"
+
+
+def test_a_queued_run_reuses_it_too(db: Store, pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")  # loopback, as an operator allows
+    base, cand = pair
+    spec = RunSpec(baseline=EndpointRef(url=base.url), candidates=[EndpointRef(url=cand.url)],
+                   suites=["reasoning-smoke"], options=RunOptions(concurrency=4))
+
+    def queued() -> tuple[str, int]:
+        sent = len(base.seen)
+        run = runs.submit(spec, store=db)
+        assert Worker(db, poll_seconds=0.05, lease_seconds=30).run(once=True) == 1
+        done = db.get_run(run.id)
+        assert done is not None and done.status == RunStatus.completed, done
+        return run.id, len(base.seen) - sent
+
+    first, sent = queued()
+    assert sent == 16
+    [blessing] = baselines.bless(db, [first])
+    second, sent = queued()
+    assert sent == 0
+    report = db.get_report(second)
+    assert report is not None
+    assert report["baseline_reuse"][0]["blessing_id"] == blessing["id"]
