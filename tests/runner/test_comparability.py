@@ -142,3 +142,31 @@ def test_a_candidate_context_shorter_than_a_suite_needs() -> None:
     assert diff.field == "max_context" and diff.suite == "n"
     assert "the candidate's 2048 tokens (the baseline serves 8192)" in diff.message
     assert result.verdict == "non-comparable"
+
+
+def assert_quantized_pairs_stay_comparable(baseline: str, candidates: list[str]) -> None:
+    """Probe the real endpoints as a run does: every quantized candidate of the same model is
+    comparable, and the guard had something to compare (both fingerprints recorded)."""
+    from evalsvc.runner._comparable import incomparable
+    from evalsvc.runner._runner import probe_all
+
+    async def probed() -> list[Any]:
+        clients, provs = await probe_all(
+            EndpointRef(url=baseline), [EndpointRef(url=c) for c in candidates], RunOptions()
+        )
+        await asyncio.gather(*(c.aclose() for c in clients))
+        return provs
+
+    provs = asyncio.run(probed())
+    for prov in provs:
+        assert prov.tokenizer_fingerprint and prov.chat_template_fingerprint, prov
+    found = asyncio.run(incomparable([_reasoning()], provs, RunOptions()))
+    assert [f.differences for f in found] == [[] for _ in candidates]
+
+
+def test_the_local_quantized_endpoints_stay_comparable(serving_endpoints: Any) -> None:
+    """vLLM bf16 against fp8-kv/w8a8/w4a16, or llama.cpp F16 against q8_0-kv: the same model,
+    tokenizer and template; the quantization differs and is the point."""
+    assert_quantized_pairs_stay_comparable(
+        serving_endpoints.baseline, list(serving_endpoints.candidates.values())
+    )
