@@ -535,9 +535,12 @@ async def execute(
         # The comparability guard: a candidate that differs in more than the quantization is
         # sent nothing (its verdict is non-comparable whatever it would answer).
         guard = dict(zip(roles[1:], await incomparable(suites, provs, options), strict=True))
-        for role, found in guard.items():
+        for ref, prov, found in zip(refs[1:], provs[1:], guard.values(), strict=True):
             for d in found.differences:
-                progress.message(f"{role} is not comparable with the baseline: {d.message}")
+                progress.message(
+                    f"candidate {_label(ref, prov)} is not comparable with the baseline, so it "
+                    f"is sent nothing: {d.message}"
+                )
         sent = [r == "baseline" or guard[r].comparable for r in roles]
         live = [c for c, keep in zip(clients, sent, strict=True) if keep]
         roles = [r for r, keep in zip(roles, sent, strict=True) if keep]
