@@ -48,13 +48,24 @@ def suites_list(
         table.add_column(col, overflow="fold")
     for r in rows:
         members = r.get("suites")
-        desc = str(r["description"] or "") + (f" ({', '.join(members)})" if members else "")
+        desc = _gist(str(r["description"] or "")) + (
+            f" ({', '.join(members)})" if members else "")
         table.add_row(term(r["name"]), term(r["kind"]), term(r.get("gate") or ""),
                       term((r.get("cost") or {}).get("text", "")),
                       term(", ".join(r.get("needs") or [])), term(desc))
     Console().print(table)
     for name, reason in sorted(broken.items()):
         err.print(f"warning: suite kind plugin {name!r} not loaded: {reason}", markup=False)
+
+
+def _gist(text: str, limit: int = 72) -> str:
+    """A description's first sentence, cut at a word before ``limit`` characters with "…": the
+    listing stays a few lines a suite (whole descriptions made it 1,000 lines at 100 columns);
+    ``suites show`` and ``--json`` give them whole."""
+    first = text.split(". ", 1)[0].strip()
+    if len(first) <= limit:
+        return first if first == text.strip() or first.endswith(".") else f"{first} …"
+    return first[:limit].rsplit(" ", 1)[0].rstrip(",;:-( ") + " …"
 
 
 @app.command("show")

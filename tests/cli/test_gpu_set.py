@@ -202,6 +202,20 @@ def test_suites_list_and_show_give_gate_needs_and_cost() -> None:
     assert unknown.returncode == 2 and "gpu-nope" in unknown.stderr
 
 
+def test_suites_list_gives_each_description_its_gist() -> None:
+    """The table gives a description's first sentence, cut with "…" (whole descriptions made
+    the listing 1,245 lines on 80 columns, 14 a suite on 120); ``--json`` keeps them whole."""
+    rows = json.loads(run_cli("suites", "list", "--json").stdout)
+    full = _row(rows, "dataset-qa")["description"]
+    assert full.startswith("The dataset kind on the shipped QA file") and len(full) > 200
+    table = run_cli("suites", "list", env={"COLUMNS": "120"})
+    assert table.returncode == 0, table.stderr
+    assert len(table.stdout.splitlines()) < 7 * len(rows)
+    assert "A template for your own data" not in table.stdout  # past the first sentence
+    gpu = [line for line in table.stdout.splitlines() if "│ gpu " in line]
+    assert gpu, table.stdout
+
+
 def test_suites_show_prints_the_yaml_unwrapped_on_a_narrow_terminal() -> None:
     """The YAML ``suites show`` prints is the file, whatever the terminal's width: users copy it
     to make their own suite, and a folded description wrapped at 60 columns was no YAML."""
