@@ -276,6 +276,10 @@ def _norm(url: str) -> str:
     return url.rstrip("/")
 
 
+def _is_endpoint(url: str) -> bool:
+    return url[:8].lower().startswith(("http://", "https://"))
+
+
 def _labels(run: RunInfo) -> dict[str, str]:
     from evalsvc.reports import endpoint_label
 
@@ -314,8 +318,10 @@ def detect_gates(store: Store, run: RunInfo, settings: Settings) -> list[NewAler
     out: list[NewAlert] = []
     labels = _labels(run)
     base = _norm(run.spec.baseline.url)
+    if not _is_endpoint(base):
+        return out  # gated logs (gate-logs): their sides are files, not endpoints
     for gate in store.get_gate_results(run.id):
-        if not gate.get("gated", True) or not gate.get("candidate_url"):
+        if not gate.get("gated", True) or not _is_endpoint(str(gate.get("candidate_url") or "")):
             continue  # an informational suite (speed with its gate off) decides nothing
         series = _series(store, run, gate)
         if len(series) < 2:
@@ -372,7 +378,8 @@ def detect_error_streaks(store: Store, run: RunInfo, settings: Settings) -> list
     need = settings.alert_error_streak
     labels = _labels(run)
     out = []
-    for url in dict.fromkeys(_norm(r.url) for r in [run.spec.baseline, *run.spec.candidates]):
+    for url in dict.fromkeys(_norm(r.url) for r in [run.spec.baseline, *run.spec.candidates]
+                             if _is_endpoint(r.url)):
         recent = store.alerts.finished_runs_of(url, until=run.finished_at,
                                                limit=max(need, _STREAK_LOOKBACK))
         streak = 0
