@@ -227,3 +227,14 @@ def test_sampling_is_refused_with_the_reason() -> None:
     for kind in ("toolcalls", "structured"):
         with pytest.raises(ValueError, match="not sampled yet"):
             suite_kinds()[kind](SuiteSpec(name=kind, kind=kind, sampling={"k": 4, "temperature": 0.6}))
+
+
+def test_structured_needs_json_schema_only_for_response_format() -> None:
+    """The probe's json_schema check is asked only of the mode that sends response_format."""
+    from evalsvc.suites import SuiteSpec, suite_kinds
+
+    cls = suite_kinds()["structured"]
+    assert "json_schema" in cls(SuiteSpec(name="s", kind="structured")).requires
+    for mode in ("prompt",):
+        suite = cls(SuiteSpec(name="s", kind="structured", params={"mode": mode}))
+        assert suite.requires == frozenset({"chat"})

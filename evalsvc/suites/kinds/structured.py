@@ -191,16 +191,16 @@ class StructuredSuite(Suite):
         if spec.sampling is not None:
             raise ValueError(_NO_SAMPLING.format(kind=self.kind))
         super().__init__(spec)
+        # Only response_format needs the probe's json_schema check; an engine's own field is
+        # the user's statement that the engine has it, and `prompt` constrains nothing.
+        if self.params.mode != "response_format":
+            self.requires = frozenset({"chat"})  # type: ignore[misc]
 
     @property
     def sampleable(self) -> bool:
         # Greedy only, like the block: its two gates pair one answer per item, so a run's
         # --sampling-k passes this suite by (docs/suites.md, "Sampled evaluation").
         return False
-        # Only response_format needs the probe's json_schema check; an engine's own field is
-        # the user's statement that the engine has it, and `prompt` constrains nothing.
-        if self.params.mode != "response_format":
-            self.requires = frozenset({"chat"})  # type: ignore[misc]
 
     def item_count(self) -> int:
         return self.params.n
