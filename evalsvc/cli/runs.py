@@ -105,8 +105,20 @@ def list_runs(
         _emit_json([_summary(r) for r in runs])
         return
     table = Table(show_lines=False)
-    for col in ("id", "created", "status", "verdict", "baseline", "candidates", "suites"):
+    # The id, time, status and verdict whole at any width (an 80-column terminal read
+    # "complete", "inconclus"); the endpoints and suites wrap in what is left.
+    for col in ("id", "created", "status", "verdict"):
+        table.add_column(col, no_wrap=True)
+    for col in ("baseline", "candidates", "suites"):
         table.add_column(col, overflow="fold")
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    def label(ref: Any) -> str:
+        # The reports' and dashboard's name for an endpoint (name, else host:port); --json and
+        # `runs show` keep the URL.
+        return endpoint_label({"name": ref.name, "url": redact_url(ref.url), "model": ref.model})
+
     for r in runs:
         s = redact_urls_in(_summary(r))
         # Names, URLs and suites come from submitters: escaped for rich (markup, controls).
@@ -115,8 +127,8 @@ def list_runs(
             fmt_time(r.created_at),
             s["status"],
             term(s["verdict"] or "-"),
-            term(s["baseline"]),
-            term(", ".join(s["candidates"])),
+            term(label(r.spec.baseline)),
+            term(", ".join(label(c) for c in r.spec.candidates)),
             term(", ".join(s["suites"])),
         )
     _out.print(table)

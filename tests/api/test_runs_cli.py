@@ -70,6 +70,13 @@ def test_runs_commands_round_trip(api: Api, tmp_path: Path) -> None:
     assert rows[done]["baseline"] == BASE and rows[done]["candidates"] == [CAND]
     table = evalsvc("runs", "list", "--status", "queued", *db)
     assert queued[:8] in table.stdout and done[:8] not in table.stdout
+    # The table (80 columns here, as in a CI log): id, status and verdict whole, endpoints by
+    # their label, as the reports and the dashboard name them.
+    table = evalsvc("runs", "list", *db)
+    (row,) = [line for line in table.stdout.splitlines() if done[:8] in line]
+    assert "completed" in row and " fail " in row, table.stdout
+    assert "127.0." in row  # the label's host:port, its start on this line
+    assert "http://" not in table.stdout
 
     prefix = done[:8]  # what `runs list` prints
     shown = evalsvc("runs", "show", prefix, "--json", *db)
