@@ -205,18 +205,22 @@ def _run_async(coro: Any) -> Any:
 
 def deliver(store: Store, alert_id: str, *, owner: str | None = None,
             settings: Settings | None = None) -> bool:
-    """Send one alert to every webhook if this process wins its delivery; True if it did."""
+    """Send one alert to every webhook if this process wins its delivery; True if it did.
+    A process without webhooks leaves the alert to one that has them (a worker configured
+    differently from the ``compare`` that raised it); a bad setting is recorded on the alert."""
     s = settings or Settings()
     owner = owner or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
-    if not store.alerts.claim_delivery(alert_id, owner=owner):
-        return False
-    alert = store.alerts.get_alert(alert_id)
     results: list[dict[str, Any]] = []
     try:
         hooks = configured_webhooks(s)
     except AlertConfigError as exc:
         results = [{"webhook": "EVALSVC_ALERT_WEBHOOKS", "status": "refused", "error": str(exc)}]
         hooks = []
+    if not hooks and not results:
+        return False
+    if not store.alerts.claim_delivery(alert_id, owner=owner):
+        return False
+    alert = store.alerts.get_alert(alert_id)
     if alert is not None and hooks:
 
         async def send_all() -> list[dict[str, Any]]:

@@ -263,3 +263,37 @@ def test_a_falling_interval_that_crosses_the_margin_raises_margin_trend(
     assert bound == pytest.approx(-0.1) and ends[0] >= bound and ends[1] >= bound > ends[2]
     alerts.after_run(alerts_store, done[-1])
     assert len(alerts_store.alerts.list_alerts()) == 2
+
+
+def test_webhook_settings_and_what_names_a_webhook() -> None:
+    hooks = alerts.parse_webhooks(
+        "slack:https://hooks.slack.com/services/T0/B0/SECRET , json:http://10.0.0.5:9000/a,"
+        "https://ops.example.com/evalsvc")
+    assert [(h.format, h.label) for h in hooks] == [
+        ("slack", "slack:hooks.slack.com"), ("json", "json:10.0.0.5:9000"),
+        ("json", "json:ops.example.com")]
+    assert "SECRET" not in " ".join(h.label for h in hooks)  # the path is Slack's token
+    with pytest.raises(alerts.AlertConfigError, match="separate entries with commas"):
+        alerts.parse_webhooks("slack:ftp://hooks.example.com/x")
+
+
+def test_a_webhook_the_egress_policy_refuses_is_never_contacted(
+    alerts_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loopback webhook without ``EVALSVC_ALLOWED_ENDPOINTS`` listing it: the alert is stored
+    with the refusal and its reason, and the receiver sees no request."""
+    monkeypatch.setenv("EVALSVC_ALERT_ERROR_STREAK", "1")
+    monkeypatch.delenv("EVALSVC_ALLOWED_ENDPOINTS", raising=False)
+    with fault_server() as srv:
+        host, port = srv.server_address[:2]
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"slack:http://{host}:{port}/ok/hook")
+        dead = f"http://{host}:{port}/garbage/v1"
+        spec = RunSpec(baseline=EndpointRef(url=dead), candidates=[EndpointRef(url=dead)],
+                       suites=["reasoning-smoke"], options=RunOptions(samples=2))
+        with pytest.raises(Exception):  # noqa: B017 - the run's error raises the alert
+            runs.compare(spec, store=alerts_store)
+        assert [p for p, _ in srv.bodies_seen if p == "/ok/hook"] == []
+    (alert,) = alerts_store.alerts.list_alerts()
+    assert alert["delivery"] == "failed"
+    (refused,) = alert["deliveries"]
+    assert refused["status"] == "refused" and "EVALSVC_ALLOWED_ENDPOINTS" in refused["error"]
