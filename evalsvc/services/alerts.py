@@ -7,7 +7,9 @@ Contract:
 - **Identity.** Runs are "the same comparison" when they share the baseline URL, the candidate
   URL (both without a trailing slash) and the suite name: the key that stored gates, the trend
   page and ``/metrics`` already use. Endpoint *names* are labels (one name can be re-registered
-  to another URL), so they never split or join an identity.
+  to another URL), so they never split or join an identity. Runs of a sweep (its
+  configurations are served in turn at one URL) and calibrations (an endpoint against itself)
+  are no step in that history: they raise nothing and are skipped as previous runs.
 - **Kinds** (``KINDS``), each detected by a pure rule over the stored gates or runs:
   ``verdict_change`` (the verdict of an identity differs from its previous completed run's),
   ``margin_trend`` (over the last ``EVALSVC_ALERT_TREND_RUNS`` runs of an identity the worse end
@@ -307,14 +309,37 @@ def _worse_end(p: dict[str, Any]) -> tuple[float, float] | None:
     return None if end is None else (float(end), -float(margin))
 
 
-def _series(store: Store, run: RunInfo, gate: dict[str, Any]) -> list[dict[str, Any]]:
-    """The identity's completed gates up to and including this run's, oldest first."""
+#: The label of a sweep's runs (``evalsvc.services.sweeps``) and the label and value of a
+#: calibration's (``evalsvc.services.calibration``; a test holds them equal).
+SWEEP_LABEL = "sweep"
+PURPOSE_LABEL, CALIBRATION = "evalsvc.purpose", "calibration"
+
+
+def _outside_history(run: RunInfo) -> bool:
+    """Runs that are no step in a comparison's history: a sweep's configurations are served in
+    turn at one launched URL, and a calibration is an endpoint against itself."""
+    labels = run.spec.labels
+    return SWEEP_LABEL in labels or labels.get(PURPOSE_LABEL) == CALIBRATION
+
+
+def _series(store: Store, run: RunInfo, gate: dict[str, Any], need: int) -> list[dict[str, Any]]:
+    """The identity's completed gates up to and including this run's, oldest first: at most
+    ``need``, sweeps' and calibrations' runs left out."""
     want = _norm(str(gate.get("candidate_url") or ""))
     rows = [r for r in store.dashboard.gate_history(baseline_url=run.spec.baseline.url,
                                                     suite=str(gate["suite"]))
             if _norm(str(r["payload"].get("candidate_url") or "")) == want]
     upto = next((i for i, r in enumerate(rows) if r["run_id"] == run.id), None)
-    return rows[: upto + 1] if upto is not None else []
+    if upto is None:
+        return []
+    kept = [rows[upto]]
+    for row in reversed(rows[:upto]):
+        if len(kept) >= need:
+            break
+        other = store.get_run(row["run_id"])
+        if other is not None and not _outside_history(other):
+            kept.insert(0, row)
+    return kept
 
 
 def detect_gates(store: Store, run: RunInfo, settings: Settings) -> list[NewAlert]:
@@ -327,7 +352,7 @@ def detect_gates(store: Store, run: RunInfo, settings: Settings) -> list[NewAler
     for gate in store.get_gate_results(run.id):
         if not gate.get("gated", True) or not _is_endpoint(str(gate.get("candidate_url") or "")):
             continue  # an informational suite (speed with its gate off) decides nothing
-        series = _series(store, run, gate)
+        series = _series(store, run, gate, need=max(2, settings.alert_trend_runs))
         if len(series) < 2:
             continue
         cand, suite = _norm(str(gate["candidate_url"])), str(gate["suite"])
@@ -444,6 +469,8 @@ def evaluate(store: Store, run_id: str, *, settings: Settings | None = None) -> 
     s = settings or Settings()
     run = store.get_run(run_id)
     if run is None or run.status not in (RunStatus.completed, RunStatus.error):
+        return []
+    if _outside_history(run):
         return []
     try:
         delivery = "pending" if configured_webhooks(s) else "none"

@@ -297,3 +297,28 @@ def test_a_webhook_the_egress_policy_refuses_is_never_contacted(
     assert alert["delivery"] == "failed"
     (refused,) = alert["deliveries"]
     assert refused["status"] == "refused" and "EVALSVC_ALLOWED_ENDPOINTS" in refused["error"]
+
+
+def test_a_sweep_run_between_two_runs_is_no_step_in_their_history(
+    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+) -> None:
+    """A sweep serves its configurations in turn at one URL: its worse configuration's run
+    raises nothing, and the next ordinary run is compared with the one before the sweep."""
+    from evalsvc.services import calibration
+
+    assert (alerts.PURPOSE_LABEL, alerts.CALIBRATION) == (
+        calibration.CALIBRATION_LABEL, calibration.CALIBRATION)
+    monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
+    suite = tmp_path / "alert-reasoning.yaml"
+    suite.write_text(SUITE)
+    b, c = pair
+    c.accuracy = ALL
+    _compare(alerts_store, suite, b.url, c.url)
+    c.accuracy = HALF
+    swept = runs.compare(RunSpec(baseline=EndpointRef(url=b.url), candidates=[EndpointRef(url=c.url)],
+                                 suites=[str(suite)], labels={"sweep": "w4a16"}),
+                         store=alerts_store)
+    assert swept["verdict"] == "fail"
+    c.accuracy = ALL
+    assert _compare(alerts_store, suite, b.url, c.url)["verdict"] == "pass"
+    assert alerts_store.alerts.list_alerts() == []
