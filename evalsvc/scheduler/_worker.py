@@ -350,7 +350,10 @@ class Worker:
         try:
             self._settle(execution, failure)
             self._log_outcome(execution.run.id)
-            if self.after_run is not None and not execution.lease_lost.is_set():
+            # Not on shutdown: the run went back to the queue, and a webhook's retries must
+            # not hold the worker past its grace.
+            if self.after_run is not None and not (execution.lease_lost.is_set()
+                                                   or self._stopping.is_set()):
                 self.after_run(self.store, execution.run.id, self.worker_id)
         except StoreError as err:
             # Could not record the outcome: the lease will expire and the reaper re-queues the
