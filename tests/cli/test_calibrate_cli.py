@@ -18,7 +18,7 @@ def test_calibrate_then_plan_names_the_calibration(tmp_path: Path) -> None:
     suite = tmp_path / "determinism-floor.yaml"
     suite.write_text(SUITE)
     db = f"sqlite:///{tmp_path / 'evalsvc.db'}"
-    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.3, seed=3) as px:
+    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.25, seed=3) as px:
         res = run_cli("calibrate", px.url("noisy"), "--suite", str(suite), "--database-url", db,
                       "--json", "-")
         assert res.returncode == 0, res.stderr

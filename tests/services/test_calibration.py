@@ -29,8 +29,11 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
 from tests.fixtures.faults import base_url, fault_server
 from tests.runner.fault_proxy import FaultProxy, fault_proxy
 
-# 32 probes (above the 29 that a pass with nothing varying needs at δ = 0.10, one look), each in
+# 32 probes (above the 29 that a pass with nothing varying needs at δ = 0.10, one look), in
 # groups of 4 concurrent requests, twice: 64 gated pairs per pass, milliseconds on loopback.
+# The proxy changes a quarter of the answers that arrive while another is in flight: the A/A
+# discordance stays well below 0.5 (the most the determinism plan takes) and a quarter or more
+# of the prompts vary, so a quiet run of 32 is far below the floor.
 SUITE = """\
 name: determinism-floor
 kind: determinism
@@ -46,7 +49,7 @@ params:
 
 @pytest.fixture
 def proxy() -> Iterator[FaultProxy]:
-    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.3, seed=3) as px:
+    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.25, seed=3) as px:
         yield px
 
 
@@ -62,6 +65,9 @@ def _gate(report: dict, suite: str = "determinism-floor") -> dict:
     return entry
 
 
+# Slow tier: four runs of 32 probes (before, the calibration, after, and plan's probe), 11-15 s
+# on a loaded 2-core host; the fast tier keeps the CLI and REST tests of the same chain.
+@pytest.mark.slow
 def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
     db_url: str, proxy: FaultProxy, suite_file: str  # noqa: F811  (the fixture)
 ) -> None:
@@ -80,7 +86,7 @@ def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
         floor = cal["floors"]["determinism-floor"]
         assert cal["status"] == "completed" and floor["calibration"] == cal["id"]
         # The planted noise: the proxy changed answers under load, on many prompts.
-        assert floor["instability"] > 0.05 and floor["varying_clusters"] > 0.1
+        assert floor["instability"] > 0.03 and floor["varying_clusters"] > 0.05
         assert floor["clusters"] == 64  # 32 prompts on each of the two passes
         assert floor["discordance"] > 0.05 and floor["pairs"] == 64
         snaps = store.get_endpoint_snapshots(cal["id"])
