@@ -551,8 +551,9 @@ async def execute(
         )
         warnings += [w for suite in suites for w in suite.load_warnings()]
         warnings += [
-            f"{role} differs from the baseline, as the run or its suites allow: {d.message}"
-            for role, found in guard.items()
+            f"candidate {_label(ref, prov)} differs from the baseline, as the run or its "
+            f"suites allow: {d.message}"
+            for ref, prov, found in zip(refs[1:], provs[1:], guard.values(), strict=True)
             for d in found.allowed
         ]
         # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
