@@ -77,7 +77,9 @@ def looks_like_eee(first_line: bytes) -> bool:
     """Whether a JSON Lines file's first line is an instance-level record (its required keys)."""
     try:
         rec = json.loads(first_line)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # Not this format's record: the reader that takes the file says what is wrong with it
+        # (a hostile line nested past the recursion limit gets the depth bound's message).
         return False
     return isinstance(rec, dict) and {"schema_version", "evaluation_id", "sample_id"} <= rec.keys()
 
