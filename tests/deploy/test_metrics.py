@@ -146,7 +146,7 @@ def test_metrics_endpoint_exposes_them(db_url: str) -> None:
     one_hot = {
         dict(k[1])["verdict"]: v for k, v in samples.items() if k[0] == "evalsvc_gate_verdict"
     }
-    assert one_hot == {"pass": 0, "fail": 0, "inconclusive": 1, "error": 0}
+    assert one_hot == {"pass": 0, "fail": 0, "inconclusive": 1, "error": 0, "non-comparable": 0}
     assert samples[("evalsvc_database_up", ())] == 1
     assert ("evalsvc_run_duration_seconds_count", ()) in samples
     assert samples[("evalsvc_queue_depth", ())] == 0
