@@ -365,13 +365,6 @@ def compare(
     owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
     lease = settings.lease_seconds
     run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
-    if on_created is not None:
-        on_created(run.id)
-    if reuse_baseline_from is not None:
-        with SampleWriter(store, run.id) as writer:
-            for sample in store.get_samples(reuse_baseline_from, endpoint="baseline"):
-                if sample.error is None:
-                    writer.add(sample)
     # The lease is renewed like a worker's (``Leases``), so if this process is killed (SIGKILL,
     # OOM, power) the next reaper (a worker's, or the next compare's) marks the run ``error``
     # instead of leaving it "running" for ever. A refused renewal (the run was cancelled or
@@ -379,6 +372,13 @@ def compare(
     # database outage never stops an in-process run by itself (no ``give_up_after``).
     lost = threading.Event()
     try:
+        if on_created is not None:
+            on_created(run.id)
+        if reuse_baseline_from is not None:
+            with SampleWriter(store, run.id) as writer:
+                for sample in store.get_samples(reuse_baseline_from, endpoint="baseline"):
+                    if sample.error is None:
+                        writer.add(sample)
         with Leases(store, owner=owner, lease_seconds=lease) as leases:
             leases.hold(run.id, on_lost=lost.set)
             return _execute(
@@ -397,6 +397,15 @@ def compare(
             f"run {run.id} was cancelled from outside (POST /runs/{{id}}/cancel) or its lease "
             "lapsed; the samples so far are kept"
         ) from None
+    except BaseException as exc:
+        # Whatever stopped the run before ``_execute`` recorded it — a Ctrl-C while the run was
+        # being set up (its snapshots, a reused baseline), say — still leaves it ``error``, never
+        # "running" (the report already says "recorded as error"). A run ``_execute`` settled is
+        # terminal, and ``finish_run`` leaves a terminal run alone.
+        with contextlib.suppress(Exception):
+            store.finish_run(run.id, status=RunStatus.error, verdict="error",
+                             error=f"{type(exc).__name__}: {exc}")
+        raise
     finally:
         # Once the verdict (or the error) is stored: raise and deliver the alerts it calls for
         # (evalsvc.services.alerts; never raises, a run still running raises nothing).
