@@ -87,7 +87,8 @@ def suites_show(
         return
     out = Console(highlight=False)
     row = detail["row"]
-    out.print(f"[bold]{term(name)}[/] ({term(row['kind'])}) · {term(detail['path'])}")
+    # soft_wrap: the header stays one line (a long path folded at a narrow terminal broke it).
+    out.print(f"[bold]{term(name)}[/] ({term(row['kind'])}) · {term(detail['path'])}", soft_wrap=True)
     # The file as written (escaped for the terminal), never wrapped at the terminal's width:
     # a wrapped line of a folded scalar would no longer be YAML, and users copy it.
     out.print(term(detail["yaml"].rstrip()), soft_wrap=True)
