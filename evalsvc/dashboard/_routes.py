@@ -311,8 +311,48 @@ def alerts_page(
         problems.append(f"{exc}; showing every alert")
         found = alert_svc.list_alerts(store, run_id=run or None, limit=500)
     return _page(request, "alerts.html", viewer, title="Alerts", alerts=found,
-                 kinds=alert_svc.KINDS, problems=problems,
+                 kinds=alert_svc.KINDS, problems=problems, open_count=alert_svc.open_count(store),
+                 can_ack="submit" in viewer.scopes,
                  form={"status": status_, "kind": kind, "run": run})
+
+
+#: The alerts page's filters, which an acknowledgement keeps (and nothing else: no open redirect).
+_ALERT_FILTERS = ("status", "kind", "run")
+
+
+@router.post("/alerts/{alert_id}/acknowledge")
+async def acknowledge_alert(request: Request, alert_id: str, store: StoreDep,
+                            viewer: Viewer) -> Response:
+    """The alerts page's "Acknowledge" button (``evalsvc alerts ack ID``,
+    ``POST /api/v1/alerts/{id}/acknowledge``): a same-origin form with the page's token, from
+    a token with the ``submit`` scope (the scope the REST acknowledgement needs), recorded as
+    the acknowledging name. Answers with the alerts page under the filters it was sent from."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        _check_same_origin(request, form)
+    except CrossSiteRequest as exc:
+        return _refused(request, exc)
+    problem, code = None, status.HTTP_403_FORBIDDEN
+    if "submit" not in viewer.scopes:
+        problem = (f"token {viewer.name!r} lacks the 'submit' scope that acknowledging an alert "
+                   "needs (evalsvc tokens create NAME --scope submit)")
+    elif len(alert_id) > 64:
+        return _not_found(request, viewer, f"no alert {alert_id[:64]!r}...")
+    else:
+        try:
+            await asyncio.to_thread(alert_svc.acknowledge, store, alert_id, by=viewer.name)
+        except alert_svc.AlertNotFound as exc:
+            return _not_found(request, viewer, str(exc))
+        except alert_svc.AlertNotOpen as exc:
+            problem, code = str(exc), status.HTTP_409_CONFLICT
+    if problem is not None:
+        resp = _page(request, "error.html", viewer, title="Not acknowledged", message=problem)
+        resp.status_code = code
+        return resp
+    kept = {k: v for k in _ALERT_FILTERS if (v := (form.get(k) or [""])[0])}
+    query = f"?{urlencode(kept)}" if kept else ""
+    return RedirectResponse(f"/alerts{query}#alert-{quote(alert_id, safe='')}",
+                            status_code=status.HTTP_303_SEE_OTHER)
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)

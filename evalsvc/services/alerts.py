@@ -29,8 +29,9 @@ Contract:
   policy (``EVALSVC_ALLOWED_ENDPOINTS``, the one that endpoints follow; no redirect is
   followed), with a timeout per attempt and retries with back-off on timeouts, connection
   errors, 429 and 5xx (tenacity); a 4xx other than 429 is final.
-- Views call ``list_alerts`` and ``acknowledge``; ``AlertNotFound`` (exit 2 / HTTP 404),
-  ``AlertNotOpen`` (exit 2 / HTTP 409) and ``AlertConfigError`` (exit 2 / HTTP 422) are their errors.
+- Views call ``list_alerts``, ``acknowledge`` and ``open_count``; ``AlertNotFound`` (exit 2 /
+  HTTP 404), ``AlertNotOpen`` (exit 2 / HTTP 409) and ``AlertConfigError`` (exit 2 / HTTP 422)
+  are their errors.
 """
 
 from __future__ import annotations
@@ -542,3 +543,8 @@ def acknowledge(store: Store, alert_id: str, *, by: str | None) -> dict[str, Any
 def open_by_run(store: Store, run_ids: Sequence[str]) -> dict[str, int]:
     """Open alerts per run (the runs list's badge)."""
     return store.alerts.open_by_run(run_ids)
+
+
+def open_count(store: Store) -> int:
+    """Open alerts in all (the alerts page's heading; ``/metrics`` has them per kind)."""
+    return sum(store.alerts.open_counts().values())
