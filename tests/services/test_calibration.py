@@ -12,6 +12,8 @@ runner and the real store, on SQLite and PostgreSQL (``db_url``).
 
 from __future__ import annotations
 
+import copy
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -153,3 +155,64 @@ def test_a_label_alone_is_not_a_calibration(
         assert noise_floor.floor_for(store, fp, "determinism-floor") is None
         with pytest.raises(calibration.CalibrationNotFound):
             calibration.get(store, "0" * 32)
+
+
+def test_the_report_schema_holds_a_real_noise_floor(
+    tmp_path: Path, sqlite_template: Path, proxy: FaultProxy  # noqa: F811  (the fixture)
+) -> None:
+    """A real report that carries a noise floor (a calibration by the real runner, then a run
+    whose baseline has its fingerprint) validates against the shipped JSON Schema, which
+    defines the floor: a floor that breaks its contract does not validate. One backend: the
+    report is the same JSON on both."""
+    import jsonschema
+
+    from evalsvc.reports import report_schema
+
+    suite = tmp_path / "determinism-floor.yaml"
+    suite.write_text(SUITE.replace("n: 32", "n: 12"))
+    shutil.copy(sqlite_template, tmp_path / "evalsvc.db")
+    options = RunOptions(concurrency=8)
+    with Store.from_url(f"sqlite:///{tmp_path / 'evalsvc.db'}") as store:
+        cal = calibration.calibrate(EndpointRef(url=proxy.url("noisy")), [str(suite)],
+                                    store=store, options=options)
+        quiet = EndpointRef(url=proxy.url("pass"))
+        spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[str(suite)], options=options)
+        returned = compare(spec, store=store)
+        stored = store.get_report(str(returned["run_id"]))
+    assert stored is not None
+    validator = jsonschema.Draft202012Validator(report_schema())
+    for report in (returned, stored):
+        validator.validate(report)
+    details = _gate(stored)["details"]
+    floor = details["gate"]["noise_floor"]
+    assert floor == cal["floors"]["determinism-floor"] and floor["calibration"] == cal["id"]
+    check = details["noise_floor"]
+    assert check["calibration"] == cal["id"] and check["observed_clusters"] > 0
+
+    schema = report_schema()["$defs"]
+    assert set(floor) == set(schema["noise_floor"]["properties"])
+    assert set(check) == set(floor) | set(schema["noise_floor_check"]["allOf"][1]["properties"])
+
+    def broken(path: str, value: object) -> list[str]:
+        report = copy.deepcopy(stored)
+        target = _gate(report)["details"]
+        *parents, key = path.split(".")
+        for p in parents:
+            target = target[p]
+        if value is KeyError:
+            del target[key]
+        else:
+            target[key] = value
+        return [e.message for e in validator.iter_errors(report)]
+
+    assert broken("gate.noise_floor.discordance", "0.2")
+    assert broken("gate.noise_floor.discordance", 1.5)
+    assert broken("gate.noise_floor.calibration", KeyError)
+    assert broken("gate.noise_floor.pairs", -1)
+    assert broken("gate.noise_floor", "calibrated")
+    assert broken("noise_floor.p_quieter", 2.0)
+    assert broken("noise_floor.observed_clusters", KeyError)
+    assert broken("verdict_before_floor", "fail")
+    # What the schema allows: no floor on file, and older reports without the key.
+    assert broken("gate.noise_floor", None) == []
+    assert broken("gate.noise_floor", KeyError) == []
