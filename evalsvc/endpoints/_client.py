@@ -55,7 +55,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from evalsvc.domain import EndpointRef
+from evalsvc.domain import EndpointRef, Provenance
 from evalsvc.endpoints._egress import EgressPolicy, EgressRefused, GuardedResolver, resolve_checked
 from evalsvc.endpoints._engines import TokenizeShape, parse_tokens, tokenize_request
 from evalsvc.endpoints._tokenizer import LocalTokenizer
@@ -196,6 +196,9 @@ class EndpointClient:
         self.base_url = redact_text(endpoint.url.rstrip("/"))
         self.root_url = root_url(self.base_url)
         self.model = endpoint.model
+        #: What ``probe`` found (None before it ran): a helper endpoint's judge or embedder
+        #: records it beside what it scored, so a later attempt can tell whether it changed.
+        self.provenance: Provenance | None = None
         self.tokenize_shape: TokenizeShape | None = None
         #: The registered tokenizer (``EndpointRef.tokenizer``) the probe loaded because the
         #: engine has no tokenize route: ``tokenize`` counts with it instead of a request.

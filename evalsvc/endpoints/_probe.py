@@ -114,8 +114,9 @@ class BaseUrlError(EndpointError, UrlError):
 
 
 async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Provenance:
-    """Probe ``client``'s endpoint and fill ``client.model`` if it was not given; the
-    ``OPTIONAL_CAPABILITIES`` named in ``optional`` are probed too."""
+    """Probe ``client``'s endpoint and fill ``client.model`` if it was not given, and
+    ``client.provenance`` with what it returns; the ``OPTIONAL_CAPABILITIES`` named in
+    ``optional`` are probed too."""
     try:
         models = await client.models()  # raises EndpointError when unreachable
     except EndpointError as exc:
@@ -222,6 +223,7 @@ async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Pr
     if "json_schema" in optional:
         caps["json_schema"] = await _serves_json_schema(client)
     prov.capabilities = caps
+    client.provenance = prov
     return prov
 
 

@@ -18,9 +18,9 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from evalsvc import __version__
-from evalsvc.domain import EndpointRef, Provenance
+from evalsvc.domain import EndpointRef, Provenance, provenance_fingerprint
 from evalsvc.endpoints import redact_text, redact_url
-from evalsvc.runner import RunResult
+from evalsvc.runner import HelperProbe, RunResult
 
 from ._findings import findings, headline, suite_findings
 from ._gatecols import gate_view, reason_lines, reasons_of
@@ -41,6 +41,19 @@ def _endpoint(ref: EndpointRef, prov: Provenance) -> dict[str, Any]:
             "provenance": prov.model_dump(mode="json", exclude_none=True)}
 
 
+def _helper(helper: HelperProbe) -> dict[str, Any]:
+    """A helper endpoint of a suite (its judge, its embedding model) as the report records it:
+    the endpoint entry of the endpoints under test, with its purpose, engine and provenance
+    fingerprint (``evalsvc.domain.provenance_fingerprint``: equal fingerprints, same judge)."""
+    prov = helper.provenance
+    return {
+        "purpose": helper.purpose,
+        **_endpoint(helper.endpoint, prov),
+        "engine": prov.engine,
+        "fingerprint": provenance_fingerprint(prov),
+    }
+
+
 def _clean(value: Any) -> Any:
     """JSON has no NaN/inf: map them to None so every consumer can parse the report."""
     if isinstance(value, float):
@@ -53,6 +66,9 @@ def _clean(value: Any) -> Any:
 
 
 def build_report(result: RunResult) -> dict[str, Any]:
+    helpers: dict[str, list[dict[str, Any]]] = {}
+    for h in result.helpers:
+        helpers.setdefault(h.suite, []).append(_helper(h))
     candidates = []
     for cand in result.candidates:
         suites = []
@@ -85,6 +101,8 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     "method": o.get("method"),
                     "reasons": [r.to_dict() for r in s.reasons],
                     "details": {**o.get("details", {}), **s.details},
+                    # The suite's helper endpoints as probed in this run (absent: none).
+                    **({"helpers": helpers[s.suite]} if s.suite in helpers else {}),
                 }
             )
         for suite_entry in suites:

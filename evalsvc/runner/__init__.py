@@ -7,6 +7,7 @@ capabilities, plans, sends, and returns a ``RunResult``. The service layer persi
 from evalsvc.runner._common import CancelledRun, CapabilityError, InfrastructureError
 from evalsvc.runner._runner import (
     CandidateResult,
+    HelperProbe,
     NullProgress,
     Progress,
     RunResult,
@@ -25,6 +26,7 @@ __all__ = [
     "CancelledRun",
     "CandidateResult",
     "CapabilityError",
+    "HelperProbe",
     "InfrastructureError",
     "NullProgress",
     "Progress",

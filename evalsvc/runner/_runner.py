@@ -173,6 +173,18 @@ class SkippedSuite:
         return {"suite": self.suite, "kind": self.kind, "reason": self.reason}
 
 
+@dataclass(frozen=True)
+class HelperProbe:
+    """A helper endpoint a suite named besides the endpoints under test (``Suite.helper_endpoints``:
+    its ``judge``, its ``embeddings``) and what its probe found, recorded with the run as the
+    endpoints under test are (the JSON report's per-suite ``helpers``)."""
+
+    suite: str
+    purpose: str
+    endpoint: EndpointRef
+    provenance: Provenance
+
+
 @dataclass
 class RunResult:
     run_id: str
@@ -187,6 +199,8 @@ class RunResult:
     reasons: list[Reason] = field(default_factory=list)
     #: Suites that could not run on these endpoints and were left out (not with ``strict``).
     skipped: list[SkippedSuite] = field(default_factory=list)
+    #: The helper endpoints the suites named, probed before any item was sent.
+    helpers: list[HelperProbe] = field(default_factory=list)
 
 
 def role_of(index: int) -> str:
@@ -523,7 +537,7 @@ async def execute(
     )
     helper_clients: dict[str, dict[str, EndpointClient]] = {}
     try:
-        helper_clients = await _open_helpers(helpers or {}, options, limit, egress)
+        helper_clients, probed_helpers = await _open_helpers(helpers or {}, options, limit, egress)
         refs = [baseline, *candidates]
         roles = ["baseline", *(role_of(i) for i in range(len(candidates)))]
         for role, ref, prov in zip(roles, refs, provs, strict=True):
@@ -731,6 +745,7 @@ async def execute(
             skipped=skipped, guard=guard,
         )
         result.warnings = warnings
+        result.helpers = probed_helpers
         for cand in result.candidates:
             for sres in cand.suites:
                 if sres.suite in sequential:
@@ -751,10 +766,10 @@ async def _open_helpers(
     options: RunOptions,
     concurrency: int,
     egress: EgressPolicy | None,
-) -> dict[str, dict[str, EndpointClient]]:
+) -> tuple[dict[str, dict[str, EndpointClient]], list[HelperProbe]]:
     """A probed client per helper endpoint (``execute``'s ``helpers``), under the same egress
-    policy as the endpoints under test; one that cannot be reached is an infrastructure error
-    (exit 4) before any item is sent."""
+    policy as the endpoints under test, and what each probe found; one that cannot be reached
+    is an infrastructure error (exit 4) before any item is sent."""
     opened: dict[str, dict[str, EndpointClient]] = {}
     pending: list[tuple[str, str, EndpointClient]] = []
     for suite, refs in helpers.items():
@@ -775,7 +790,14 @@ async def _open_helpers(
     if failures:
         await asyncio.gather(*(c.aclose() for _, _, c in pending))
         raise InfrastructureError("; ".join(failures))
-    return opened
+    probed = [
+        # The served model the probe chose, as the endpoints under test record theirs.
+        HelperProbe(suite, purpose, client.endpoint.model_copy(update={"model": client.model}),
+                    res)
+        for (suite, purpose, client), res in zip(pending, results, strict=True)
+        if isinstance(res, Provenance)
+    ]
+    return opened, probed
 
 
 async def _run_sequential(

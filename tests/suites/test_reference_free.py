@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -259,3 +260,181 @@ def test_plan_knows_when_a_similarity_aa_can_pass(tmp_path: Path) -> None:
                              seed=0, value_range=(0.0, 1.0)).verdict
 
     assert verdict(n) == "pass" and verdict(n - 1) == "inconclusive"
+
+
+def _probed_fingerprint(url: str) -> str:
+    """The judge endpoint's provenance fingerprint, from a probe of our own."""
+    from evalsvc.domain import provenance_fingerprint
+    from evalsvc.endpoints import EndpointClient, probe
+
+    async def go() -> str:
+        client = EndpointClient(EndpointRef(url=url))
+        try:
+            return provenance_fingerprint(await probe(client))
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+def test_the_report_names_the_judge_it_probed(tmp_path: Path) -> None:
+    """The judge endpoint's probe is recorded with the run (the report's per-suite ``helpers``:
+    purpose, name, served model, engine, provenance fingerprint), every judged record carries
+    that fingerprint, and the Markdown report and the dashboard's run and suite pages say which
+    model judged, at which endpoint, beside the judge's reliability figures; a judge that
+    served another model than the suite's ``judge.model`` is said to."""
+    import html
+
+    import jsonschema
+    from fastapi.testclient import TestClient
+
+    from evalsvc.db import Store
+    from evalsvc.domain import RunSpec
+    from evalsvc.reports import report_schema, to_markdown
+    from evalsvc.services import runs
+    from evalsvc.webapp import create_app
+
+    db_url = f"sqlite:///{tmp_path / 'h.db'}"
+    with judge_server(worse_tenths=2) as srv, Store.from_url(db_url) as store:
+        store.upgrade()
+        store.upsert_endpoint(name="the-judge", url=srv.url("judge"))
+        path = write_suite(tmp_path, 10, judge={"endpoint": "the-judge", "controls": 2,
+                                                "model": "big-judge"})
+        spec = RunSpec(baseline=EndpointRef(url=srv.url("base")),
+                       candidates=[EndpointRef(url=srv.url("cand"))], suites=[str(path)])
+        report = runs.compare(spec, store=store)
+        run_id = report["run_id"]
+        judged = [s for s in store.get_samples(run_id, suite="rf") if "judge" in s.data]
+        expected = _probed_fingerprint(srv.url("judge"))
+        with TestClient(create_app(db_url, auth=False)) as client:
+            run_page = html.unescape(client.get(f"/runs/{run_id}").text)
+            suite_page = html.unescape(
+                client.get(f"/runs/{run_id}/suites/rf?candidate=candidate:0").text)
+    jsonschema.validate(report, report_schema())
+    entry = report["candidates"][0]["suites"][0]
+    [helper] = entry["helpers"]
+    assert helper["purpose"] == "judge" and helper["name"] == "the-judge"
+    assert helper["model"] == "judge-model" and helper["url"] == srv.url("judge")
+    assert helper["fingerprint"] == expected and len(expected) == 16
+    assert helper["provenance"]["model"] == "judge-model"
+    # The verdicts are that judge's: every record (candidate, A/A, controls) says so.
+    assert len(judged) == 20  # 10 candidate answers and 10 second passes
+    assert {s.data["judge"]["endpoint_fingerprint"] for s in judged} == {expected}
+    j = entry["details"]["judge"]
+    assert j["endpoint_fingerprint"] == expected and j["model"] == "judge-model"
+    assert j["configured_model"] == "big-judge" and j["model_differs"] is True
+    line = f"Judge: `judge-model` at `the-judge` (fingerprint `{expected}`)."
+    text = to_markdown(report)
+    assert line in text
+    # Beside the reliability figures: right after the consistency and discrimination line.
+    after = text.split("Position consistency over both:", 1)[1]
+    assert after.split("\n\n", 2)[1] == line
+    assert "**The judge served `judge-model`, not the suite's `judge.model` `big-judge`**" in text
+    for page in (run_page, suite_page):
+        shown = re.sub(r"<[^>]+>", "", page)  # the finding's Markdown, rendered
+        assert f"Judge: judge-model at the-judge (fingerprint {expected})." in shown
+        assert "The judge served judge-model, not the suite's judge.model big-judge" in shown
+
+
+def test_a_blessed_baseline_judged_by_another_judge_is_judged_again(tmp_path: Path) -> None:
+    """A blessed baseline's samples carry the A/A and control verdicts of the judge of the
+    blessed run. Reused under the same judge they stand (only the candidate is judged); once
+    the judge endpoint serves another model they are judged again, so the reliability figures
+    beside the verdict are the current judge's, never the earlier one's."""
+    from evalsvc.db import Store
+    from evalsvc.domain import RunSpec
+    from evalsvc.services import baselines, runs
+
+    n = 10
+    with judge_server() as srv, Store.from_url(f"sqlite:///{tmp_path / 'b.db'}") as store:
+        store.upgrade()
+        store.upsert_endpoint(name="the-judge", url=srv.url("judge"))
+        path = write_suite(tmp_path, n, judge={"endpoint": "the-judge", "controls": 3})
+        spec = RunSpec(baseline=EndpointRef(url=srv.url("base")),
+                       candidates=[EndpointRef(url=srv.url("cand"))], suites=[str(path)])
+
+        def compare() -> tuple[dict[str, Any], int]:
+            before = srv.judged
+            out = runs.compare(spec, store=store)
+            return out, srv.judged - before
+
+        first, asked = compare()
+        assert asked == n * 4 + 3 * 2  # candidate and A/A pairs in both orders, the controls
+        baselines.bless(store, [first["run_id"]])
+        same, asked = compare()
+        assert same["baseline_reuse"][0]["status"] == "reused"
+        assert asked == n * 2  # the blessed A/A and control verdicts are this judge's: kept
+        assert same["candidates"][0]["suites"][0]["details"]["judge"]["aa"]["same"] == n
+
+        # The registered judge now points at another model (a pure position-bias judge).
+        store.upsert_endpoint(name="the-judge", url=srv.url("position"))
+        other, asked = compare()
+        base = [s for s in store.get_samples(other["run_id"], suite="rf")
+                if s.endpoint == "baseline"]
+    assert other["baseline_reuse"][0]["status"] == "reused"
+    assert asked == n * 4 + 3 * 2  # everything judged again, by the new judge
+    entry = other["candidates"][0]["suites"][0]
+    j = entry["details"]["judge"]
+    assert entry["helpers"][0]["model"] == "position-model"
+    assert j["aa"]["inconsistent"] == n and j["discrimination"] == 0.0
+    assert not j["informative"] and entry["verdict"] == "inconclusive"
+    records = [s.data[f] for s in base for f in ("judge", "judge_control") if f in s.data]
+    assert len(records) == n + 3 and {r["model"] for r in records} == {"position-model"}
+
+
+def test_embeddings_are_recorded_and_redone_for_another_embedder(tmp_path: Path) -> None:
+    """The embedding endpoint's probe is in the report beside the similarities, each
+    comparison records which embedder made it, and a stored comparison of another embedder (an
+    earlier attempt's, a blessed baseline's) is computed again, while this one's stands."""
+    from evalsvc.endpoints import EndpointClient, probe
+    from evalsvc.reports import build_report, to_markdown
+    from evalsvc.suites.kinds._similarity import PAIR_FIELD
+
+    with judge_server(worse_tenths=3) as srv:
+        suite = load_suite(str(write_suite(tmp_path, 10, embeddings={"endpoint": "embed"})),
+                           allow_paths=True)
+        stored: dict[tuple[str, str, str, int], Sample] = {}
+
+        async def sink(sample: Sample) -> None:
+            stored[sample.key] = sample
+
+        result = asyncio.run(execute(
+            run_id="t", baseline=EndpointRef(url=srv.url("base")),
+            candidates=[EndpointRef(url=srv.url("cand"))], suites=[suite],
+            options=RunOptions(concurrency=4), sink=sink,
+            helpers={"rf": {"embeddings": EndpointRef(url=srv.url("embed"))}},
+        ))
+        samples = list(stored.values())
+
+        async def rescore(first_fp: str | None) -> list[Sample]:
+            # The same samples, the first pair's comparison as if another embedder made it.
+            client = EndpointClient(EndpointRef(url=srv.url("embed")))
+            try:
+                prov = await probe(client)
+                old = [s.model_copy(deep=True) for s in samples]
+                pair = next(s for s in old if s.endpoint == "candidate:0")
+                pair.data[PAIR_FIELD]["embedding_endpoint"] = first_fp
+                items = await suite.plan(client, prov)
+                again: list[Sample] = []
+
+                async def collect(sample: Sample) -> None:
+                    again.append(sample)
+
+                await suite.after_pairs(items, old, {"embeddings": client}, emit=collect,
+                                        concurrency=2)
+                return again
+            finally:
+                await client.aclose()
+
+        report = build_report(result)
+        entry = report["candidates"][0]["suites"][0]
+        [helper] = entry["helpers"]
+        fp = helper["fingerprint"]
+        assert helper["purpose"] == "embeddings" and helper["model"] == "embed-model"
+        assert {s.data[PAIR_FIELD]["embedding_endpoint"] for s in samples
+                if PAIR_FIELD in s.data} == {fp}
+        assert asyncio.run(rescore(fp)) == []  # this embedder's comparisons stand
+        [again] = asyncio.run(rescore("0" * 16))  # another's is computed again
+    assert again.endpoint == "candidate:0" and again.data[PAIR_FIELD]["embedding_endpoint"] == fp
+    assert f"Embeddings: `embed-model` at `{srv.url('embed')}` (fingerprint `{fp}`)." in (
+        to_markdown(report))

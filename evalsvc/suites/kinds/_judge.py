@@ -35,10 +35,14 @@ tie, which would otherwise pass.
 Storage: each comparison is stored in the ``data`` of the sample it judges (``judge`` on the
 candidate's and on the baseline's second answer, ``judge_control`` on the baseline's first):
 both verdicts, the judge's two replies (its reasons, cut to ``REASON_CHARS``), the combined
-preference and the judge's model. A candidate judged worse gets score 0 (else 1), so the flips
-page lists exactly the items judged worse. The judge runs after both sides answered an item
-(``Suite.after_pairs``, called by the runner with the judge's client): it needs both answers.
-A resumed run re-judges nothing already judged.
+preference and who judged: the judge's served model, the prompt's ``fingerprint`` and the judge
+endpoint's provenance fingerprint (``endpoint_fingerprint``, from its probe). A candidate judged
+worse gets score 0 (else 1), so the flips page lists exactly the items judged worse. The judge
+runs after both sides answered an item (``Suite.after_pairs``, called by the runner with the
+judge's client): it needs both answers. A resumed run re-judges nothing this judge already
+judged; a comparison another judge made (an earlier attempt against a judge endpoint that has
+changed since, a blessed baseline's A/A and control verdicts) is judged again, so the verdicts
+and the reliability figures beside them always come from one judge.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evalsvc import limits
 from evalsvc.domain import Item, Sample, prompt_text
 from evalsvc.gates import GateOutcome
+from evalsvc.suites.kinds._similarity import helper_fingerprint
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -160,6 +165,16 @@ class Judge:
         self.spec = spec
         self.client = client
         self._limit = asyncio.Semaphore(max(1, concurrency))
+        self.endpoint_fingerprint = helper_fingerprint(client)
+
+    def made(self, record: Any) -> bool:
+        """Whether a stored comparison is this judge's: the same served model, prompt and
+        probed endpoint (anything else is judged again)."""
+        return isinstance(record, dict) and (
+            record.get("model") == self.client.model
+            and record.get("fingerprint") == self.spec.fingerprint()
+            and record.get("endpoint_fingerprint") == self.endpoint_fingerprint
+        )
 
     async def _ask(self, question: str, a: str, b: str) -> tuple[Verdict | None, str, str | None]:
         values = {"question": question, "answer_a": a, "answer_b": b}
@@ -186,6 +201,7 @@ class Judge:
             "reasons": [r1, r2],
             "model": self.client.model,
             "fingerprint": self.spec.fingerprint(),
+            "endpoint_fingerprint": self.endpoint_fingerprint,
             "error": error,
         }
 
@@ -202,19 +218,24 @@ class Judge:
             if first is None or first.error is not None:
                 continue
             question = prompt_text(item.prompt) or ""
-            if "judge_control" in first.data:
-                pass
-            elif controls_done < self.spec.controls:
+            control = first.data.get("judge_control")
+            # A control item stays one (``controls_done`` counted it), whoever judged it.
+            if control is not None and not self.made(control):
+                tasks.append(self._record(first, "judge_control", question, first.output,
+                                          degraded(first.output), emit))
+            elif control is None and controls_done < self.spec.controls:
                 controls_done += 1
                 tasks.append(self._record(first, "judge_control", question, first.output,
                                           degraded(first.output), emit))
             second = by_key.get(("baseline", first.suite, item.id, 1))
-            if second is not None and second.error is None and "judge" not in second.data:
+            if second is not None and second.error is None and not self.made(
+                second.data.get("judge")
+            ):
                 tasks.append(self._record(second, "judge", question, first.output, second.output,
                                           emit))
             for role in roles:
                 cand = by_key.get((role, first.suite, item.id, 0))
-                if cand is not None and cand.error is None and "judge" not in cand.data:
+                if cand is not None and cand.error is None and not self.made(cand.data.get("judge")):
                     tasks.append(self._record(cand, "judge", question, first.output,
                                               cand.output, emit, score=True))
         await asyncio.gather(*tasks)
@@ -298,10 +319,18 @@ def summary(
             f"{discrimination:.0%} of the {len(controls)} controls (below "
             f"{spec.min_discrimination:.0%}): it cannot tell a worse answer from a good one"
         )
+    served = next((r.get("model") for r in [*candidate, *aa, *controls] if r.get("model")), None)
     return {
         "endpoint": spec.endpoint,
-        "model": next((r.get("model") for r in candidate if r.get("model")), spec.model),
+        "model": served or spec.model,
+        # What the suite asked for (``judge.model``; None: the endpoint's registered or first
+        # model): the views say so when the judge served another.
+        "configured_model": spec.model,
+        "model_differs": bool(served and spec.model and served != spec.model),
         "fingerprint": spec.fingerprint(),
+        "endpoint_fingerprint": next(
+            (r.get("endpoint_fingerprint") for r in [*candidate, *aa, *controls]
+             if r.get("endpoint_fingerprint")), None),
         "candidate": cand,
         "aa": same_model,
         "consistency": consistency,

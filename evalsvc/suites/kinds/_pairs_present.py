@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.suites._present import Finding, markdown_table, num, pct
+from evalsvc.textsafe import visible_controls
 
 _CUT = 300
 
@@ -23,17 +24,45 @@ def _quote(text: Any) -> str:
     return (s[:_CUT] + "…") if len(s) > _CUT else (s or "(empty)")
 
 
-def findings(details: dict[str, Any]) -> list[Finding]:
+def _code(text: Any) -> str:
+    """Endpoint-provided text (a model id, an endpoint name) as an inert Markdown code span on
+    one line: no markup, link or HTML inside it survives, and no control character."""
+    s = visible_controls(" ".join(str(text).split())).replace("`", "'")
+    return f"`{s}`"
+
+
+def _helpers(entries: Any, purpose: str) -> list[dict[str, Any]]:
+    return [h for h in entries or [] if isinstance(h, dict) and h.get("purpose") == purpose]
+
+
+def helper_line(helper: dict[str, Any]) -> str:
+    """``Judge: `model` at `name` (engine vllm, fingerprint 0123…)``: which endpoint served
+    the suite's judge (or embeddings) in this run, as its probe found it."""
+    where = helper.get("name") or helper.get("url") or "?"
+    facts = [f"engine {_code(helper['engine'])}"] if helper.get("engine") else []
+    facts.append(f"fingerprint {_code(helper.get('fingerprint'))}")
+    prov = helper.get("provenance") or {}
+    for key, label in (("tokenizer_fingerprint", "tokenizer"),
+                       ("chat_template_fingerprint", "chat template")):
+        if prov.get(key):
+            facts.append(f"{label} {_code(prov[key])}")
+    title = str(helper.get("purpose") or "helper").capitalize()
+    return f"{title}: {_code(helper.get('model') or '?')} at {_code(where)} ({', '.join(facts)})."
+
+
+def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
     """The reference-free findings: the judge's reliability first (a judge that cannot tell is
-    what a reader must see beside the verdict), then its tallies, the changed answers, the
-    similarities and the changed or judged items with their prompt, answers and reasons."""
+    what a reader must see beside the verdict), with which endpoint judged (``helpers``: the
+    report entry's probed helper endpoints, absent in older reports), then its tallies, the
+    changed answers, the similarities and the changed or judged items with their prompt,
+    answers and reasons."""
     mode = details.get("compare")
     if mode not in ("similarity", "judge", "agreement"):
         return []
     out: list[Finding] = []
     judge = details.get("judge")
     if isinstance(judge, dict):
-        out += _judge_findings(judge)
+        out += _judge_findings(judge, _helpers(helpers, "judge"))
     changed = details.get("changed_answers")
     if isinstance(changed, dict) and changed.get("n"):
         line = (
@@ -50,12 +79,13 @@ def findings(details: dict[str, Any]) -> list[Finding]:
     if isinstance(sims, dict) and sims:
         rows = [[m, num(v.get("baseline")), num(v.get("candidate"))]
                 for m, v in sorted(sims.items()) if isinstance(v, dict)]
+        embedders = _helpers(helpers, "embeddings")
         out.append(Finding(
             title="similarity with the baseline's first answer",
             markdown=["Mean similarity with the baseline's first answer (baseline: its second "
                       "pass):", "", *markdown_table(["measure", "baseline", "candidate"], rows),
-                      ""],
-            data={"similarity": sims},
+                      "", *(line for h in embedders for line in (helper_line(h), ""))],
+            data={"similarity": sims, **({"helpers": embedders} if embedders else {})},
         ))
     examples = [e for e in details.get("pair_examples") or [] if isinstance(e, dict)]
     if examples:
@@ -88,9 +118,21 @@ def _preference(p: Any) -> str:
     return {1: "candidate better", -1: "candidate worse", 0: "same"}.get(p, "—")
 
 
-def _judge_findings(judge: dict[str, Any]) -> list[Finding]:
+def _judge_findings(judge: dict[str, Any], helpers: list[dict[str, Any]]) -> list[Finding]:
     out: list[Finding] = []
     model = judge.get("model") or judge.get("endpoint")
+    served = next((h.get("model") for h in helpers if h.get("model")), None) or judge.get("model")
+    configured = judge.get("configured_model")
+    if configured and served and served != configured:
+        out.append(Finding(
+            title="the judge served another model than the suite's judge.model",
+            markdown=[f"**The judge served {_code(served)}, not the suite's `judge.model` "
+                      f"{_code(configured)}**: the verdicts below are that model's. Register "
+                      f"the judge endpoint with the model the suite names (`evalsvc endpoints "
+                      f"add NAME URL --model MODEL`), or change `judge.model`.", ""],
+            severity="warn",
+            data={"served": served, "configured": configured},
+        ))
     if not judge.get("informative", True):
         out.append(Finding(
             title=f"the judge ({model}) is not informative: the gate cannot pass",
@@ -120,8 +162,9 @@ def _judge_findings(judge: dict[str, Any]) -> list[Finding]:
             f"controls (the whole answer against its first third): "
             f"{pct(judge.get('discrimination'))} (needs {pct(judge.get('min_discrimination'))}).",
             "",
+            *(line for h in helpers for line in (helper_line(h), "")),
         ],
-        data={"judge": judge},
+        data={"judge": judge, **({"helpers": helpers} if helpers else {})},
     ))
     return out
 

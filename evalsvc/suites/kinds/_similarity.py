@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal
 
-from evalsvc.domain import Sample
+from evalsvc.domain import Sample, provenance_fingerprint
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
@@ -87,6 +87,14 @@ PAIR_FIELD = "vs_baseline"
 """The sample ``data`` field holding an answer's comparison with the baseline's first answer."""
 
 
+def helper_fingerprint(client: EndpointClient | None) -> str | None:
+    """The provenance fingerprint of a probed helper endpoint (a judge, an embedder): what its
+    records carry, so an answer scored by another one (an earlier attempt's, a blessed
+    baseline's) is scored again; None for no client or one never probed."""
+    prov = client.provenance if client is not None else None
+    return provenance_fingerprint(prov) if prov is not None else None
+
+
 async def score_pairs(
     items: Sequence[Any],
     samples: Sequence[Sample],
@@ -98,7 +106,11 @@ async def score_pairs(
     ``same_answer`` (``same`` on the scorer's extracted answers), ``rouge_l``, ``token_f1`` and,
     with an ``embedder`` (an OpenAI ``/embeddings`` endpoint), ``embedding``; a candidate's
     score becomes 1 for the same answer and 0 for a changed one, so the flips page lists the
-    changed answers. Returns the changed samples (those already compared are left alone)."""
+    changed answers. Returns the changed samples: those already compared are left alone,
+    unless an ``embedder`` is given and the comparison's ``embedding_endpoint`` (the embedder's
+    ``helper_fingerprint``) is not this one's (an earlier attempt's or a blessed baseline's
+    embeddings come from another model: the pair is compared again)."""
+    embedder_fp = helper_fingerprint(embedder)
     by_item: dict[str, list[Sample]] = {}
     for s in samples:
         by_item.setdefault(s.item_id, []).append(s)
@@ -109,7 +121,7 @@ async def score_pairs(
         if first is None or first.error is not None:
             continue
         for s in mine:
-            if s.error is not None or PAIR_FIELD in s.data:
+            if s.error is not None or _compared(s.data.get(PAIR_FIELD), embedder, embedder_fp):
                 continue
             if (s.endpoint == "baseline" and s.repeat == 1) or (
                 s.endpoint != "baseline" and s.repeat == 0
@@ -136,6 +148,7 @@ async def score_pairs(
             record["embedding"] = embedding_similarity(
                 vectors.get(first.output), vectors.get(s.output)
             )
+            record["embedding_endpoint"] = embedder_fp
             if record["embedding"] is None:
                 record["embedding_error"] = embed_error or "no embedding for this answer"
         update: dict[str, Any] = {"data": {**s.data, PAIR_FIELD: record}}
@@ -143,6 +156,13 @@ async def score_pairs(
             update["score"] = 1.0 if record["same_answer"] else 0.0
         out.append(s.model_copy(update=update))
     return out
+
+
+def _compared(record: Any, embedder: EndpointClient | None, fingerprint: str | None) -> bool:
+    """Whether a stored comparison stands: present and, with an embedder, made by this one."""
+    if not isinstance(record, dict):
+        return False
+    return embedder is None or record.get("embedding_endpoint") == fingerprint
 
 
 #: Texts per ``/embeddings`` request (OpenAI accepts 2,048 inputs; engines often fewer).

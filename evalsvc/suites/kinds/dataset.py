@@ -1086,8 +1086,8 @@ class DatasetSuite(Suite):
         if details.get("compare") in ("similarity", "judge"):
             # The gate's flip counts would read "correct → incorrect" for a similarity or a
             # judged preference: the reference-free findings say what changed instead.
-            return reference_free_findings(details)
-        return [*super().findings(entry), *reference_free_findings(details)]
+            return reference_free_findings(details, entry.get("helpers"))
+        return [*super().findings(entry), *reference_free_findings(details, entry.get("helpers"))]
 
     @classmethod
     def headline(cls, entry: dict[str, Any]) -> str | None:
