@@ -3,7 +3,9 @@ noise floor (``evalsvc.services.calibration``; docs/cli.md, docs/statistics.md "
 file").
 
 Exit codes: 0 the figures are stored, 2 usage/configuration, 4 infrastructure (an endpoint down,
-the error budget spent: the run is recorded as error and no floor is stored).
+the error budget spent: the run is recorded as error and no floor is stored). With ``--server``
+the calibration is queued on an evalsvc server (``POST /api/v1/calibrations``, the REST client
+``evalsvc.cli.rest``) and the same figures are printed; its own exits are ``compare --server``'s.
 """
 
 from __future__ import annotations
@@ -47,6 +49,19 @@ def calibrate(
     db: Annotated[
         str | None, typer.Option("--database-url", help="SQLAlchemy URL of the database.")
     ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(help="Queue it on an evalsvc server at URL (its workers run it) instead of "
+                     "running here; token in $EVALSVC_TOKEN (submit scope)."),
+    ] = None,
+    wait_timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1.0,
+            help="With --server: give up (cancel the calibration, exit 4) after this many "
+            "seconds without its figures.",
+        ),
+    ] = None,
 ) -> None:
     """Run ENDPOINT against itself (A/A) and store its noise floor: per suite, the discordance
     and the batch instability that `plan` and the determinism gate use."""
@@ -64,6 +79,14 @@ def calibrate(
         )
     except ValidationError as exc:
         raise exit_for(exc) from exc
+    if server:
+        from .rest import calibrate_remote
+
+        remote, code = calibrate_remote(server, endpoint, suite, runs, options, wait_timeout)
+        if remote is None:
+            raise typer.Exit(code)
+        _finish(remote, json_out)
+        return
     store = open_store(db)
     signal.signal(signal.SIGTERM, raise_interrupt)
     try:
@@ -78,6 +101,12 @@ def calibrate(
         KeyboardInterrupt, StoreError,
     ) as exc:
         raise exit_for(exc) from exc
+    _finish(out, json_out)
+
+
+def _finish(out: dict[str, Any], json_out: str | None) -> None:
+    """Write and print the stored figures (``GET /calibrations/{id}``'s shape); exit 4 when the
+    calibration ended without them."""
     if json_out == "-":
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     elif json_out:
@@ -96,7 +125,7 @@ def calibrate(
 
 
 def _table(out: dict[str, Any]) -> Table:
-    table = Table(title=f"noise floor of {out['endpoint']} (calibration {out['id']})")
+    table = Table(title=f"noise floor of {term(out['endpoint'])} (calibration {term(out['id'])})")
     for col in ("suite", "discordance", "pairs", "batch instability", "prompts varying"):
         table.add_column(col)
 

@@ -1,5 +1,6 @@
 """The REST client of the CLI: ``evalsvc compare --server URL`` submits to ``POST /api/v1/runs``,
-follows the run's progress and reads its report.
+follows the run's progress and reads its report; ``evalsvc calibrate --server URL`` submits to
+``POST /api/v1/calibrations``, follows its run the same way and reads the stored figures.
 
 Contract: every answer that is not the evalsvc API's JSON (an SSO page, a redirect, a proxy's
 error page) is ``NotTheApi`` and never quoted; Ctrl-C, SIGTERM and ``--wait-timeout`` cancel the
@@ -82,11 +83,7 @@ def compare_remote(
             )
         return code
 
-    headers = {}
-    secret = Settings().token
-    token = secret.get_secret_value() if secret is not None else None
-    if token:  # EVALSVC_TOKEN= (empty) is no token
-        headers["Authorization"] = f"Bearer {token}"
+    headers, token = _auth()
     body = {
         "baseline": ref(endpoints[0]),
         "candidates": [ref(e) for e in endpoints[1:]],
@@ -109,36 +106,9 @@ def compare_remote(
             return no_verdict(f"{reason}; {what}")
 
         try:
-            resp = http.post(f"{base}/runs", json=body)
-        except httpx.HTTPError as exc:
-            return no_verdict(f"server {server} unreachable: {exc}", exit_code(exc))
-        except KeyboardInterrupt as exc:
-            # Whether the server queued the run is unknown: say so rather than guess.
-            return no_verdict(
-                f"interrupted while submitting to {server}; check `GET /runs`", exit_code(exc)
-            )
-        if resp.status_code >= 400:
-            try:
-                detail = api_json(resp, server).get("detail", "")
-            except NotTheApi as exc:
-                # A proxy's or SSO's page, not the API's answer: never quote it (an internal
-                # page could be read back this way), and it is infrastructure, not a bad run.
-                return no_verdict(str(exc), exit_code(exc))
-            # An HTTP status, not an exception: the server said what was wrong with the request
-            # (2), or could not do it (4). A missing or weak token (401, 403) is configuration.
-            code = EXIT_USAGE if resp.status_code in (400, 401, 403, 404, 409, 413, 422) else 4
-            return no_verdict(
-                f"server refused the run: HTTP {resp.status_code} {str(detail)[:300]}"
-                f"{_token_fix(resp.status_code, bool(token))}",
-                code,
-            )
-        try:
-            answer = api_json(resp, server)
-            if resp.status_code not in (200, 201, 202) or not isinstance(answer.get("id"), str):
-                raise NotTheApi(not_the_api(resp, server, "no run id"))
-        except NotTheApi as exc:
-            return no_verdict(str(exc), exit_code(exc))
-        run_id = str(answer["id"])
+            run_id = submit(http, f"{base}/runs", body, server, has_token=bool(token))
+        except Refused as exc:
+            return no_verdict(str(exc), exc.code)
         err.print(f"submitted run {term(run_id)} to {term(server)}")
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         try:
@@ -169,6 +139,127 @@ def compare_remote(
     verdict = report["verdict"]
     print_verdict(verdict, run_id)
     return verdict_exit_code(verdict)
+
+
+def calibrate_remote(
+    server: str,
+    endpoint: str,
+    suites: list[str],
+    runs: int,
+    options: RunOptions,
+    wait_timeout: float | None = None,
+) -> tuple[dict[str, Any] | None, int]:
+    """Queue the A/A calibration with ``POST /api/v1/calibrations``, show its run's progress
+    and return what ``GET /calibrations/{id}`` returns once it finished, with exit code 0;
+    or ``(None, code)`` after saying why there are no figures (2: a bad ``--server`` or a
+    request the server refuses; 4: unreachable, not the API, interrupted, timed out). Ctrl-C,
+    SIGTERM and ``--wait-timeout`` cancel the calibration's run on the server."""
+    import httpx
+
+    def failed(message: str, code: int = EXIT_INFRA) -> tuple[None, int]:
+        err.print(f"[bold red]error:[/] {term(message)}", highlight=False, soft_wrap=True)
+        return None, code
+
+    server, problem = server_root(server)
+    if problem:
+        return failed(problem, EXIT_USAGE)
+    headers, token = _auth()
+    base = server + "/api/v1"
+    body = {
+        "endpoint": {"url": endpoint} if "://" in endpoint else {"name": endpoint},
+        "suites": suites,
+        "runs": runs,
+        "options": options.model_dump(mode="json"),
+    }
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    with httpx.Client(headers=headers, timeout=30) as http:
+        try:
+            cal_id = submit(http, f"{base}/calibrations", body, server, has_token=bool(token),
+                            what="calibration", listing="/calibrations")
+        except Refused as exc:
+            return failed(str(exc), exc.code)
+        err.print(f"submitted calibration {term(cal_id)} to {term(server)}")
+
+        def cancel(reason: str) -> tuple[None, int]:
+            try:
+                http.post(f"{base}/runs/{cal_id}/cancel", timeout=10)
+                what = f"calibration {cal_id} cancelled on {server}"
+            except httpx.HTTPError as exc:
+                what = f"could not cancel calibration {cal_id} on {server} ({type(exc).__name__})"
+            return failed(f"{reason}; {what}")
+
+        deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
+        name = _label(endpoint)
+        labels = {"baseline": f"baseline {name}"}
+        labels.update({f"candidate:{i}": f"A/A pass {i + 1} {name}" for i in range(runs)})
+        try:
+            status = follow_remote(http, f"{base}/runs/{cal_id}", deadline, server, labels)
+            if status is None:
+                return cancel(f"no figures within --wait-timeout {wait_timeout:g} s")
+            out = api_json(http.get(f"{base}/calibrations/{cal_id}"), server, ok=True)
+        except KeyboardInterrupt:
+            return cancel("interrupted")
+        except NotTheApi as exc:
+            return failed(f"{exc} (while waiting for calibration {cal_id})", exit_code(exc))
+        except httpx.HTTPError as exc:
+            return failed(f"lost contact with {server} while waiting for calibration {cal_id}: "
+                          f"{exc}", exit_code(exc))
+    if out.get("status") != "completed" and not out.get("error"):
+        # Cancelled on the server (or by another client): no figures, and nothing else says so.
+        out["error"] = f"calibration {cal_id} ended {out.get('status')}"
+    return out, 0
+
+
+def _auth() -> tuple[dict[str, str], str | None]:
+    """The request headers with ``$EVALSVC_TOKEN`` (``EVALSVC_TOKEN=``, empty, is no token)."""
+    secret = Settings().token
+    token = secret.get_secret_value() if secret is not None else None
+    return ({"Authorization": f"Bearer {token}"} if token else {}), token or None
+
+
+class Refused(Exception):
+    """A submission the server did not queue; ``str()`` says why, ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def submit(http: Any, url: str, body: dict[str, Any], server: str, *, has_token: bool,
+           what: str = "run", listing: str = "/runs") -> str:
+    """POST ``body`` to ``url`` and return the id of the ``what`` the server queued, or raise
+    ``Refused``: 4 when the server is unreachable or answers as something else than the API,
+    when the submission was interrupted (whether it was queued is unknown: ``listing`` says
+    where to look); 2 for a request the server refuses (its detail, and the token's fix)."""
+    import httpx
+
+    try:
+        resp = http.post(url, json=body)
+    except httpx.HTTPError as exc:
+        raise Refused(f"server {server} unreachable: {exc}", exit_code(exc)) from exc
+    except KeyboardInterrupt as exc:
+        # Whether the server queued it is unknown: say so rather than guess.
+        raise Refused(f"interrupted while submitting to {server}; check `GET {listing}`",
+                      exit_code(exc)) from exc
+    if resp.status_code >= 400:
+        try:
+            detail = api_json(resp, server).get("detail", "")
+        except NotTheApi as exc:
+            # A proxy's or SSO's page, not the API's answer: never quote it (an internal page
+            # could be read back this way), and it is infrastructure, not a bad request.
+            raise Refused(str(exc), exit_code(exc)) from exc
+        # An HTTP status, not an exception: the server said what was wrong with the request (2),
+        # or could not do it (4). A missing or weak token (401, 403) is configuration.
+        code = EXIT_USAGE if resp.status_code in (400, 401, 403, 404, 409, 413, 422) else 4
+        raise Refused(f"server refused the {what}: HTTP {resp.status_code} {str(detail)[:300]}"
+                      f"{_token_fix(resp.status_code, has_token)}", code)
+    try:
+        answer = api_json(resp, server)
+        if resp.status_code not in (200, 201, 202) or not isinstance(answer.get("id"), str):
+            raise NotTheApi(not_the_api(resp, server, f"no {what} id"))
+    except NotTheApi as exc:
+        raise Refused(str(exc), exit_code(exc)) from exc
+    return str(answer["id"])
 
 
 class NotTheApi(Exception):
@@ -216,7 +307,8 @@ def server_root(server: str) -> tuple[str, str | None]:
 
 
 def _token_fix(status: int, has_token: bool) -> str:
-    """What to do about a 401/403 from ``POST /runs`` (docs/api.md, "Tokens")."""
+    """What to do about a 401/403 from ``POST /runs`` or ``/calibrations`` (docs/api.md,
+    "Tokens")."""
     create = "`evalsvc tokens create NAME --scope submit` on the server"
     if status == 401 and not has_token:
         return f"; set EVALSVC_TOKEN to a token with the submit scope ({create})"
