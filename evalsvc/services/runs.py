@@ -109,6 +109,8 @@ def resolve_helpers(
                 ref = resolve_endpoint(name, store)
             except UsageError as exc:
                 raise UsageError(f"suite {suite.name}: {purpose} endpoint: {exc}") from None
+            if model := suite.helper_models().get(purpose):
+                ref = ref.model_copy(update={"model": model})
             out.setdefault(suite.name, {})[purpose] = ref
     return out
 

@@ -460,6 +460,12 @@ class Suite(ABC):
         ``{purpose: registered endpoint name (or URL, in a local compare)}``. Default: none."""
         return {}
 
+    def helper_models(self) -> dict[str, str]:
+        """The model this suite asks each helper endpoint to serve (``{purpose: model}``, a
+        purpose of :meth:`helper_endpoints`); a purpose not here uses the endpoint's registered
+        or first model. Default: none."""
+        return {}
+
     def wants_after_pairs(self) -> bool:
         """Whether the runner calls :meth:`after_pairs` after each batch. Default: no."""
         return False

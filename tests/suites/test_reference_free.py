@@ -18,7 +18,7 @@ import yaml
 from rouge_score import rouge_scorer
 
 from evalsvc.domain import EndpointRef, RunOptions, Sample
-from evalsvc.runner import execute
+from evalsvc.runner import InfrastructureError, execute
 from evalsvc.services.runs import UsageError, resolve_helpers
 from evalsvc.suites import load_suite
 from evalsvc.suites.kinds._judge import combine, degraded, parse_verdict
@@ -298,8 +298,15 @@ def test_the_report_names_the_judge_it_probed(tmp_path: Path) -> None:
     with judge_server(worse_tenths=2) as srv, Store.from_url(db_url) as store:
         store.upgrade()
         store.upsert_endpoint(name="the-judge", url=srv.url("judge"))
+        wrong = write_suite(tmp_path, 10, judge={"endpoint": "the-judge", "controls": 2,
+                                                 "model": "big-judge"})
+        with pytest.raises(InfrastructureError,
+                           match="does not serve model 'big-judge' \\(it serves judge-model\\)"):
+            runs.compare(RunSpec(baseline=EndpointRef(url=srv.url("base")),
+                                 candidates=[EndpointRef(url=srv.url("cand"))],
+                                 suites=[str(wrong)]), store=store)
         path = write_suite(tmp_path, 10, judge={"endpoint": "the-judge", "controls": 2,
-                                                "model": "big-judge"})
+                                                "model": "judge-model"})
         spec = RunSpec(baseline=EndpointRef(url=srv.url("base")),
                        candidates=[EndpointRef(url=srv.url("cand"))], suites=[str(path)])
         report = runs.compare(spec, store=store)
@@ -322,18 +329,18 @@ def test_the_report_names_the_judge_it_probed(tmp_path: Path) -> None:
     assert {s.data["judge"]["endpoint_fingerprint"] for s in judged} == {expected}
     j = entry["details"]["judge"]
     assert j["endpoint_fingerprint"] == expected and j["model"] == "judge-model"
-    assert j["configured_model"] == "big-judge" and j["model_differs"] is True
+    assert j["configured_model"] == "judge-model" and j["model_differs"] is False
     line = f"Judge: `judge-model` at `the-judge` (fingerprint `{expected}`)."
     text = to_markdown(report)
     assert line in text
     # Beside the reliability figures: right after the consistency and discrimination line.
     after = text.split("Position consistency over both:", 1)[1]
     assert after.split("\n\n", 2)[1] == line
-    assert "**The judge served `judge-model`, not the suite's `judge.model` `big-judge`**" in text
+    assert "not the suite's `judge.model`" not in text
     for page in (run_page, suite_page):
         shown = re.sub(r"<[^>]+>", "", page)  # the finding's Markdown, rendered
         assert f"Judge: judge-model at the-judge (fingerprint {expected})." in shown
-        assert "The judge served judge-model, not the suite's judge.model big-judge" in shown
+        assert "not the suite's judge.model" not in shown
 
 
 def test_a_blessed_baseline_judged_by_another_judge_is_judged_again(tmp_path: Path) -> None:

@@ -716,6 +716,12 @@ class DatasetSuite(Suite):
             out["embeddings"] = p.embeddings.endpoint
         return out
 
+    def helper_models(self) -> dict[str, str]:
+        # ``judge.model`` picks the judge's model on an endpoint that serves several; the
+        # report says when the endpoint served another (``model_differs``).
+        p = self.params
+        return {"judge": p.judge.model} if p.judge is not None and p.judge.model else {}
+
     def wants_after_pairs(self) -> bool:
         return self.agreement
 
