@@ -63,15 +63,17 @@ async def test_lm_eval_gets_the_checked_address_not_the_name() -> None:
 #
 # lm-eval is not installed in the test environment (it pulls torch), so EVALSVC_LMEVAL_PYTHON
 # points at a stand-in that behaves as lm-eval's API models do where it matters here: it reads
-# OPENAI_API_KEY and sends it as a Bearer header to the base_url of --model_args, logs the
-# response body, and writes samples_<task>_*.jsonl (or exits 1 on an error status). evalsvc
-# starts it exactly as it starts lm-eval (asyncio subprocess, the same command and environment).
+# OPENAI_API_KEY and sends it as a Bearer header to the base_url of the model arguments, logs
+# the response body, and writes samples_<task>_*.jsonl (or exits 1 on an error status). evalsvc
+# starts it exactly as it starts lm-eval (asyncio subprocess, the same run script's arguments and
+# environment).
 
 _STAND_IN = r'''
 import json, os, sys, urllib.error, urllib.request
-argv = sys.argv[1:]  # "-m lm_eval --model ... --model_args k=v,... --output_path P --limit N"
-opt = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
-model_args = dict(kv.split("=", 1) for kv in opt["--model_args"].split(","))
+script, config = sys.argv[1:]  # "<_lmeval_run.py> <config.json>"
+assert script.endswith("_lmeval_run.py")
+cfg = json.load(open(config))
+model_args = dict(kv.split("=", 1) for kv in cfg["model_args"].split(","))
 json.dump(dict(os.environ), open(ENV_DUMP, "w"))
 headers = {"Content-Type": "application/json"}
 if os.environ.get("OPENAI_API_KEY"):
@@ -85,10 +87,10 @@ except urllib.error.HTTPError as exc:
     print("Traceback (most recent call last):")
     print("requests.exceptions.HTTPError: 400 Client Error:", exc.code)
     sys.exit(1)
-out = os.path.join(opt["--output_path"], "model")
+out = os.path.join(cfg["output"], "model")
 os.makedirs(out)
-with open(os.path.join(out, "samples_" + opt["--tasks"] + "_2026.jsonl"), "w") as fh:
-    for i in range(int(opt["--limit"])):
+with open(os.path.join(out, "samples_" + cfg["task"] + "_2026.jsonl"), "w") as fh:
+    for i in range(int(cfg["limit"])):
         fh.write(json.dumps({"doc_id": i, "acc": 1.0, "metrics": ["acc"]}) + "\n")
 '''
 

@@ -48,27 +48,33 @@ def test_bundled_mc_data_is_the_generator_output() -> None:
     assert count_docs(path.parent, "evalsvc_mc") == len(shipped)
 
 
-def test_lmeval_command_line() -> None:
+def test_lmeval_run_config() -> None:
+    """What the one lm-eval process per endpoint (``_lmeval_run.py``) runs for a greedy suite:
+    the arguments of ``lm_eval --model M --model_args A --tasks T --include_path P --limit N
+    --seed S``, one evaluation."""
     from evalsvc.domain import EndpointRef
     from evalsvc.endpoints import EndpointClient
     from evalsvc.suites import load_suite
-    from evalsvc.suites.kinds.lmeval import ENGINE_MODEL, ENGINE_SCRIPT
+    from evalsvc.suites.kinds.lmeval import ENGINE_MODEL
 
     suite = load_suite("lmeval-mc")
     client = EndpointClient(EndpointRef(url="http://127.0.0.1:8100/v1", model="m"))
     # With a local tokenizer directory: lm-eval's own local-completions, that tokenizer.
-    cmd = suite.command(  # type: ignore[attr-defined]
-        "py", client, Path("/tmp/out"), 80, tokenizer="/models/m"
+    config = suite.greedy_config(  # type: ignore[attr-defined]
+        client, Path("/tmp/out"), 80, tokenizer="/models/m"
     )
-    args = cmd[cmd.index("--model_args") + 1]
-    assert cmd[1:3] == ["-m", "lm_eval"] and cmd[cmd.index("--model") + 1] == "local-completions"
+    args = config["model_args"]
+    assert config["greedy"] is True and "runs" not in config
+    assert config["model"] == "local-completions" and config["engine"] is False
     assert "base_url=http://127.0.0.1:8100/v1/completions" in args and "model=m" in args
     assert "tokenizer_backend=huggingface,tokenizer=/models/m" in args
-    assert cmd[cmd.index("--limit") + 1] == "80" and "--log_samples" in cmd
+    assert config["limit"] == 80 and config["seed"] == 1234 and config["task"] == "evalsvc_mc"
+    assert config["include"] == str(Path(catalog_dir()) / "data" / "lmeval")
+    assert config["output"] == "/tmp/out" and config["apply_chat_template"] is False
     # Without one: the engine's /tokenize through evalsvc's lm-eval model, nothing local.
-    cmd = suite.command("py", client, Path("/tmp/out"), 80)  # type: ignore[attr-defined]
-    args = cmd[cmd.index("--model_args") + 1]
-    assert cmd[1] == str(ENGINE_SCRIPT) and cmd[cmd.index("--model") + 1] == ENGINE_MODEL
+    config = suite.greedy_config(client, Path("/tmp/out"), 80)  # type: ignore[attr-defined]
+    args = config["model_args"]
+    assert config["model"] == ENGINE_MODEL and config["engine"] is True
     assert "tokenizer" not in args and "base_url=http://127.0.0.1:8100/v1/completions" in args
     # ... which is why a suite without params.tokenizer needs the endpoints' tokenize.
     assert suite.requires == frozenset({"completions", "echo", "tokenize"})

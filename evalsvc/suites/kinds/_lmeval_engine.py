@@ -1,7 +1,8 @@
 """lm-eval with the serving engine's own tokenizer: run as a script by lm-eval's Python.
 
-``python _lmeval_engine.py <lm_eval arguments>`` registers one lm-eval model,
-``evalsvc-engine-completions``, and runs lm-eval's command line (``lm_eval.__main__``). The
+``register()`` registers one lm-eval model, ``evalsvc-engine-completions`` (the run script,
+``_lmeval_run.py``, calls it before lm-eval builds the model); ``python _lmeval_engine.py
+<lm_eval arguments>`` runs lm-eval's command line (``lm_eval.__main__``) with it, by hand. The
 model is lm-eval's ``local-completions`` whose tokenizer is the endpoint's ``POST /tokenize``
 (vLLM's shape, which SGLang shares: ``{"prompt", "add_special_tokens": false}`` →
 ``{"tokens": [...]}``), so a loglikelihood task needs no tokenizer files on this machine and no

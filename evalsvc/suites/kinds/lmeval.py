@@ -17,13 +17,19 @@ Contract:
   preflight says so and the run skips the suite (a failed preparation too, naming its log). The subprocess,
   not the suite, talks to the endpoint, with the URL and model name of the client the runner
   handed over; it runs offline (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``).
+- One lm-eval process per endpoint (``_lmeval_run.py``, lm-eval's Python API): a greedy suite's
+  one evaluation is called as the ``lm_eval`` command calls ``simple_evaluate`` (the same
+  requests, per-document records and ``--output_path`` files), without the command's indexing of
+  lm-eval's few thousand task files (about 10 CPU-s a process) when the include directory holds
+  the task (2.5 CPU-s a process for the bundled ``evalsvc_mc`` against 10-12 for the command;
+  docs/benchmarks.md).
 - The tokenizer lm-eval counts a loglikelihood's context with is, in this order:
   ``params.tokenizer``; the baseline's checkpoint directory when it is local (the served model's
   ``root``); an endpoint's registered tokenizer directory (``endpoints add --tokenizer``) or the
   one the probe took from the Hugging Face hub for an engine without a route (``client.
   local_tokenizer`` either way, a directory with ``tokenizer_config.json``); else
   **the engine's own** ``POST /tokenize`` (vLLM, SGLang), through the lm-eval model
-  ``evalsvc-engine-completions`` (``_lmeval_engine.py``, run as lm-eval's entry point): nothing
+  ``evalsvc-engine-completions`` (``_lmeval_engine.py``, registered by the run script): nothing
   local is needed, and each endpoint tokenizes with its own route. A completions-API task without
   a local tokenizer therefore needs ``tokenize`` (a capability the runner checks); a chat task
   needs no tokenizer at all.
@@ -40,7 +46,7 @@ Contract:
   the decoding as lm-eval's generation arguments (``temperature``, ``top_p``, ``do_sample``,
   ``max_gen_toks``, ``seed``); its records become the samples of ``repeat`` r, and the gate pairs
   each document's mean over its k samples (``Suite.units``). The k evaluations run in one lm-eval
-  process (``_lmeval_sampled.py``, lm-eval's Python API): an ``lm_eval`` command per sample would
+  process (``_lmeval_run.py``, lm-eval's Python API): an ``lm_eval`` command per sample would
   index lm-eval's task files k times (about 10 CPU-s each). Not the task's own ``repeats``:
   lm-eval scores a document once, on its filtered repeats (take-first, majority vote), so
   per-sample scores would be lost, every repeat of a document would go out with the same request
@@ -92,12 +98,10 @@ from evalsvc.suites.kinds._lmeval_python import LmevalError, lmeval_python
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
     from evalsvc.endpoints import EndpointClient
 
-#: The script lm-eval's Python runs for the engine-tokenizer model (never imported here).
-ENGINE_SCRIPT = Path(__file__).with_name("_lmeval_engine.py")
-#: Its model name (``_lmeval_engine.MODEL_NAME``).
+#: The engine-tokenizer model's name (``_lmeval_engine.MODEL_NAME``; the run script registers it).
 ENGINE_MODEL = "evalsvc-engine-completions"
-#: The script lm-eval's Python runs for a sampled suite's k samples (never imported here).
-SAMPLED_SCRIPT = Path(__file__).with_name("_lmeval_sampled.py")
+#: The script lm-eval's Python runs on each endpoint, greedy or sampled (never imported here).
+RUN_SCRIPT = Path(__file__).with_name("_lmeval_run.py")
 #: Files that make a directory a Hugging Face tokenizer lm-eval can load.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -417,7 +421,7 @@ class LmevalSuite(Suite):
         self, client: EndpointClient, base_url: str | None, tokenizer: str | None
     ) -> tuple[str, str, bool]:
         """lm-eval's ``--model``, its ``--model_args`` string, and whether it is the engine-
-        tokenizer model (registered by ``_lmeval_engine.py``, which must run first)."""
+        tokenizer model (``_lmeval_engine.py``, which the run script registers first)."""
         p = self.params
         route = "chat/completions" if p.model_type == "local-chat-completions" else "completions"
         args: dict[str, Any] = {
@@ -430,7 +434,7 @@ class LmevalSuite(Suite):
             args.update(tokenizer_backend="huggingface", tokenizer=tokenizer)
         elif p.model_type == "local-completions":
             # The engine's /tokenize: lm-eval's local-completions with that tokenizer, registered
-            # by the script that then runs lm-eval's own command line.
+            # by the run script before lm-eval builds the model.
             model, engine = ENGINE_MODEL, True
         else:
             args["tokenizer_backend"] = "none"  # chat: the server applies the template
@@ -440,44 +444,20 @@ class LmevalSuite(Suite):
         )
         return model, ",".join(f"{k}={v}" for k, v in args.items()), engine
 
-    def command(
+    def greedy_config(
         self,
-        python: str,
         client: EndpointClient,
         output: Path,
         n: int,
         base_url: str | None = None,
         tokenizer: str | None = None,
-    ) -> list[str]:
-        """The lm-eval command line for one endpoint (``base_url``: the client's, pinned;
-        ``tokenizer``: a local tokenizer directory, or None for the engine's ``/tokenize``)."""
-        p = self.params
-        model, model_args, engine = self._model(client, base_url, tokenizer)
-        entry = [str(ENGINE_SCRIPT)] if engine else ["-m", "lm_eval"]
-        cmd = [
-            python,
-            *entry,
-            "--model",
-            model,
-            "--model_args",
-            model_args,
-            "--tasks",
-            p.task,
-            "--output_path",
-            str(output),
-            "--log_samples",
-            "--limit",
-            str(n),
-            "--seed",
-            str(self.spec.seed),
-        ]
-        if p.include_path is not None:
-            cmd += ["--include_path", str(self._include_dir())]
-        if p.num_fewshot is not None:
-            cmd += ["--num_fewshot", str(p.num_fewshot)]
-        if p.model_type == "local-chat-completions":
-            cmd += ["--apply_chat_template"]
-        return cmd
+    ) -> dict[str, Any]:
+        """What ``_lmeval_run.py`` runs for a greedy suite on one endpoint (``base_url``: the
+        client's, pinned; ``tokenizer``: a local tokenizer directory, or None for the engine's
+        ``/tokenize``): one evaluation, as ``lm_eval --model M --model_args A --tasks T
+        --include_path P --output_path OUTPUT --log_samples --limit N --seed SEED
+        [--num_fewshot F] [--apply_chat_template]`` runs it."""
+        return {**self._script_config(client, output, n, base_url, tokenizer), "greedy": True}
 
     def sampled_config(
         self,
@@ -488,9 +468,22 @@ class LmevalSuite(Suite):
         base_url: str | None = None,
         tokenizer: str | None = None,
     ) -> dict[str, Any]:
-        """What ``_lmeval_sampled.py`` runs for a sampled suite on one endpoint: the same model,
-        task, limit and seed as :meth:`command`, once per sample index in ``repeats``, each with
-        its :meth:`gen_kwargs`."""
+        """What ``_lmeval_run.py`` runs for a sampled suite on one endpoint: the same model,
+        task, limit and seed as :meth:`greedy_config`, once per sample index in ``repeats``,
+        each with its :meth:`gen_kwargs`."""
+        return {
+            **self._script_config(client, output, n, base_url, tokenizer),
+            "runs": [{"repeat": r, "gen_kwargs": self.gen_kwargs(r)} for r in repeats],
+        }
+
+    def _script_config(
+        self,
+        client: EndpointClient,
+        output: Path,
+        n: int,
+        base_url: str | None,
+        tokenizer: str | None,
+    ) -> dict[str, Any]:
         p = self.params
         model, model_args, engine = self._model(client, base_url, tokenizer)
         include = self._include_dir()
@@ -505,7 +498,6 @@ class LmevalSuite(Suite):
             "seed": self.spec.seed,
             "apply_chat_template": p.model_type == "local-chat-completions",
             "output": str(output),
-            "runs": [{"repeat": r, "gen_kwargs": self.gen_kwargs(r)} for r in repeats],
         }
 
     def gen_kwargs(self, repeat: int) -> dict[str, Any] | None:
@@ -616,8 +608,9 @@ class LmevalSuite(Suite):
         self, python: str, client: EndpointClient, workdir: Path, n: int, repeats: list[int]
     ) -> tuple[dict[int, dict[int, dict[str, Any]]], str | None]:
         """Run lm-eval on one endpoint for sample indices ``repeats``: the records of each index
-        that finished, by ``doc_id``, and why the others did not (None when all did). Greedy: one
-        ``lm_eval`` command; sampled: ``_lmeval_sampled.py``, one process for every index."""
+        that finished, by ``doc_id``, and why the others did not (None when all did). One
+        ``_lmeval_run.py`` process: greedy, the one index as the ``lm_eval`` command runs it;
+        sampled, every index in turn."""
         from evalsvc.endpoints import EndpointError
 
         output = workdir / "out"
@@ -628,14 +621,15 @@ class LmevalSuite(Suite):
         tokenizer = self._endpoint_tokenizer(client)
         timeout = self.params.timeout_s
         if self.spec.sampling is None:
-            cmd = self.command(python, client, output, n, base_url=pinned, tokenizer=tokenizer)
+            config = self.greedy_config(client, output, n, base_url=pinned, tokenizer=tokenizer)
         else:
-            config = workdir / "sampled.json"
-            config.write_text(json.dumps(self.sampled_config(
+            config = self.sampled_config(
                 client, output, n, repeats, base_url=pinned, tokenizer=tokenizer
-            )), encoding="utf-8")
-            cmd = [python, str(SAMPLED_SCRIPT), str(config)]
+            )
             timeout *= len(repeats)  # timeout_s bounds each sample's run
+        config_path = workdir / "lm_eval.json"
+        config_path.write_text(json.dumps(config), encoding="utf-8")
+        cmd = [python, str(RUN_SCRIPT), str(config_path)]
         # egress: the subprocess gets a minimal environment, never the worker's secrets
         # (OPENAI_API_KEY, cloud keys, EVALSVC_DATABASE_URL): lm-eval's API models send
         # OPENAI_API_KEY as a Bearer header to whatever URL the run names. It is always set, to
@@ -670,7 +664,7 @@ class LmevalSuite(Suite):
         found: dict[int, dict[int, dict[str, Any]]] = {}
         for repeat in repeats:
             where = output / f"sample-{repeat}"
-            if where.is_dir():  # whole or absent (_lmeval_sampled.py)
+            if where.is_dir():  # whole or absent (_lmeval_run.py)
                 try:
                     found[repeat] = read_samples(where, task, filter_name=flt)
                 except LmevalError as exc:
