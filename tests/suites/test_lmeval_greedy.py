@@ -10,7 +10,7 @@ tokenizer (``benchmarks/stub_server.py``: completions with echo and logprobs, ``
 emitted samples carry the command's scores.
 
 Without lm-eval (a stand-in Python that sleeps): a run past ``timeout_s`` and a cancelled run
-kill the process.
+kill the process; the run script imports nothing of evalsvc (lm-eval's Python may lack it).
 """
 
 from __future__ import annotations
@@ -237,3 +237,12 @@ def test_a_cancelled_run_kills_the_process(
 
     pid = asyncio.run(go())
     assert not _alive(pid)
+
+
+def test_the_run_script_never_imports_evalsvc() -> None:
+    """lm-eval's Python may be another environment (the managed venv) without evalsvc."""
+    from evalsvc.suites.kinds.lmeval import RUN_SCRIPT
+
+    source = RUN_SCRIPT.read_text(encoding="utf-8")
+    assert "import evalsvc" not in source and "from evalsvc" not in source
+    assert "from _lmeval_engine import register" in source  # its sibling, by path
