@@ -39,7 +39,16 @@ _MAX_TOKEN_EXAMPLES = 5
 SUITE_WEIGHT = 0.8
 
 
-def _finding(label: str, b: np.ndarray, c: np.ndarray, higher: bool, p_adj: float) -> str:
+def _finding(
+    label: str, b: np.ndarray, c: np.ndarray, higher: bool, p_adj: float, kind: GateKind
+) -> str:
+    if kind != "binary":
+        # A continuous score (a similarity, a KL divergence) has means, not solved items: a
+        # count of items "lost" would read a similarity of 0.49 as a lost answer.
+        return (
+            f"{label}: mean {b.mean():.3f} → {c.mean():.3f} (Δ {c.mean() - b.mean():+.3f}, "
+            f"n = {b.size}, Holm-adjusted p = {p_adj:.2g})"
+        )
     solved = int(b.sum()) if higher else int((1 - b).sum())
     lost = int(((b > 0.5) & (c < 0.5)).sum()) if higher else int(((b < 0.5) & (c > 0.5)).sum())
     what = "solved items" if higher else "good outcomes"
@@ -143,7 +152,9 @@ def slice_gates(
         row["verdict"] = "fail" if fails else row["raw_verdict"]
         if fails and row["raw_verdict"] == "fail":
             label = f"{row['slice']}" if len(slices) == 1 else f"{row['dimension']} {row['slice']}"
-            row["finding"] = _finding(label, b_all[idx], c_all[idx], higher_is_better, p_adj)
+            row["finding"] = _finding(
+                label, b_all[idx], c_all[idx], higher_is_better, p_adj, kind
+            )
             failed.append(row["finding"])
             if first_tokens is not None:
                 examples = []

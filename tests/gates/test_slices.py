@@ -174,3 +174,25 @@ def test_power_to_find_the_collapsed_slice() -> None:
         rows = out.details["slices"]["slices"]  # type: ignore[attr-defined]
         found += any(r["slice"] == "dates L1" and r["verdict"] == "fail" for r in rows)
     assert found / runs >= 0.9
+
+
+def test_a_continuous_slice_finding_gives_means_not_lost_items() -> None:
+    """A similarity collapsing in one slice (a replay's short prompts) is reported as the
+    slice's mean before and after with Δ, never as binary "solved items lost"."""
+    rng = np.random.default_rng(5)
+    n = 120
+    labels = ["short"] * 40 + ["long"] * 80
+    b = np.clip(rng.normal(0.97, 0.02, n), 0, 1)
+    c = b.copy()
+    c[:40] = np.clip(rng.normal(0.50, 0.05, 40), 0, 1)  # the short slice loses half its similarity
+    out = evaluate_gate(b, c, metric="rouge_l", kind="continuous", margin=MARGIN, alpha=ALPHA,
+                        value_range=(0.0, 1.0))
+    res = slice_gates(out, b, c, {"prompt length": labels}, kind="continuous", margin=MARGIN,
+                      alpha=ALPHA, higher_is_better=True, min_items=20, value_range=(0.0, 1.0))
+    assert res.verdict == "fail"
+    [row] = [r for r in res.details["slices"]["slices"] if r["slice"] == "short"]
+    assert row["verdict"] == "fail"
+    expected = f"short: mean {b[:40].mean():.3f} → {c[:40].mean():.3f} (Δ "
+    assert row["finding"].startswith(expected), row["finding"]
+    assert "solved items" not in res.details["reason"]
+    assert row["finding"] in res.details["reason"]
