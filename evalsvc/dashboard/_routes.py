@@ -206,6 +206,24 @@ def _safe_next(value: str | None) -> str:
     return value
 
 
+async def _same_origin_form(request: Request) -> tuple[dict[str, list[str]], Response | None]:
+    """Every dashboard form post's first step: the parsed form, and the refusal to answer with
+    when it did not come from this dashboard's own page (``_check_same_origin``)."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        _check_same_origin(request, form)
+    except CrossSiteRequest as exc:
+        return form, _refused(request, exc)
+    return form, None
+
+
+def _not_done(request: Request, viewer: Principal, title: str, problem: str, code: int) -> Response:
+    """The error page a refused dashboard action answers with, under its HTTP status."""
+    resp = _page(request, "error.html", viewer, title=title, message=problem)
+    resp.status_code = code
+    return resp
+
+
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request, state: StateDep, next: str = "/") -> HTMLResponse:
     return _page(request, "login.html", None, title="Sign in", next=_safe_next(next),
@@ -214,11 +232,9 @@ def login_form(request: Request, state: StateDep, next: str = "/") -> HTMLRespon
 
 @router.post("/login")
 async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    try:
-        _check_same_origin(request, form)
-    except CrossSiteRequest as exc:
-        return _refused(request, exc)
+    form, refused = await _same_origin_form(request)
+    if refused is not None:
+        return refused
     token = (form.get("token") or [""])[0].strip()
     next_url = _safe_next((form.get("next") or ["/"])[0])
     message = None
@@ -252,11 +268,9 @@ async def login(request: Request, state: StateDep, store: StoreDep) -> Response:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    try:
-        _check_same_origin(request, form)
-    except CrossSiteRequest as exc:
-        return _refused(request, exc)
+    form, refused = await _same_origin_form(request)
+    if refused is not None:
+        return refused
     resp = RedirectResponse("/login", status_code=status.HTTP_303_SEE_OTHER)
     resp.delete_cookie(COOKIE_NAME, path="/", httponly=True, samesite="strict")
     return resp
@@ -327,11 +341,9 @@ async def acknowledge_alert(request: Request, alert_id: str, store: StoreDep,
     ``POST /api/v1/alerts/{id}/acknowledge``): a same-origin form with the page's token, from
     a token with the ``submit`` scope (the scope the REST acknowledgement needs), recorded as
     the acknowledging name. Answers with the alerts page under the filters it was sent from."""
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    try:
-        _check_same_origin(request, form)
-    except CrossSiteRequest as exc:
-        return _refused(request, exc)
+    form, refused = await _same_origin_form(request)
+    if refused is not None:
+        return refused
     problem, code = None, status.HTTP_403_FORBIDDEN
     if "submit" not in viewer.scopes:
         problem = (f"token {viewer.name!r} lacks the 'submit' scope that acknowledging an alert "
@@ -346,9 +358,7 @@ async def acknowledge_alert(request: Request, alert_id: str, store: StoreDep,
         except alert_svc.AlertNotOpen as exc:
             problem, code = str(exc), status.HTTP_409_CONFLICT
     if problem is not None:
-        resp = _page(request, "error.html", viewer, title="Not acknowledged", message=problem)
-        resp.status_code = code
-        return resp
+        return _not_done(request, viewer, "Not acknowledged", problem, code)
     kept = {k: v for k in _ALERT_FILTERS if (v := (form.get(k) or [""])[0])}
     query = f"?{urlencode(kept)}" if kept else ""
     return RedirectResponse(f"/alerts{query}#alert-{quote(alert_id, safe='')}",
@@ -372,11 +382,9 @@ async def bless_run(request: Request, run_id: str, store: StoreDep, viewer: View
     """The run page's "bless baseline" / "refresh" button (``evalsvc baselines bless RUN``):
     a same-origin form with the page's token, from an ``admin`` token (it changes what later
     runs send, as endpoint and schedule writes do)."""
-    form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    try:
-        _check_same_origin(request, form)
-    except CrossSiteRequest as exc:
-        return _refused(request, exc)
+    form, refused = await _same_origin_form(request)
+    if refused is not None:
+        return refused
     problem, code = None, status.HTTP_403_FORBIDDEN
     if "admin" not in viewer.scopes:
         problem = (f"token {viewer.name!r} lacks the 'admin' scope that blessing a baseline "
@@ -389,9 +397,7 @@ async def bless_run(request: Request, run_id: str, store: StoreDep, viewer: View
         except baselines.UsageError as exc:
             problem, code = str(exc), status.HTTP_422_UNPROCESSABLE_CONTENT
     if problem is not None:
-        resp = _page(request, "error.html", viewer, title="Not blessed", message=problem)
-        resp.status_code = code
-        return resp
+        return _not_done(request, viewer, "Not blessed", problem, code)
     return RedirectResponse(f"/runs/{quote(run_id, safe='')}#baseline",
                             status_code=status.HTTP_303_SEE_OTHER)
 
