@@ -98,12 +98,7 @@ def compare_remote(
     with httpx.Client(headers=headers, timeout=30) as http:
 
         def cancel(reason: str) -> int:
-            try:
-                http.post(f"{base}/runs/{run_id}/cancel", timeout=10)
-                what = f"run {run_id} cancelled on {server}"
-            except httpx.HTTPError as exc:
-                what = f"could not cancel run {run_id} on {server} ({type(exc).__name__})"
-            return no_verdict(f"{reason}; {what}")
+            return no_verdict(f"{reason}; {_cancel(http, base, run_id, 'run', server)}")
 
         try:
             run_id = submit(http, f"{base}/runs", body, server, has_token=bool(token))
@@ -181,12 +176,7 @@ def calibrate_remote(
         err.print(f"submitted calibration {term(cal_id)} to {term(server)}")
 
         def cancel(reason: str) -> tuple[None, int]:
-            try:
-                http.post(f"{base}/runs/{cal_id}/cancel", timeout=10)
-                what = f"calibration {cal_id} cancelled on {server}"
-            except httpx.HTTPError as exc:
-                what = f"could not cancel calibration {cal_id} on {server} ({type(exc).__name__})"
-            return failed(f"{reason}; {what}")
+            return failed(f"{reason}; {_cancel(http, base, cal_id, 'calibration', server)}")
 
         deadline = None if wait_timeout is None else time.monotonic() + wait_timeout
         name = _label(endpoint)
@@ -364,3 +354,15 @@ def follow_remote(
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(2.0)
+
+
+def _cancel(http: Any, base: str, run_id: str | None, what: str, server: str) -> str:
+    """Cancel a queued or running run (a calibration is one) on the server (``http``, an
+    ``httpx.Client``); what happened, for the message the interrupted command exits with."""
+    import httpx  # the CLI imports httpx only for a command that talks to a server
+
+    try:
+        http.post(f"{base}/runs/{run_id}/cancel", timeout=10)
+        return f"{what} {run_id} cancelled on {server}"
+    except httpx.HTTPError as exc:
+        return f"could not cancel {what} {run_id} on {server} ({type(exc).__name__})"
