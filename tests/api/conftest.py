@@ -6,17 +6,11 @@ completes runs with a stored report (no model endpoints: the API only queues and
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
 import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from evalsvc.db import Store
 from evalsvc.db.testing import clear_all_tables
@@ -27,35 +21,11 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     pg_session_url,
     sqlite_template,
 )
+from tests.fixtures.loopback import uvicorn_app
 
 from .executors import complete_with_report
 
 SCOPES = ("read", "submit", "admin")
-
-
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run ``app`` with uvicorn in a thread on a free loopback port; yield its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True
-    )
-    thread.start()
-    deadline = time.monotonic() + 120
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -72,7 +42,7 @@ def api_db_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 @pytest.fixture(scope="module")
 def server_url(api_db_url: str) -> Iterator[str]:
     """Base URL of a real API server (auth on) over ``api_db_url``."""
-    with serve(create_app(api_db_url, auth=True)) as url:
+    with uvicorn_app(create_app(api_db_url, auth=True)) as url:
         yield url
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import httpx
 
 from evalsvc.webapp import create_app
+from tests.fixtures.loopback import uvicorn_app
 
-from .conftest import Api, serve
+from .conftest import Api
 
 RUN = {
     "baseline": {"url": "http://127.0.0.1:9001/v1"},
@@ -85,7 +86,7 @@ def test_health_metrics_and_docs_need_no_token(api: Api) -> None:
 
 def test_auth_off_serves_without_token(api: Api) -> None:
     with (
-        serve(create_app(api.db_url, auth=False)) as url,
+        uvicorn_app(create_app(api.db_url, auth=False)) as url,
         httpx.Client(base_url=f"{url}/api/v1", timeout=30) as anonymous,
     ):
         assert anonymous.post("/endpoints", json=ENDPOINT).status_code == 201

@@ -11,10 +11,11 @@ import json
 from evalsvc.scheduler import default_executor
 from tests.fixtures.cli import run_cli
 from tests.fixtures.faults import base_url, fault_server
+from tests.fixtures.loopback import free_port
 from tests.runner.fault_proxy import fault_proxy
 
 from .conftest import Api
-from .test_cli import _free_port, background_worker
+from .test_cli import background_worker
 
 
 def test_a_queued_calibration_stores_its_floor(api: Api) -> None:
@@ -79,7 +80,7 @@ def test_calibrate_through_a_server(api: Api) -> None:
                     env=submit)
         assert r.returncode == 2, r.stderr
         assert f"--server '{bare}' is not a URL: did you mean http://{bare}?" in r.stderr
-        down = f"http://127.0.0.1:{_free_port()}"
+        down = f"http://127.0.0.1:{free_port()}"
         r = run_cli("calibrate", endpoint, "--suite", "determinism-smoke", "--server", down,
                     env=submit)
         assert r.returncode == 4 and f"server {down} unreachable" in r.stderr, r.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from evalsvc.db import Store
 from evalsvc.scheduler import Executor, Worker
 from tests.fixtures.cli import run_cli
 from tests.fixtures.db import REPO_ROOT
+from tests.fixtures.loopback import free_port
 
 from .conftest import Api
 from .executors import make_executor
@@ -125,13 +125,6 @@ def test_compare_server_refusals(api: Api) -> None:
     assert api.store.list_runs() == []
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None:
     db = tmp_path / "evalsvc.db"
     db.write_bytes(sqlite_template.read_bytes())
@@ -145,7 +138,7 @@ def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None
     dup = run_cli("tokens", "create", "ci", "--scope", "admin", "--database-url", url)
     assert dup.returncode == 2 and "already exists" in dup.stderr
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "EVALSVC_API_AUTH": "on"}
     server = subprocess.Popen(
         [

@@ -17,8 +17,8 @@ from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunSpec
 from evalsvc.services import runs
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
 from tests.fixtures.db import sqlite_template  # noqa: F401  (pytest fixture)
+from tests.fixtures.loopback import uvicorn_app
 from tests.runner.level_server import level_server
 
 SEED = 5
@@ -45,7 +45,7 @@ def test_comparability_options_are_validated_and_queued_as_sent(
 ) -> None:
     monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")  # server mode, loopback
     url = _db(tmp_path, sqlite_template)
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         bad = httpx.post(f"{base}/api/v1/runs", json=_body({"allow": ["dtype"]}), timeout=30)
         good = httpx.post(f"{base}/api/v1/runs", json=_body({"allow": ["chat_template"]}),
                           timeout=30)
@@ -74,7 +74,7 @@ def test_a_non_comparable_run_gates_5_and_its_page_says_why(
                        suites=[str(suite)])
         report = runs.compare(spec, store=store)
     assert report["verdict"] == "non-comparable"
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         gate = httpx.get(f"{base}/api/v1/runs/{report['run_id']}/gate", timeout=30).json()
         page = httpx.get(f"{base}/runs/{report['run_id']}", timeout=30)
     assert gate["verdict"] == "non-comparable" and gate["exit_code"] == 5

@@ -10,8 +10,9 @@ import httpx
 
 from evalsvc.db import Store
 from evalsvc.webapp import create_app
+from tests.fixtures.loopback import uvicorn_app
 
-from .conftest import Api, serve
+from .conftest import Api
 
 
 def test_healthz_ok(api: Api) -> None:
@@ -21,7 +22,7 @@ def test_healthz_ok(api: Api) -> None:
 
 def test_unreachable_database_is_503(tmp_path: Path) -> None:
     url = "postgresql+psycopg://evalsvc:secret@127.0.0.1:1/evalsvc"
-    with serve(create_app(url, auth=True)) as base:
+    with uvicorn_app(create_app(url, auth=True)) as base:
         resp = httpx.get(f"{base}/api/v1/healthz", timeout=60)
         assert resp.status_code == 503
         body = resp.json()
@@ -39,7 +40,7 @@ def test_database_not_at_head_is_503_until_upgraded(tmp_path: Path, sqlite_templ
     url = f"sqlite:///{path}"
     with Store.from_url(url) as store:
         store.downgrade("base")
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         resp = httpx.get(f"{base}/api/v1/healthz", timeout=60)
         assert resp.status_code == 503 and "evalsvc db upgrade" in resp.json()["detail"]
         runs = httpx.get(f"{base}/api/v1/runs", timeout=60)

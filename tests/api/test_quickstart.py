@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from evalsvc.scheduler import Worker
-from tests.fixtures.apiserve import free_port
+from tests.fixtures.loopback import free_port
 
 from .conftest import Api
 from .test_runs import submit

@@ -256,9 +256,9 @@ def many_runs(dash_store: Store) -> dict[str, Any]:
 def _serve(url: str) -> Iterator[str]:
     # The API tests' real uvicorn on a free loopback port, over this session's store.
     from evalsvc.webapp import create_app
-    from tests.api.conftest import serve
+    from tests.fixtures.loopback import uvicorn_app
 
-    with serve(create_app(url, auth=True)) as base:
+    with uvicorn_app(create_app(url, auth=True)) as base:
         yield base
 
 

@@ -6,16 +6,16 @@ the victim's session is what it was. The attacker's page is served by a real loo
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from evalsvc.db import Store
+from tests.fixtures.loopback import LoopbackHTTPServer, serving
 
 from .conftest import Server
 
@@ -41,14 +41,8 @@ def _attacker_site(action: str, fields: dict[str, str]) -> Iterator[str]:
             self.end_headers()
             self.wfile.write(page)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(LoopbackHTTPServer(Handler)) as server:
         yield f"http://localhost:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _landing(page: Any, url: str, target: str) -> Any:

@@ -8,15 +8,15 @@ old page keeps polling while it is under way (the case CI failed on twice).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 
 from tests.dashboard.conftest import watch
+from tests.fixtures.loopback import LoopbackHTTPServer, serving
 
 PAGES = {
     # Polls every 50 ms; each poll takes 3 s, so several are in flight whenever it is left.
@@ -51,12 +51,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
-    server.server_close()
+    with serving(LoopbackHTTPServer(_Handler)) as server:
+        yield server.origin
 
 
 def test_requests_left_behind_by_a_navigation_are_not_failures(browser: Any, site: str) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
+from tests.fixtures.loopback import uvicorn_app
 
 from .conftest import REPO_ROOT
 
@@ -33,7 +33,7 @@ class _Refs(HTMLParser):
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> object:
     url = f"sqlite:///{tmp_path_factory.mktemp('docs') / 'evalsvc.db'}"
-    with serve(create_app(url, auth=True)) as base:
+    with uvicorn_app(create_app(url, auth=True)) as base:
         yield base
 
 

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
+from tests.fixtures.loopback import uvicorn_app
 
 from .conftest import REPO_ROOT
 
@@ -89,7 +89,7 @@ def test_every_dashboard_metric_is_exposed(real_run_db: str) -> None:
     dash = json.loads(DASHBOARD.read_text())
     used = set().union(*(metric_names(e) for e in _exprs(dash)))
     assert {"evalsvc_gate_verdict_code", "evalsvc_gate_delta", "evalsvc_queue_depth"} <= used
-    with serve(create_app(real_run_db, auth=True)) as base:
+    with uvicorn_app(create_app(real_run_db, auth=True)) as base:
         # a probe first, as in production: the request counter has series once a request was served
         assert httpx.get(f"{base}/healthz", timeout=60).status_code == 200
         text = httpx.get(f"{base}/metrics", timeout=60).text

@@ -13,7 +13,7 @@ from evalsvc.db import Store, metrics_snapshot
 from evalsvc.db._orm import RunRow, utcnow
 from evalsvc.domain import EndpointRef, Provenance, RunSpec, RunStatus, Sample
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
+from tests.fixtures.loopback import uvicorn_app
 
 BASE = "http://bf16.test:8000/v1"
 CAND = "http://fp8.test:8000/v1"
@@ -131,7 +131,7 @@ def test_snapshot_figures(store: Store) -> None:
 def test_metrics_endpoint_exposes_them(db_url: str) -> None:
     with Store.from_url(db_url) as store:
         _run(store, verdict="inconclusive", delta=-0.05, ci=(-0.12, 0.02))
-    with serve(create_app(db_url, auth=True)) as base:
+    with uvicorn_app(create_app(db_url, auth=True)) as base:
         text = httpx.get(f"{base}/metrics", timeout=60).text
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value

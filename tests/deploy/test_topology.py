@@ -23,6 +23,7 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.domain import RunStatus
+from tests.fixtures.loopback import free_port
 from tests.fixtures.spare import spare_endpoint
 
 from .conftest import write_tiny_suite
@@ -30,12 +31,6 @@ from .conftest import write_tiny_suite
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.endpoints]
 
 EVALSVC = [sys.executable, "-m", "evalsvc.cli.main"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
@@ -109,7 +104,7 @@ def test_compose_topology_as_processes(tmp_path: Path, local_endpoints: Any) -> 
         token = cli("tokens", "create", "ci", "--scope", "submit").stdout.strip().splitlines()[-1].strip()
         cli("endpoints", "add", "local-bf16", endpoint)
 
-        port = _free_port()
+        port = free_port()
         logs = [tmp_path / "api.log", tmp_path / "worker-1.log", tmp_path / "worker-2.log"]
         stack.enter_context(
             _process([*EVALSVC, "api", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],

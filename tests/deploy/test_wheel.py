@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import zipfile
@@ -19,6 +18,7 @@ from evalsvc.db import Store
 from evalsvc.db._migrate import head_revision
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.suites import catalog, catalog_dir
+from tests.fixtures.loopback import free_port
 from tests.fixtures.spare import spare_endpoint
 
 from .conftest import REPO_ROOT, InstalledWheel, write_tiny_suite
@@ -100,9 +100,7 @@ def test_db_upgrade_on_postgresql(installed_wheel: InstalledWheel) -> None:
 
 
 def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel, tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = installed_wheel.env(EVALSVC_DATABASE_URL=f"sqlite:///{tmp_path / 'api.db'}")
     log = (tmp_path / "api.log").open("wb")
     proc = subprocess.Popen(

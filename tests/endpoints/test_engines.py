@@ -8,17 +8,15 @@ project documents them (see ``evalsvc/endpoints/_engines.py``).
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 
 from evalsvc.domain import EndpointRef
 from evalsvc.endpoints import EndpointClient, probe
+from tests.fixtures.loopback import JSONHandler, LoopbackHTTPServer, serving
 
 TEXT_IDS = [11, 22, 33]
 
@@ -66,65 +64,46 @@ def _tokenize(engine: str, body: dict[str, Any]) -> tuple[int, Any]:
     return (404, {"error": "not found"}) if engine == "generic" else (400, {"error": "bad body"})
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     server: _EngineServer
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:
         spec = ENGINES[self.server.engine]
         if self.path == "/v1/models":
-            self._reply(200, {"object": "list", "data": [
+            self._reply({"object": "list", "data": [
                 {"id": "smollm2", "object": "model", "owned_by": spec["owned_by"]}]})
         elif self.path in spec["info"]:
-            self._reply(200, spec["info"][self.path])
+            self._reply(spec["info"][self.path])
         else:
-            self._reply(404, {"error": "not found"})
+            self._reply({"error": "not found"}, 404)
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        body = self._json_body()
         self.server.paths.append(self.path)
         if self.path == "/tokenize":
-            self._reply(*_tokenize(self.server.engine, body))
+            status, payload = _tokenize(self.server.engine, body)
+            self._reply(payload, status)
         elif self.path == "/v1/chat/completions":
-            self._reply(200, {"choices": [{"message": {"role": "assistant", "content": "OK"},
-                                           "finish_reason": "stop"}]})
+            self._reply({"choices": [{"message": {"role": "assistant", "content": "OK"},
+                                      "finish_reason": "stop"}]})
         elif self.path == "/v1/completions":
-            self._reply(200, {"choices": [{"text": " OK", "finish_reason": "length"}]})
+            self._reply({"choices": [{"text": " OK", "finish_reason": "length"}]})
         else:
-            self._reply(404, {"error": "not found"})
+            self._reply({"error": "not found"}, 404)
 
 
-class _EngineServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _EngineServer(LoopbackHTTPServer):
     def __init__(self, engine: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.engine = engine
         self.paths: list[str] = []
 
 
 @contextmanager
 def engine_server(engine: str) -> Iterator[str]:
-    server = _EngineServer(engine)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        host, port = server.server_address[:2]
-        yield f"http://{host!s}:{port}/v1"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_EngineServer(engine)) as server:
+        yield f"{server.origin}/v1"
 
 
 @pytest.mark.parametrize(

@@ -16,13 +16,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -31,6 +29,7 @@ from tokenizers import Tokenizer
 from tests.endpoints.test_engines import engine_server
 from tests.fixtures.cli import run_cli_process
 from tests.fixtures.longctx_oracle import train_tokenizer
+from tests.fixtures.loopback import LoopbackHTTPServer, free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO = "smollm2"  # the generic engine's served model id
@@ -46,11 +45,9 @@ def repo_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
             "tokenizer_config.json": json.dumps(config).encode()}
 
 
-class _Hub(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _Hub(LoopbackHTTPServer):
     def __init__(self, repos: dict[str, dict[str, bytes]]) -> None:
-        super().__init__(("127.0.0.1", 0), _HubHandler)
+        super().__init__(_HubHandler)
         self.repos = repos
         self.requests: list[str] = []
 
@@ -102,27 +99,12 @@ class _HubHandler(BaseHTTPRequestHandler):
 
 @contextmanager
 def hub_server(repos: dict[str, dict[str, bytes]]) -> Iterator[_Hub]:
-    server = _Hub(repos)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(_Hub(repos)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def _url(server: _Hub) -> str:
-    host, port = server.server_address[:2]
-    return f"http://{host!s}:{port}"
 
 
 def _refusing_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    return f"http://127.0.0.1:{free_port()}"
 
 
 _PROBE = r"""
@@ -155,7 +137,7 @@ def test_the_served_models_tokenizer_comes_from_the_hub_and_is_cached(
         TEXT, add_special_tokens=False).ids
     home = tmp_path / "home"
     with engine_server("generic") as engine, hub_server({REPO: repo_files}) as hub:
-        got = _probe(engine, home, HF_ENDPOINT=_url(hub))
+        got = _probe(engine, home, HF_ENDPOINT=hub.origin)
         asked = list(hub.requests)
     prov = got["prov"]
     assert isinstance(prov, dict)
@@ -177,9 +159,9 @@ def test_a_repo_without_the_model_or_its_tokenizer_is_named(
     repo_files: dict[str, bytes], tmp_path: Path
 ) -> None:
     with engine_server("generic") as engine, hub_server({"other/model": repo_files}) as hub:
-        missing = _probe(engine, tmp_path / "a", HF_ENDPOINT=_url(hub))
+        missing = _probe(engine, tmp_path / "a", HF_ENDPOINT=hub.origin)
     with engine_server("generic") as engine, hub_server({REPO: {"README.md": b"x"}}) as hub:
-        bare = _probe(engine, tmp_path / "b", HF_ENDPOINT=_url(hub))
+        bare = _probe(engine, tmp_path / "b", HF_ENDPOINT=hub.origin)
     for got, why in ((missing, f"the hub has no repo {REPO} this process may read"),
                      (bare, f"the hub repo {REPO} has no tokenizer.json")):
         prov = got["prov"]

@@ -31,10 +31,12 @@ import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
+
+from tests.fixtures.loopback import LoopbackHTTPServer, serving
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -174,13 +176,11 @@ def _replace_answer(choice: dict[str, Any], wrong: str) -> None:
                                 "top_logprobs": [{"token": wrong, "logprob": 0.0}]}]
 
 
-class FaultProxy(ThreadingHTTPServer):
-    daemon_threads = True
-
+class FaultProxy(LoopbackHTTPServer):
     def __init__(
         self, upstream: str, *, alter_p: float, seed: int, match: str = "", wrong: str = "Unknown."
     ) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.upstream = upstream.rstrip("/").removesuffix("/v1")  # the server's root
         self.client = httpx.Client(timeout=600)
         self.lock = threading.Lock()
@@ -194,20 +194,16 @@ class FaultProxy(ThreadingHTTPServer):
         self.damaged = 0
 
     def url(self, mode: str) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}/{mode}/v1"
+        return f"{self.origin}/{mode}/v1"
 
 
 @contextmanager
 def fault_proxy(
     upstream: str, *, alter_p: float = 0.5, seed: int = 0, match: str = "", wrong: str = "Unknown."
 ) -> Iterator[FaultProxy]:
-    server = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
+    proxy = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong)
     try:
-        yield server
+        with serving(proxy) as server:
+            yield server
     finally:
-        server.shutdown()
-        server.server_close()
-        server.client.close()
+        proxy.client.close()

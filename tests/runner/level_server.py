@@ -23,30 +23,18 @@ shifts every token id (another tokenizer). ``refuse`` is the share of reasoning 
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from evalsvc.suites.kinds.reasoning import GENERATORS, _display, generate
+from tests.fixtures.loopback import JSONHandler, LoopbackHTTPServer, serving
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     server: LevelServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, payload: Any, status: int = 200) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path.rstrip("/").endswith("/v1/models"):
@@ -55,8 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply({})
 
     def do_POST(self) -> None:  # noqa: N802
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         if self.path.endswith("/tokenize"):
             if isinstance(body.get("messages"), list):
                 text = self.server.render(body["messages"])
@@ -92,9 +79,7 @@ class _Handler(BaseHTTPRequestHandler):
 _NEEDLE = re.compile(r"special magic \w+ for \w+ is: (\S+?)\.")
 
 
-class LevelServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class LevelServer(LoopbackHTTPServer):
     def __init__(
         self,
         accuracy: dict[int, float],
@@ -108,7 +93,7 @@ class LevelServer(ThreadingHTTPServer):
         tokenizer_offset: int = 0,
         refuse: float = 0.0,
     ) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.accuracy, self.max_len = accuracy, max_len
         self.chat_template, self.tokenizer_offset, self.refuse = chat_template, tokenizer_offset, refuse
         self.rendered: dict[tuple[int, ...], str] = {}
@@ -126,7 +111,7 @@ class LevelServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+        return f"{self.origin}/v1"
 
     def ids(self, text: str) -> list[int]:
         """One token per word, its id shifted by ``tokenizer_offset``."""
@@ -163,11 +148,5 @@ class LevelServer(ThreadingHTTPServer):
 
 @contextmanager
 def level_server(accuracy: dict[int, float], seeds: list[int], **kw: Any) -> Iterator[LevelServer]:
-    server = LevelServer(accuracy, seeds, **kw)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(LevelServer(accuracy, seeds, **kw)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -15,13 +15,12 @@ decoding fields (temperature, top_p, seed, max_tokens).
 from __future__ import annotations
 
 import hashlib
-import json
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tests.fixtures.loopback import serving
 from tests.runner.level_server import LevelServer, _Handler
 
 
@@ -32,8 +31,7 @@ class _SampledHandler(_Handler):
         if not self.path.endswith("/chat/completions"):
             super().do_POST()
             return
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         text = self.server.sampled_answer(str(body["messages"][-1]["content"]), body)
         self._reply({
             "choices": [{"message": {"role": "assistant", "content": text},
@@ -78,12 +76,5 @@ class SampledServer(LevelServer):
 @contextmanager
 def sampled_server(accuracy: dict[int, float], seeds: list[int],
                    **kw: Any) -> Iterator[SampledServer]:
-    server = SampledServer(accuracy, seeds, **kw)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(SampledServer(accuracy, seeds, **kw)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from evalsvc.domain import EndpointRef, RunOptions, Sample
-from evalsvc.runner import execute
 from evalsvc.runner._runner import probe_all
 from evalsvc.suites import SuiteSpec, pilot_seed, suite_kinds
+from tests.fixtures.runs import execute_pair
 from tests.runner.level_server import level_server
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(1200)]
@@ -45,16 +45,7 @@ def _reasoning() -> Any:
 
 
 def _run(base: str, cand: str, suite: Any) -> tuple[Any, list[Sample]]:
-    samples: list[Sample] = []
-
-    async def sink(sample: Sample) -> None:
-        samples.append(sample)
-
-    result = asyncio.run(execute(
-        run_id="calib-llamacpp", baseline=EndpointRef(url=base),
-        candidates=[EndpointRef(url=cand)], suites=[suite],
-        options=RunOptions(concurrency=4), sink=sink,
-    ))
+    result, samples = execute_pair(base, cand, suite, run_id="calib-llamacpp")
     return result.candidates[0].suites[0], samples
 
 

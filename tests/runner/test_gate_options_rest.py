@@ -12,8 +12,8 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
 from tests.fixtures.db import sqlite_template  # noqa: F401  (pytest fixture)
+from tests.fixtures.loopback import uvicorn_app
 
 
 @pytest.mark.parametrize(
@@ -37,7 +37,7 @@ def test_loosening_gate_options_are_422(
         "suites": ["reasoning-smoke"],
         "options": options,
     }
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         resp = httpx.post(f"{base}/api/v1/runs", json=body, timeout=30)
     assert resp.status_code == 422, resp.text
     assert message in resp.text

@@ -15,15 +15,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from evalsvc.domain import EndpointRef, RunOptions, Sample
-from evalsvc.runner import execute
-from evalsvc.runner._runner import RunResult
+from evalsvc.domain import EndpointRef, RunOptions
 from evalsvc.suites import SuiteSpec, suite_kinds
 from evalsvc.suites._sampling import request_seed
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
@@ -31,6 +28,7 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     pg_session_url,
     sqlite_template,
 )
+from tests.fixtures.runs import execute_pair
 from tests.runner.sampled_server import sampled_server
 
 SEED = 3
@@ -46,24 +44,11 @@ def _suite(n: int = 60, sampling: dict[str, Any] | None = None) -> Any:
     return suite_kinds()["reasoning"](spec)
 
 
-def _run(base: str, cand: str, suite: Any, **opts: Any) -> tuple[RunResult, list[Sample]]:
-    kept: list[Sample] = []
-
-    async def sink(sample: Sample) -> None:
-        kept.append(sample)
-
-    result = asyncio.run(execute(
-        run_id="t", baseline=EndpointRef(url=base), candidates=[EndpointRef(url=cand)],
-        suites=[suite], options=RunOptions(concurrency=4, **opts), sink=sink,
-    ))
-    return result, kept
-
-
 def test_sampled_suite_against_itself_pairs_item_means_and_does_not_fail() -> None:
     # Two copies of one model: the same per-item probabilities, independent draws.
     with sampled_server(GOOD, [SEED], per_level=100, rng_seed=1) as one, \
             sampled_server(GOOD, [SEED], per_level=100, rng_seed=2) as two:
-        result, kept = _run(one.url, two.url, _suite(sampling=SAMPLING))
+        result, kept = execute_pair(one.url, two.url, _suite(sampling=SAMPLING))
         bodies = [b for srv in (one, two) for b in srv.bodies if b["max_tokens"] == 16]
     res = result.candidates[0].suites[0]
     assert res.verdict != "fail"
@@ -96,7 +81,7 @@ def test_sampled_suite_against_itself_pairs_item_means_and_does_not_fail() -> No
 def test_sampled_candidate_worse_per_item_fails() -> None:
     with sampled_server(GOOD, [SEED], per_level=100, rng_seed=2) as good, \
             sampled_server(WORSE, [SEED], per_level=100, rng_seed=3) as worse:
-        result, _ = _run(good.url, worse.url, _suite(sampling=SAMPLING))
+        result, _ = execute_pair(good.url, worse.url, _suite(sampling=SAMPLING))
     res = result.candidates[0].suites[0]
     assert res.verdict == "fail" and res.outcome.n == 60
     assert res.outcome.delta < -0.15
@@ -104,7 +89,7 @@ def test_sampled_candidate_worse_per_item_fails() -> None:
 
 def test_a_seed_is_sent_only_when_the_suite_sets_one_and_recorded() -> None:
     with sampled_server(GOOD, [SEED], per_level=100) as srv:
-        _, kept = _run(srv.url, srv.url, _suite(n=10, sampling={**SAMPLING, "seed": 7}))
+        _, kept = execute_pair(srv.url, srv.url, _suite(n=10, sampling={**SAMPLING, "seed": 7}))
         seeds = {b["seed"] for b in srv.bodies if b["max_tokens"] == 16}
     assert all(s.data["seed_sent"] is True for s in kept)
     assert {s.data["seed"] for s in kept} == seeds
@@ -115,7 +100,7 @@ def test_a_seed_is_sent_only_when_the_suite_sets_one_and_recorded() -> None:
 
 def test_without_sampling_the_suite_stays_greedy_one_sample_per_item() -> None:
     with sampled_server(GOOD, [SEED], per_level=100) as srv:
-        result, kept = _run(srv.url, srv.url, _suite(n=20))
+        result, kept = execute_pair(srv.url, srv.url, _suite(n=20))
         bodies = [b for b in srv.bodies if b["max_tokens"] == 16]
     assert len(kept) == 40 and {s.repeat for s in kept} == {0}
     assert all("seed_sent" not in s.data for s in kept)
@@ -130,7 +115,7 @@ def test_run_options_override_the_suites_decoding() -> None:
 
     with sampled_server(GOOD, [SEED], per_level=100) as srv:
         suite = _suite(n=10, sampling=SAMPLING)
-        result, kept = _run(srv.url, srv.url, suite,
+        result, kept = execute_pair(srv.url, srv.url, suite,
                             sampling=SamplingOptions(k=2, temperature=1.0, max_tokens=24))
         bodies = [b for b in srv.bodies if b["max_tokens"] == 24]
     assert len(kept) == 2 * 10 * 2 and len(bodies) == 40
@@ -159,7 +144,7 @@ def test_compare_stores_samples_reports_sampling_and_plan_sizes_items_by_k(
     JSON report valid against its schema with ``details["sampling"]``, and ``evalsvc plan``
     sized from the measured variance components (``--pilot-run``) and from the bound."""
     from evalsvc.db import Store
-    from evalsvc.domain import EndpointRef, RunSpec
+    from evalsvc.domain import RunSpec
     from evalsvc.services import runs
     from evalsvc.services.planning import plan
     from tests.services.test_gatelogs import check_schema

@@ -13,8 +13,8 @@ import pytest
 
 from evalsvc.db import Store
 from evalsvc.webapp import create_app
-from tests.api.conftest import serve
 from tests.fixtures.db import sqlite_template  # noqa: F401  (pytest fixture)
+from tests.fixtures.loopback import uvicorn_app
 
 
 def _body(sampling: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def test_bad_sampling_options_are_422(
     db = tmp_path / "evalsvc.db"
     shutil.copy(sqlite_template, db)
     url = f"sqlite:///{db}"
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         resp = httpx.post(f"{base}/api/v1/runs", json=_body(sampling), timeout=30)
     assert resp.status_code == 422, resp.text
     assert message in resp.text
@@ -58,7 +58,7 @@ def test_sampling_options_are_queued_as_sent(
     shutil.copy(sqlite_template, db)
     url = f"sqlite:///{db}"
     sampling = {"k": 4, "temperature": 0.6, "top_p": 0.95, "max_tokens": 256}
-    with serve(create_app(url, auth=False)) as base:
+    with uvicorn_app(create_app(url, auth=False)) as base:
         resp = httpx.post(f"{base}/api/v1/runs", json=_body(sampling), timeout=30)
     assert resp.status_code in (200, 201, 202), resp.text
     with Store.from_url(url) as store:

@@ -17,6 +17,7 @@ from evalsvc.endpoints import EndpointClient
 from evalsvc.runner import execute
 from evalsvc.runner._runner import RunResult
 from evalsvc.suites import Suite, SuiteSpec, suite_kinds
+from tests.fixtures.runs import execute_pair
 from tests.runner.thinking_server import thinking_server
 
 SEED = 5
@@ -30,19 +31,6 @@ def _suite(n: int = 60, thinking: dict[str, Any] | None = None) -> Suite:
     suite = suite_kinds()["reasoning"](spec)
     suite.bind_gate()
     return suite
-
-
-def _run(base: str, cand: str, suite: Suite) -> tuple[RunResult, list[Sample]]:
-    kept: list[Sample] = []
-
-    async def sink(sample: Sample) -> None:
-        kept.append(sample)
-
-    result = asyncio.run(execute(
-        run_id="t", baseline=EndpointRef(url=base), candidates=[EndpointRef(url=cand)],
-        suites=[suite], options=RunOptions(concurrency=4), sink=sink, done=set(),
-    ))
-    return result, kept
 
 
 def _entry(result: RunResult) -> Any:
@@ -75,8 +63,8 @@ def test_twice_the_thinking_at_equal_accuracy_is_reported_and_fails_the_bound() 
         thinking_server(ACC, [SEED], think_words=40) as base,
         thinking_server(ACC, [SEED], think_words=80, mode="markers") as cand,
     ):
-        result, kept = _run(base.url, cand.url, _suite())
-        bounded, _ = _run(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
+        result, kept = execute_pair(base.url, cand.url, _suite())
+        bounded, _ = execute_pair(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
     res = _entry(result)
     # Scored on the answer alone: the markers' trace does not change a single score.
     assert res.outcome.baseline == res.outcome.candidate == pytest.approx(0.7)
@@ -100,7 +88,7 @@ def test_truncating_thirty_percent_at_the_budget_fails_the_truncation_bound() ->
         thinking_server(ACC, [SEED]) as base,
         thinking_server(ACC, [SEED], truncate_wrong=True) as cand,
     ):
-        result, kept = _run(base.url, cand.url, _suite(thinking={"max_truncation_increase": 0.1}))
+        result, kept = execute_pair(base.url, cand.url, _suite(thinking={"max_truncation_increase": 0.1}))
     res = _entry(result)
     tr = res.details["thinking"]["truncation"]
     assert tr["baseline"] == 0 and tr["candidate"] == pytest.approx(0.3)
@@ -117,7 +105,7 @@ def test_leaked_markup_and_loops_are_counted() -> None:
         thinking_server(ACC, [SEED]) as base,
         thinking_server(ACC, [SEED], leak=True, loop=True, think_words=300) as cand,
     ):
-        result, kept = _run(base.url, cand.url, _suite(n=20))
+        result, kept = execute_pair(base.url, cand.url, _suite(n=20))
     t = _entry(result).details["thinking"]
     assert t["leaks"] == {"baseline": 0, "candidate": 20,
                           "examples": ["<|channel|>", "<|message|>"]}
@@ -138,7 +126,7 @@ def test_every_view_shows_the_traces() -> None:
         thinking_server(ACC, [SEED], think_words=40) as base,
         thinking_server(ACC, [SEED], think_words=80, leak=True) as cand,
     ):
-        result, _ = _run(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
+        result, _ = execute_pair(base.url, cand.url, _suite(thinking={"max_length_ratio": 1.5}))
     report = build_report(result)
     jsonschema.validate(report, report_schema())
     entry = report["candidates"][0]["suites"][0]
@@ -204,7 +192,7 @@ def test_per_answer_speed_of_the_issue_example() -> None:
 def test_thinking_counted_by_the_endpoints_tokenize() -> None:
     # The level server's /tokenize counts whitespace words: the exact thinking length.
     with thinking_server(ACC, [SEED], mode="markers") as srv:
-        result, kept = _run(srv.url, srv.url, _suite(n=10, thinking={"count": "tokenize"}))
+        result, kept = execute_pair(srv.url, srv.url, _suite(n=10, thinking={"count": "tokenize"}))
     assert {s.data["thinking"]["tokens_source"] for s in kept} == {"tokenize"}
     counted = Counter(s.data["thinking"]["tokens"] for s in kept)
     # Every sample's count is a trace the server sent (the probe's chat requests are the rest).

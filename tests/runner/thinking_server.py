@@ -20,12 +20,12 @@ Streams (``"stream": true``) are sent as server-sent events, the trace in pieces
 from __future__ import annotations
 
 import json
-import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from tests.fixtures.loopback import serving
 from tests.runner.level_server import LevelServer, _Handler
 
 
@@ -39,8 +39,7 @@ class _ThinkingHandler(_Handler):
         if not self.path.endswith("/chat/completions"):
             super().do_POST()
             return
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         content = str(body["messages"][-1]["content"])
         answer = self.server.answer(content)
         thinking, answer, finish = self.server.plant(content, answer)
@@ -66,8 +65,7 @@ class _ThinkingHandler(_Handler):
     def _completion(self) -> None:
         """A streamed completion of exactly ``max_tokens`` one-word chunks (what a speed suite
         sends: ``ignore_eos``), as fast as the loopback goes."""
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         n = int(body.get("max_tokens") or 16)
         if not body.get("stream"):  # the probe's request
             self._reply({"choices": [{"text": " ".join(f"w{i}" for i in range(n)),
@@ -154,12 +152,5 @@ def thinking_server(
     accuracy: dict[int, float], seeds: list[int], **kw: Any
 ) -> Iterator[ThinkingServer]:
     # Items k < 40 of each level are known: the tests plan at most 30 per task (fast start).
-    server = ThinkingServer(accuracy, seeds, **{"per_level": 40, **kw})
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(ThinkingServer(accuracy, seeds, **{"per_level": 40, **kw})) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -12,28 +12,23 @@ the only kind of fake the project allows, to inject what a real engine does not 
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from tests.fixtures.loopback import (
+    JSONHandler,
+    LoopbackHTTPServer,
+    RawTCPServer,
+    accepting,
+    serving,
+)
 
-class _ModelHandler(BaseHTTPRequestHandler):
+
+class _ModelHandler(JSONHandler):
     server: _ModelServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path.startswith("/v1/models"):
@@ -55,46 +50,31 @@ class _ModelHandler(BaseHTTPRequestHandler):
         return None
 
 
-class _ModelServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _ModelServer(LoopbackHTTPServer):
     def __init__(self, model_id: str) -> None:
-        super().__init__(("127.0.0.1", 0), _ModelHandler)
+        super().__init__(_ModelHandler)
         self.model_id = model_id
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-@contextmanager
-def _serving(server: ThreadingHTTPServer) -> Iterator[Any]:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+        return f"{self.origin}/v1"
 
 
 @contextmanager
 def model_server(model_id: str) -> Iterator[_ModelServer]:
-    with _serving(_ModelServer(model_id)) as server:
+    with serving(_ModelServer(model_id)) as server:
         yield server
 
 
-class _PageServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class _PageServer(LoopbackHTTPServer):
     def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        super().__init__(("127.0.0.1", 0), _PageHandler)
+        super().__init__(_PageHandler)
         self.status, self.headers, self.body = status, headers, body
         self.requests: list[str] = []
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
+        return self.origin
 
 
 class _PageHandler(BaseHTTPRequestHandler):
@@ -120,35 +100,24 @@ class _PageHandler(BaseHTTPRequestHandler):
 
 @contextmanager
 def page_server(status: int, headers: dict[str, str], body: bytes) -> Iterator[_PageServer]:
-    with _serving(_PageServer(status, headers, body)) as server:
+    with serving(_PageServer(status, headers, body)) as server:
         yield server
 
 
-class RawServer:
+class RawServer(RawTCPServer):
     """Answers every TCP connection with ``reply`` (after reading what the client sent)."""
 
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port: int = self.sock.getsockname()[1]
-        self.connections = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    backlog = 64
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.connections += 1
-            with suppress(OSError), conn:
-                conn.settimeout(2)
-                conn.recv(65536)
-                conn.sendall(self.reply)
+    def __init__(self, reply: bytes) -> None:
+        super().__init__()
+        self.reply = reply
+
+    def handle(self, conn: socket.socket) -> None:
+        with suppress(OSError), conn:
+            conn.settimeout(2)
+            conn.recv(65536)
+            conn.sendall(self.reply)
 
     @property
     def url(self) -> str:
@@ -157,11 +126,5 @@ class RawServer:
 
 @contextmanager
 def raw_server(reply: bytes) -> Iterator[RawServer]:
-    server = RawServer(reply)
-    server._thread.start()
-    try:
+    with accepting(RawServer(reply)) as server:
         yield server
-    finally:
-        server._stop.set()
-        server._thread.join(5)
-        server.sock.close()

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from evalsvc.cli.api import is_loopback_host
-from tests.fixtures.apiserve import free_port
 from tests.fixtures.db import REPO_ROOT
+from tests.fixtures.loopback import free_port
 
 
 def _namespaces_work(hosts: Path) -> bool:

@@ -79,8 +79,9 @@ def test_a_gzip_bomb_costs_bounded_memory_and_ends_at_the_cap(mode: str) -> None
 async def test_a_gzip_body_within_the_cap_still_reads() -> None:
     """An endpoint that compresses (despite ``identity``) still works: bodies are decoded."""
     import gzip
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler
+
+    from tests.fixtures.loopback import LoopbackHTTPServer, serving
 
     answer = json.dumps({"choices": [{"message": {"content": "OK"}, "finish_reason": "stop"}]})
 
@@ -98,14 +99,9 @@ async def test_a_gzip_body_within_the_cap_still_reads() -> None:
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    with serving(LoopbackHTTPServer(Handler)) as server:
+        url = f"{server.origin}/v1"
         async with EndpointClient(EndpointRef(url=url), egress=EgressPolicy.parse("127.0.0.0/8")
                                   ) as client:
             done = await client.chat([{"role": "user", "content": "hi"}], max_tokens=4)
         assert done.error is None and done.text == "OK"
-    finally:
-        server.shutdown()
-        server.server_close()

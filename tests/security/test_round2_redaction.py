@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -35,6 +34,7 @@ from evalsvc.endpoints import redact_text, redact_url
 from tests.api.executors import fake_report
 from tests.fixtures.cli import run_cli
 from tests.fixtures.db import REPO_ROOT
+from tests.fixtures.loopback import free_port
 
 from .conftest import Api
 
@@ -64,18 +64,11 @@ def test_one_redaction_for_every_url_form(url: str, shown: str) -> None:
 # ---- break 5: the database URL ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextmanager
 def _api_serve(db_url: str) -> Iterator[tuple[str, list[str]]]:
     """A real ``evalsvc api serve`` on loopback; yields its base URL and (after the block) its
     whole output in the list."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "evalsvc.cli.main", "api", "serve", "--port", str(port),
          "--database-url", db_url, "--log-level", "warning"],
@@ -118,7 +111,7 @@ def test_a_query_password_never_leaves_api_serve(pg_session_url: str) -> None:
 
 
 def test_a_query_password_never_shows_during_an_outage(tmp_path: Any) -> None:
-    down = _with_password(f"postgresql+psycopg://evalsvc@127.0.0.1:{_free_port()}/evalsvc")
+    down = _with_password(f"postgresql+psycopg://evalsvc@127.0.0.1:{free_port()}/evalsvc")
     with _api_serve(down) as (base, output):
         health = httpx.get(f"{base}/healthz", timeout=60)
     assert health.status_code == 503
@@ -133,7 +126,7 @@ def test_a_query_password_never_shows_during_an_outage(tmp_path: Any) -> None:
 def test_a_query_password_never_shows_in_the_worker_or_cli_during_an_outage(
     tmp_path: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    down = _with_password(f"postgresql+psycopg://evalsvc@127.0.0.1:{_free_port()}/evalsvc")
+    down = _with_password(f"postgresql+psycopg://evalsvc@127.0.0.1:{free_port()}/evalsvc")
     env = {"EVALSVC_DATABASE_URL": down, "EVALSVC_HOME": str(tmp_path)}
     caplog.set_level(logging.INFO)  # what `worker` logs to stderr as a process
     cli = [run_cli(*args, env=env) for args in (("worker", "--once"), ("runs", "list"))]

@@ -28,22 +28,10 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     sqlite_template,
 )
 from tests.fixtures.faults import fault_server
-from tests.runner.level_server import level_server
+from tests.services.real_runs import SEED, run_spec, server_pair, write_suite
 
-SEED = 5
 ALL = dict.fromkeys(range(1, 6), 1.0)
 HALF = dict.fromkeys(range(1, 6), 0.5)
-SUITE = f"""\
-name: alert-reasoning
-kind: reasoning
-seed: {SEED}
-params:
-  n: 60
-  max_tokens: 16
-  tasks: [{{family: arithmetic, level: 1}}, {{family: lists, level: 1}}]
-gate:
-  margin: 0.1
-"""
 
 
 @pytest.fixture
@@ -56,15 +44,29 @@ def alerts_store(db_url: str) -> Iterator[Store]:  # noqa: F811  (the fixture)
 def pair() -> Iterator[tuple[Any, Any]]:
     """A baseline and a candidate server, shared by the backends (building one reads every
     item of the seed: a second each)."""
-    with level_server(ALL, [SEED], per_level=40) as b, level_server(ALL, [SEED], per_level=40) as c:
-        yield b, c
+    with server_pair(ALL, [SEED]) as both:
+        yield both
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    return write_suite(tmp_path, "alert-reasoning", 60)
 
 
 def _compare(db: Store, suite: Path, base: str, cand: str) -> dict[str, Any]:
-    spec = RunSpec(baseline=EndpointRef(url=base, name="bf16"),
-                   candidates=[EndpointRef(url=cand, name="fp8")],
-                   suites=[str(suite)], options=RunOptions(concurrency=8))
+    spec = run_spec(suite, base, cand, base_name="bf16", cand_name="fp8")
     return runs.compare(spec, store=db)
+
+
+def _failed_run(db: Store, dead: str) -> str:
+    """A run whose endpoints answer no JSON: it ends in ``error``; its id."""
+    spec = RunSpec(baseline=EndpointRef(url=dead), candidates=[EndpointRef(url=dead)],
+                   suites=["reasoning-smoke"], options=RunOptions(samples=2))
+    with pytest.raises(Exception):  # noqa: B017 - the run's error is the point
+        runs.compare(spec, store=db)
+    run_id = db.list_runs(limit=1)[0].id
+    assert db.get_run(run_id).status == RunStatus.error  # type: ignore[union-attr]
+    return run_id
 
 
 def _bodies(server: Any, path: str) -> list[dict[str, Any]]:
@@ -72,15 +74,12 @@ def _bodies(server: Any, path: str) -> list[dict[str, Any]]:
 
 
 def test_a_planted_verdict_change_fires_each_webhook_exactly_once(
-    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+    alerts_store: Store, suite: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
 ) -> None:
-    suite = tmp_path / "alert-reasoning.yaml"
-    suite.write_text(SUITE)
     b, c = pair
     c.accuracy = ALL
     with fault_server() as hooks:
-        host, port = hooks.server_address[:2]
-        root = f"http://{host}:{port}"
+        root = hooks.origin
         monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS",
                            f"slack:{root}/ok/slack, json:{root}/flaky/generic,{root}/500/broken")
         monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.1")
@@ -162,17 +161,9 @@ def test_an_error_streak_raises_one_alert_per_streak(
     monkeypatch.setenv("EVALSVC_ALERT_ERROR_STREAK", "3")
     monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
     with fault_server() as srv:
-        host, port = srv.server_address[:2]
-        dead = f"http://{host}:{port}/garbage/v1"
         ids = []
         for _ in range(4):
-            spec = RunSpec(baseline=EndpointRef(url=dead), candidates=[EndpointRef(url=dead)],
-                           suites=["reasoning-smoke"], options=RunOptions(samples=2))
-            with pytest.raises(Exception):  # noqa: B017 - the run's error is the point
-                runs.compare(spec, store=alerts_store)
-            run_id = alerts_store.list_runs(limit=1)[0].id
-            assert alerts_store.get_run(run_id).status == RunStatus.error  # type: ignore[union-attr]
-            ids.append(run_id)
+            ids.append(_failed_run(alerts_store, f"{srv.origin}/garbage/v1"))
             assert len(alerts_store.alerts.list_alerts()) == (0 if len(ids) < 3 else 1)
     (alert,) = alerts_store.alerts.list_alerts()
     assert alert["kind"] == "error_streak" and alert["details"]["first_run_id"] == ids[0]
@@ -186,15 +177,13 @@ def test_an_error_streak_raises_one_alert_per_streak(
 
 
 def test_a_stale_blessed_baseline_raises_one_alert_per_blessing(
-    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+    alerts_store: Store, suite: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
 ) -> None:
     """A run blessed as the baseline, then two runs after ``EVALSVC_BASELINE_MAX_AGE`` has
     passed: both run the baseline again (``evalsvc.services.baselines``), the first of them
     raises ``stale_baseline``, the second adds nothing (same blessing)."""
     from evalsvc.services import baselines
 
-    suite = tmp_path / "alert-reasoning.yaml"
-    suite.write_text(SUITE)
     b, c = pair
     c.accuracy = ALL
     monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
@@ -211,26 +200,20 @@ def test_a_stale_blessed_baseline_raises_one_alert_per_blessing(
 
 
 def test_a_worker_delivers_the_alert_of_a_run_it_finished(
-    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+    alerts_store: Store, suite: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
 ) -> None:
     """The second run is queued and executed by a real worker (the default executor, server
     mode): the worker raises the verdict change after settling the run and sends it once."""
     from evalsvc.scheduler import Worker
 
-    suite = tmp_path / "alert-reasoning.yaml"
-    suite.write_text(SUITE)
     b, c = pair
     c.accuracy = ALL
     with fault_server() as hooks:
-        host, port = hooks.server_address[:2]
-        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"http://{host}:{port}/ok/hook")
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"{hooks.origin}/ok/hook")
         monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.1")
         first = _compare(alerts_store, suite, b.url, c.url)
         c.accuracy = HALF
-        queued = alerts_store.create_run(
-            RunSpec(baseline=EndpointRef(url=b.url), candidates=[EndpointRef(url=c.url)],
-                    suites=[str(suite)], options=RunOptions(concurrency=8)),
-            status=RunStatus.queued)
+        queued = alerts_store.create_run(run_spec(suite, b.url, c.url), status=RunStatus.queued)
         assert Worker(alerts_store, poll_seconds=0.05, lease_seconds=10).run(once=True) == 1
         assert alerts_store.get_run(queued.id).verdict == "fail"  # type: ignore[union-attr]
         (alert,) = alerts_store.alerts.list_alerts()
@@ -241,15 +224,13 @@ def test_a_worker_delivers_the_alert_of_a_run_it_finished(
 
 
 def test_a_falling_interval_that_crosses_the_margin_raises_margin_trend(
-    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+    alerts_store: Store, suite: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
 ) -> None:
     """Three runs of one identity: the candidate as good twice, then 20% of the items wrong.
     The interval's lower end holds and then falls below −margin at the third run:
     ``margin_trend`` (beside the verdict change of that run), once."""
     monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
     monkeypatch.setenv("EVALSVC_ALERT_TREND_RUNS", "3")
-    suite = tmp_path / "alert-reasoning.yaml"
-    suite.write_text(SUITE)
     b, c = pair
     c.accuracy = ALL
     done = [_compare(alerts_store, suite, b.url, c.url)["run_id"] for _ in range(2)]
@@ -285,13 +266,8 @@ def test_a_webhook_the_egress_policy_refuses_is_never_contacted(
     monkeypatch.setenv("EVALSVC_ALERT_ERROR_STREAK", "1")
     monkeypatch.delenv("EVALSVC_ALLOWED_ENDPOINTS", raising=False)
     with fault_server() as srv:
-        host, port = srv.server_address[:2]
-        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"slack:http://{host}:{port}/ok/hook")
-        dead = f"http://{host}:{port}/garbage/v1"
-        spec = RunSpec(baseline=EndpointRef(url=dead), candidates=[EndpointRef(url=dead)],
-                       suites=["reasoning-smoke"], options=RunOptions(samples=2))
-        with pytest.raises(Exception):  # noqa: B017 - the run's error raises the alert
-            runs.compare(spec, store=alerts_store)
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS", f"slack:{srv.origin}/ok/hook")
+        _failed_run(alerts_store, f"{srv.origin}/garbage/v1")  # its error raises the alert
         assert [p for p, _ in srv.bodies_seen if p == "/ok/hook"] == []
     (alert,) = alerts_store.alerts.list_alerts()
     assert alert["delivery"] == "failed"
@@ -300,7 +276,7 @@ def test_a_webhook_the_egress_policy_refuses_is_never_contacted(
 
 
 def test_a_sweep_run_between_two_runs_is_no_step_in_their_history(
-    alerts_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
+    alerts_store: Store, suite: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[Any, Any]
 ) -> None:
     """A sweep serves its configurations in turn at one URL: its worse configuration's run
     raises nothing, and the next ordinary run is compared with the one before the sweep."""
@@ -309,8 +285,6 @@ def test_a_sweep_run_between_two_runs_is_no_step_in_their_history(
     assert (alerts.PURPOSE_LABEL, alerts.CALIBRATION) == (
         calibration.CALIBRATION_LABEL, calibration.CALIBRATION)
     monkeypatch.delenv("EVALSVC_ALERT_WEBHOOKS", raising=False)
-    suite = tmp_path / "alert-reasoning.yaml"
-    suite.write_text(SUITE)
     b, c = pair
     c.accuracy = ALL
     _compare(alerts_store, suite, b.url, c.url)

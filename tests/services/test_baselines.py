@@ -25,7 +25,7 @@ import jsonschema
 import pytest
 
 from evalsvc.db import Store
-from evalsvc.domain import EndpointRef, Provenance, RunOptions, RunSpec, RunStatus
+from evalsvc.domain import Provenance, RunStatus
 from evalsvc.reports import report_schema, reuse_lines, to_markdown
 from evalsvc.scheduler import Worker
 from evalsvc.services import baselines, runs
@@ -35,22 +35,10 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     pg_session_url,
     sqlite_template,
 )
-from tests.runner.level_server import level_server
+from tests.services.real_runs import SEED, run_spec, server_pair, write_suite
 
-SEED = 5
 GOOD = dict.fromkeys(range(1, 6), 0.8)
 N = 40
-SUITE = f"""\
-name: bless-reasoning
-kind: reasoning
-seed: {SEED}
-params:
-  n: {N}
-  max_tokens: 16
-  tasks: [{{family: arithmetic, level: 1}}, {{family: lists, level: 1}}]
-gate:
-  margin: 0.1
-"""
 
 
 @pytest.fixture
@@ -63,24 +51,20 @@ def db(db_url: str) -> Iterator[Store]:  # noqa: F811  (the fixture)
 def pair() -> Iterator[tuple[Any, Any]]:
     """A baseline and a candidate server (building one reads every item of the seed)."""
     seeds = [SEED, SEED + 1, 7]  # 7: the catalog's reasoning-smoke, for the queued run
-    with level_server(GOOD, seeds, per_level=40) as b, level_server(GOOD, seeds, per_level=40) as c:
-        yield b, c
+    with server_pair(GOOD, seeds) as both:
+        yield both
 
 
 @pytest.fixture
 def suite_file(tmp_path: Path) -> Path:
-    path = tmp_path / "bless-reasoning.yaml"
-    path.write_text(SUITE)
-    return path
+    return write_suite(tmp_path, "bless-reasoning", N)
 
 
 def _run(db: Store, pair: tuple[Any, Any], suite: Path, **options: Any) -> tuple[dict[str, Any], int, int]:
     """One real run; the report and the items each side was sent."""
     base, cand = pair
     b0, c0 = len(base.seen), len(cand.seen)
-    spec = RunSpec(baseline=EndpointRef(url=base.url), candidates=[EndpointRef(url=cand.url)],
-                   suites=[str(suite)], options=RunOptions(concurrency=8, **options))
-    report = runs.compare(spec, store=db)
+    report = runs.compare(run_spec(suite, base.url, cand.url, **options), store=db)
     return report, len(base.seen) - b0, len(cand.seen) - c0
 
 
@@ -189,8 +173,7 @@ def test_determinism_always_runs_both_sides(db: Store, pair: Any, suite_file: Pa
 def test_a_queued_run_reuses_it_too(db: Store, pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")  # loopback, as an operator allows
     base, cand = pair
-    spec = RunSpec(baseline=EndpointRef(url=base.url), candidates=[EndpointRef(url=cand.url)],
-                   suites=["reasoning-smoke"], options=RunOptions(concurrency=4))
+    spec = run_spec("reasoning-smoke", base.url, cand.url, concurrency=4)
 
     def queued() -> tuple[str, int]:
         sent = len(base.seen)

@@ -9,7 +9,6 @@ Every Eval Ever export is checked against the package's schema and read back by 
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from evalsvc.services.gatelogs import gate_logs
 from evalsvc.suites import eee
 from tests.fixtures.cli import run_cli
 from tests.fixtures.faults import base_url, fault_server
+from tests.fixtures.loopback import free_port
 
 SUITE = "name: tiny-reasoning\nkind: reasoning\nseed: 3\nparams:\n  n: 12\n  max_tokens: 8\n"
 
@@ -116,9 +116,7 @@ def test_mlflow_refusals_exit_2_with_the_fix_and_an_unreachable_server_4(
     r = run_cli("export", run_id, "--mlflow", uri, "--database-url", db_url)
     assert r.returncode == 2 and "MLFLOW_ALLOW_FILE_STORE" in r.stderr, r.stderr
     # A tracking server that does not answer: an infrastructure error (exit 4), not a traceback.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     r = run_cli("export", run_id, "--mlflow", f"http://127.0.0.1:{closed}", "--database-url", db_url)
     assert r.returncode == 4 and f"MLflow at http://127.0.0.1:{closed}" in r.stderr, r.stderr

@@ -27,7 +27,8 @@ from evalsvc.services import sweeps
 from evalsvc.services.runs import UsageError
 from evalsvc.services.sweeps import ConfigSpec, SpeedSpec, SweepSpec
 from tests.fixtures.faults import base_url, fault_server
-from tests.speed.conftest import SCRIPT, free_port, wait_healthy
+from tests.fixtures.loopback import free_port
+from tests.speed.conftest import SCRIPT, wait_healthy
 
 PY = sys.executable
 TEMPLATE = f"{PY} {SCRIPT} --port {{port}} --service-ms {{service_ms}} {{extra}}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.loopback import free_port
+
 SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "queue_server.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 120.0) -> None:

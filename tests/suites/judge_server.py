@@ -18,39 +18,26 @@ Paths (each one a behaviour; ``/v1/models`` answers on all of them):
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+from tests.fixtures.loopback import JSONHandler, LoopbackHTTPServer, serving
 
 _QUESTION = re.compile(r"Question (\d+)")
 _ANSWERS = re.compile(r"\[Answer A\]\n(.*?)\n\n\[Answer B\]\n(.*?)\n\nWhich answer", re.DOTALL)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     server: JudgeServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         role = self.path.strip("/").split("/")[0]
         self._reply({"data": [{"id": f"{role}-model", "max_model_len": 4096}]})
 
     def do_POST(self) -> None:  # noqa: N802
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         role = self.path.strip("/").split("/")[0]
         if self.path.endswith("/embeddings"):
             texts = body["input"]
@@ -74,17 +61,15 @@ def _letters(text: str) -> list[float]:
     return [float(low.count(ch)) for ch in "abcdefghijklmnopqrstuvwxyz"]
 
 
-class JudgeServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class JudgeServer(LoopbackHTTPServer):
     def __init__(self, worse_tenths: int = 0) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.worse_tenths = worse_tenths
         self.lock = threading.Lock()
         self.judged = 0
 
     def url(self, role: str) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/{role}/v1"
+        return f"{self.origin}/{role}/v1"
 
     def answer(self, role: str, content: str) -> str:
         if role in ("judge", "position"):
@@ -111,12 +96,5 @@ class JudgeServer(ThreadingHTTPServer):
 
 @contextmanager
 def judge_server(worse_tenths: int = 0) -> Iterator[JudgeServer]:
-    server = JudgeServer(worse_tenths)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(JudgeServer(worse_tenths)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -8,9 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +18,7 @@ from evalsvc.gates import GatePolicyError
 from evalsvc.runner import execute
 from evalsvc.suites import Analysis, SuiteSpec, suite_kinds
 from evalsvc.suites._sampling import SamplingPolicy, item_means
+from tests.fixtures.loopback import JSONHandler, LoopbackHTTPServer, serving
 
 
 def _reasoning(sampling: dict[str, Any] | None) -> Any:
@@ -101,25 +99,14 @@ def test_item_means_collapse_samples_to_items() -> None:
     assert at3["k"] == 3 and at3["baseline"] == 1.0 and at3["candidate"] == 1.0
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: Any
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+class _Handler(JSONHandler):
+    server: _Server
 
     def do_GET(self) -> None:  # noqa: N802
         self._reply({"data": [{"id": "m"}]} if self.path.endswith("/models") else {})
 
     def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        body = self._json_body()
         with self.server.lock:
             self.server.bodies.append(body)
             n = len(self.server.bodies)
@@ -134,18 +121,11 @@ class _Handler(BaseHTTPRequestHandler):
                          "usage": {"prompt_tokens": 3, "completion_tokens": 1}})
 
 
-@contextmanager
-def _server() -> Iterator[Any]:
-    srv: Any = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    srv.lock, srv.bodies = threading.Lock(), []
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
+class _Server(LoopbackHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(_Handler)
+        self.lock = threading.Lock()
+        self.bodies: list[dict[str, Any]] = []
 
 
 def test_sampled_dataset_suite_on_a_loopback_server(tmp_path: Path) -> None:
@@ -160,8 +140,8 @@ def test_sampled_dataset_suite_on_a_loopback_server(tmp_path: Path) -> None:
     async def sink(sample: Sample) -> None:
         kept.append(sample)
 
-    with _server() as srv:
-        url = f"http://127.0.0.1:{srv.server_address[1]}/v1"
+    with serving(_Server()) as srv:
+        url = f"{srv.origin}/v1"
         result = asyncio.run(execute(
             run_id="t", baseline=EndpointRef(url=url), candidates=[EndpointRef(url=url)],
             suites=[suite_kinds()["dataset"](spec)], options=RunOptions(concurrency=2),

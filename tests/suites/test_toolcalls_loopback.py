@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from evalsvc.domain import EndpointRef, RunOptions, Sample
+from evalsvc.domain import EndpointRef
 from evalsvc.endpoints import EndpointClient
 from evalsvc.reports._findings import findings
-from evalsvc.runner import execute
 from evalsvc.runner._common import CapabilityError
 from evalsvc.runner._runner import RunResult
 from evalsvc.suites import Suite, SuiteSpec, suite_kinds
 from evalsvc.suites.kinds.toolcalls import TOOLS
+from tests.fixtures.runs import execute_pair
 from tests.fixtures.tool_server import ToolServer, tool_server
 
 SEED = 5
@@ -41,19 +41,6 @@ def _suite(kind: str = "toolcalls", n: int = 60, **params: Any) -> Suite:
     suite = suite_kinds()[kind](spec)
     suite.bind_gate()
     return suite
-
-
-def _run(base: str, cand: str, suite: Suite) -> tuple[RunResult, list[Sample]]:
-    kept: list[Sample] = []
-
-    async def sink(sample: Sample) -> None:
-        kept.append(sample)
-
-    result = asyncio.run(execute(
-        run_id="t", baseline=EndpointRef(url=base), candidates=[EndpointRef(url=cand)],
-        suites=[suite], options=RunOptions(concurrency=4), sink=sink, done=set(),
-    ))
-    return result, kept
 
 
 def _entry(result: RunResult) -> dict[str, Any]:
@@ -89,7 +76,7 @@ def test_client_reads_tool_calls(srv: ToolServer, stream: bool) -> None:
 @pytest.mark.parametrize("stream", [False, True])
 def test_faithful_server_passes_both_gates(srv: ToolServer, stream: bool) -> None:
     url = srv.base_url("faithful")
-    result, samples = _run(url, url, _suite(stream=stream))
+    result, samples = execute_pair(url, url, _suite(stream=stream))
     entry = _entry(result)
     gates = entry["details"]["tool_gates"]
     assert set(gates) == {"trigger_agreement", "schema_valid_calls"}
@@ -104,7 +91,7 @@ def test_faithful_server_passes_both_gates(srv: ToolServer, stream: bool) -> Non
 def test_schema_errors_on_one_tool_fail_and_name_the_tool(srv: ToolServer) -> None:
     srv.only_tool, srv.share = "book_flight", 1.0
     try:
-        result, samples = _run(srv.base_url("faithful"), srv.base_url("schema"),
+        result, samples = execute_pair(srv.base_url("faithful"), srv.base_url("schema"),
                                _suite(domains=TRAVEL, mix={"single": 1, "choice": 1}))
     finally:
         srv.only_tool, srv.share = None, 0.3
@@ -130,7 +117,7 @@ def test_schema_errors_on_one_tool_fail_and_name_the_tool(srv: ToolServer) -> No
 def test_dropped_calls_fail_and_are_listed_with_their_markup(srv: ToolServer) -> None:
     srv.share = 0.5
     try:
-        result, samples = _run(srv.base_url("faithful"), srv.base_url("drop"), _suite())
+        result, samples = execute_pair(srv.base_url("faithful"), srv.base_url("drop"), _suite())
     finally:
         srv.share = 0.3
     entry = _entry(result)
@@ -152,7 +139,7 @@ def test_dropped_calls_fail_and_are_listed_with_their_markup(srv: ToolServer) ->
 
 
 def test_leaked_markup_beside_parsed_calls_is_listed(srv: ToolServer) -> None:
-    result, samples = _run(srv.base_url("faithful"), srv.base_url("leak"), _suite())
+    result, samples = execute_pair(srv.base_url("faithful"), srv.base_url("leak"), _suite())
     entry = _entry(result)
     leaky = [s for s in samples if s.endpoint != "baseline" and s.data.get("leaked")]
     assert leaky and all(s.data["leaked"] == ["<|python_tag|>"] for s in leaky)
@@ -170,7 +157,7 @@ def test_an_endpoint_that_cannot_serve_tools_is_refused_before_any_item(
     support); ``reject`` answers 400 (vLLM without its tool flags)."""
     before = srv.requests[mode]
     with pytest.raises(CapabilityError) as err:
-        _run(srv.base_url("faithful"), srv.base_url(mode), _suite())
+        execute_pair(srv.base_url("faithful"), srv.base_url(mode), _suite())
     msg = str(err.value)
     assert "needs tools" in msg and "--enable-auto-tool-choice" in msg and "--jinja" in msg
     # The probe's chat and tool requests (the `required` one only after `auto` was accepted);
@@ -187,13 +174,13 @@ def test_required_tool_choice_plans_only_calling_items() -> None:
 
 def test_structured_faithful_passes_and_invalid_answers_fail(srv: ToolServer) -> None:
     url = srv.base_url("faithful")
-    result, samples = _run(url, url, _suite("structured", n=60))
+    result, samples = execute_pair(url, url, _suite("structured", n=60))
     entry = _entry(result)
     assert entry["verdict"] == "pass", entry["details"]["tool_gates"]
     assert all(s.data["valid"] and s.data["field_accuracy"] == 1.0 for s in samples)
     srv.share = 0.5
     try:
-        result, samples = _run(url, srv.base_url("invalid"), _suite("structured", n=60))
+        result, samples = execute_pair(url, srv.base_url("invalid"), _suite("structured", n=60))
     finally:
         srv.share = 0.3
     entry = _entry(result)
@@ -208,7 +195,7 @@ def test_structured_faithful_passes_and_invalid_answers_fail(srv: ToolServer) ->
 
 def test_structured_refused_where_response_format_is_ignored(srv: ToolServer) -> None:
     with pytest.raises(CapabilityError) as err:
-        _run(srv.base_url("faithful"), srv.base_url("notools"), _suite("structured"))
+        execute_pair(srv.base_url("faithful"), srv.base_url("notools"), _suite("structured"))
     assert "needs json_schema" in str(err.value)
 
 
@@ -216,7 +203,7 @@ def test_a_thinking_trace_is_split_before_scoring(srv: ToolServer) -> None:
     """A reasoning model's ``<think>`` block in ``content`` is the trace, not leaked markup or
     broken JSON: both kinds score the answer after it, and keep the trace's length."""
     for kind in ("toolcalls", "structured"):
-        result, samples = _run(srv.base_url("faithful"), srv.base_url("think"),
+        result, samples = execute_pair(srv.base_url("faithful"), srv.base_url("think"),
                                _suite(kind, n=36))
         cand = [s for s in samples if s.endpoint != "baseline"]
         assert all(s.score == 1.0 for s in cand), [s.data for s in cand if s.score != 1.0][:1]
