@@ -19,34 +19,24 @@ keeps each request's decoding fields (``temperature``, ``top_p``, ``max_tokens``
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import json
 import re
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from evalsvc.domain import EndpointRef, Item, Sample
 from evalsvc.suites.kinds._gen_task import gen_docs
+from tests.fixtures.loopback import JSONHandler, LoopbackHTTPServer, serving
 
 _QUESTION = re.compile(r"Question: (.*?)\nAnswer:", re.S)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JSONHandler):
     server: GenServer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-    def _reply(self, payload: Any) -> None:
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path.rstrip("/").endswith("/v1/models"):
@@ -55,8 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply({})
 
     def do_POST(self) -> None:  # noqa: N802
-        size = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(size) or b"{}")
+        body = self._json_body()
         if self.path.endswith("/tokenize"):
             self._reply({"tokens": [ord(c) for c in str(body.get("prompt") or "")]})
             return
@@ -87,12 +76,10 @@ class _Handler(BaseHTTPRequestHandler):
         })
 
 
-class GenServer(ThreadingHTTPServer):
-    daemon_threads = True
-
+class GenServer(LoopbackHTTPServer):
     def __init__(self, accuracy: float, *, rng_seed: int = 0,
                  fail_after: int | None = None) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(_Handler)
         self.accuracy, self.rng_seed, self.fail_after = accuracy, rng_seed, fail_after
         self.requests = 0
         self.lock = threading.Lock()
@@ -103,7 +90,7 @@ class GenServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+        return f"{self.origin}/v1"
 
     def dead(self) -> bool:
         with self.lock:
@@ -141,12 +128,29 @@ class GenServer(ThreadingHTTPServer):
 
 @contextmanager
 def gen_server(accuracy: float, **kw: Any) -> Iterator[GenServer]:
-    server = GenServer(accuracy, **kw)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
+    with serving(GenServer(accuracy, **kw)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+
+
+def run_baseline(suite: Any, items: list[Item], url: str, *,
+                 done: set[tuple[str, int]] | None = None, model: str = "gen-model",
+                 concurrency: int = 4) -> list[Sample]:
+    """Run ``suite``'s ``items`` (less ``done``) as the baseline on the endpoint at ``url``
+    serving ``model``; the samples it emits, in order."""
+    from evalsvc.endpoints import EndpointClient
+
+    emitted: list[Sample] = []
+
+    async def emit(sample: Sample) -> None:
+        emitted.append(sample)
+
+    async def go() -> None:
+        client = EndpointClient(EndpointRef(url=url, model=model))
+        try:
+            await suite.run(items, client, role="baseline", emit=emit,
+                            done=set() if done is None else done, concurrency=concurrency)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+    return emitted

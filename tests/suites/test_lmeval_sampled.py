@@ -34,7 +34,7 @@ from evalsvc.suites._sampling import request_seed
 from evalsvc.suites.kinds._gen_task import gen_docs
 from evalsvc.suites.kinds.lmeval import count_docs
 from tests.fixtures.db import sqlite_template  # noqa: F401  (a pytest fixture)
-from tests.suites.lmeval_gen_server import gen_server
+from tests.suites.lmeval_gen_server import gen_server, run_baseline
 
 GEN = {"task": "evalsvc_gen", "model_type": "local-chat-completions", "metric": "exact_match",
        "capabilities": ["chat"], "num_concurrent": 4}
@@ -284,26 +284,12 @@ def test_a_resumed_run_evaluates_only_the_missing_samples_with_the_policys_seeds
     evaluates sample indices 1 and 2 (all 40 documents each, as ``--limit`` takes them) and
     emits the 60 missing samples, each request carrying its sample index's seed; ``keep_logs``
     keeps each index's lm-eval logs under ``sample-<r>/``."""
-    from evalsvc.endpoints import EndpointClient
-
     suite = _lmeval("gen-seeded", sampling={**SAMPLING, "seed": 7}, n=40,
                     keep_logs=str(tmp_path / "logs"), **GEN)
     items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(40)]
     done = {(it.id, 0) for it in items} | {(it.id, 2) for it in items[:20]}
-    emitted: list[Sample] = []
-
-    async def emit(sample: Sample) -> None:
-        emitted.append(sample)
-
-    async def go(url: str) -> None:
-        client = EndpointClient(EndpointRef(url=url, model="gen-model"))
-        try:
-            await suite.run(items, client, role="baseline", emit=emit, done=done, concurrency=4)
-        finally:
-            await client.aclose()
-
     with gen_server(0.6) as srv:
-        asyncio.run(go(srv.url))
+        emitted = run_baseline(suite, items, srv.url, done=done)
     assert sorted((s.item_id, s.repeat) for s in emitted) == sorted(
         [(it.id, 1) for it in items] + [(it.id, 2) for it in items[20:]]
     )
@@ -334,21 +320,8 @@ def test_a_completions_task_is_sampled_through_the_engines_own_tokenizer(
         EndpointClient(EndpointRef(url="http://127.0.0.1:9/v1")), Path("/o"), 8, [0]
     )["engine"] is True
     items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(8)]
-    emitted: list[Sample] = []
-
-    async def emit(sample: Sample) -> None:
-        emitted.append(sample)
-
-    async def go(url: str) -> None:
-        client = EndpointClient(EndpointRef(url=url, model="gen-model"))
-        try:
-            await suite.run(items, client, role="baseline", emit=emit, done=set(),
-                            concurrency=4)
-        finally:
-            await client.aclose()
-
     with gen_server(0.6) as srv:
-        asyncio.run(go(srv.url))
+        emitted = run_baseline(suite, items, srv.url)
     assert len(emitted) == 16 and all(s.error is None for s in emitted), emitted[:1]
     assert {s.repeat for s in emitted} == {0, 1}
     assert len(srv.bodies) == 16  # one completion per document and sample, answered
@@ -362,27 +335,12 @@ def test_samples_finished_before_the_endpoint_died_are_kept(lmeval_python: str) 
     """The endpoint answers sample 0's 12 documents, then only 500s: lm-eval's process fails
     during sample 1, whose documents are errored samples naming its exit status and the log
     kept on the worker; sample 0's are scored."""
-    from evalsvc.endpoints import EndpointClient
-
     # One attempt per request: lm-eval's retries back off for seconds before it gives up.
     suite = _lmeval("gen-dies", sampling={"k": 2, "temperature": 0.6}, n=12,
                     model_args={"max_retries": 1}, **GEN)
     items = [Item(id=f"doc{i}", metadata={"doc_id": i}) for i in range(12)]
-    emitted: list[Sample] = []
-
-    async def emit(sample: Sample) -> None:
-        emitted.append(sample)
-
-    async def go(url: str) -> None:
-        client = EndpointClient(EndpointRef(url=url, model="gen-model"))
-        try:
-            await suite.run(items, client, role="baseline", emit=emit, done=set(),
-                            concurrency=4)
-        finally:
-            await client.aclose()
-
     with gen_server(0.6, fail_after=12) as srv:
-        asyncio.run(go(srv.url))
+        emitted = run_baseline(suite, items, srv.url)
     first = [s for s in emitted if s.repeat == 0]
     second = [s for s in emitted if s.repeat == 1]
     assert len(first) == len(second) == 12
