@@ -33,6 +33,9 @@
   llama.cpp ones (``llamacpp_endpoints``). For tests whose claim holds on any engine (a plugin
   kind's views, a verdict's reasons), so that they run on an AVX2-only host too; mark them both
   ``endpoints`` and ``llamacpp``. ``local_engine()`` says which one a session uses.
+- ``EVALSVC_TEST_BASELINE_ACCOUNTING=FILE``: a row per vLLM endpoint test of the bf16 baseline's
+  CPU, requests and tokens meanwhile, printed as a table at the end
+  (``tests/fixtures/baseline_accounting.py``); unset, nothing is measured.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures import baseline_accounting
 from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
 
 # The background start of the local servers (see the module docstring): the process, its log,
@@ -71,6 +75,8 @@ SLOW: dict[str, str] = {
     "tests/services/test_sweeps.py": "launches and kills real server processes (ABBA sweeps)",
     "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
     "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",
+    "tests/benchmarks/test_speed_vs_vllm_bench_smoke.py": "runs the benchmark script and `vllm "
+    "bench serve` (two vLLM imports) as processes",
     "tests/benchmarks/test_lmeval_peer_smoke.py": "runs lm-eval (two processes) against the stub",
     "tests/cli/test_gpu_set.py::test_the_gpu_set_runs_on_a_vllm_or_sglang_pair_with_nothing_local":
     "the whole gpu set (determinism's staged load included) per engine shape: 25-29 s each",
@@ -112,6 +118,7 @@ SLOW: dict[str, str] = {
             "tests/security/test_round2_redaction.py::test_stored_credentials_never_reach_metrics_dashboard_or_cli",
             "tests/security/test_secrets_and_network.py::test_the_worker_log_never_shows_userinfo",
             "tests/services/test_gatelogs.py::test_cli_reports_and_exit_codes",
+            "tests/runner/test_blank_baseline.py",
         ],
         _PROCESS,
     ),
@@ -301,18 +308,22 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 # docs/benchmarks.md). The second holds the long closed measurements and the gate-logs test, the
 # first everything that builds views from real runs (session 9, an AMD host: 1,065 s against
 # 1,143 s of the durations once the lm-eval peer smoke, which needs no server, left the second
-# group); the servers are shared (see the module docstring).
+# group); the servers are shared (see the module docstring). Session 16 (an AMD host, 2026-12-04):
+# the second group was the critical path, about 1,050 s of test time against the first's 790.
+# The `vllm bench serve` smoke, the noisy-baseline determinism case and the blank-baseline test
+# left the tier (they need no model: a stub or the loopback fault server serves them), the
+# real-endpoint calibration went to the long tier, and the compose topology test (95 s of
+# processes against the spare endpoint, none of it on the bf16 core) came here: about 670 s in
+# each, with the cheaper lm-eval runs of both groups' lmeval-mc suites counted.
 _VLLM_SECOND_GROUP = (
     "tests/services/test_gatelogs_lmeval.py",
     "tests/services/test_sweeps_local.py",
     "tests/runner/test_determinism_planted.py",
-    "tests/runner/test_calibration_endpoints.py",
     "tests/runner/test_slices_real.py",
-    "tests/runner/test_blank_baseline.py",
     "tests/suites/test_lmeval_preflight.py",
     "tests/suites/test_longctx_oracle.py",
     "tests/scheduler/test_worker_real.py",
-    "tests/benchmarks/test_speed_vs_vllm_bench_smoke.py",
+    "tests/deploy/test_topology.py",
 )
 
 
@@ -332,6 +343,9 @@ _LONG_MEASUREMENTS = {
     "(211 s measured)",
     "tests/suites/test_longctx_oracle.py::test_longctx_4k_on_the_local_endpoints": "every "
     "longctx-4k task at 1k-3.5k tokens on the vLLM bf16 endpoint (547 s measured)",
+    "tests/runner/test_calibration_endpoints.py": "the levels SmolLM2-135M solves on the vLLM bf16 "
+    "endpoint, a calibration pilot and run against itself (59 s under a `.ci/run`; the path is "
+    "tests/runner/test_calibration_loopback.py's)",
 }
 
 
@@ -415,6 +429,36 @@ def _check_groups_hold(config: pytest.Config, items: list[pytest.Item]) -> None:
             "pytest-xdist pair loses the groups (pytest-dev/pytest-xdist#1386); install the "
             "versions pyproject.toml pins (make install)"
         )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """``EVALSVC_TEST_BASELINE_ACCOUNTING=FILE``: a row per vLLM endpoint test of what the bf16
+    baseline did meanwhile (``tests/fixtures/baseline_accounting.py``)."""
+    path = baseline_accounting.target()
+    if path is None or not _needs_endpoints(item) or item.get_closest_marker("skip"):
+        yield
+        return
+    before = baseline_accounting.snapshot()
+    yield
+    baseline_accounting.record(path, item.nodeid, before, baseline_accounting.snapshot())
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = baseline_accounting.target()
+    if path is not None and not _xdist_worker():
+        path.unlink(missing_ok=True)  # this session's rows only
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    path = baseline_accounting.target()
+    if path is None or _xdist_worker():
+        return
+    lines = baseline_accounting.table(path)
+    if lines:
+        terminalreporter.section(f"bf16 baseline per endpoint test ({path})")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -3,6 +3,14 @@ reasoning levels for the bf16 endpoint than for a loopback server that answers e
 correctly (which must move to the hardest levels), and bf16 against itself never fails at the
 levels chosen for it. Skipped on hosts too slow for the endpoint tier (tests/conftest.py); the
 sizes are small, so on such a run bf16 against itself may read inconclusive rather than pass.
+
+A measurement of the model (which levels SmolLM2-135M solves on this host's bf16), so it runs in
+the long tier (``make test-endpoints``; tests/conftest.py's ``_LONG_MEASUREMENTS``), like its
+llama.cpp twin ``test_calibration_llamacpp.py``: 59 s of the second vLLM group's bf16 time under
+a `.ci/run`. The calibration path it goes through (the pilot walking the levels, the band, the
+move of a perfect baseline to the hardest level, the gate on the chosen levels only) is checked
+in ``make test`` against loopback level servers of known accuracy by
+``tests/runner/test_calibration_loopback.py``.
 """
 
 from __future__ import annotations
