@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from evalsvc.settings import Settings
 
 from . import _migrate
-from ._blessed import BlessedStore
 from ._alerts import AlertStore
+from ._blessed import BlessedStore
 from ._dashboard_queries import DashboardQueries
 from ._errors import DatabaseNotAtHead, DatabaseUnavailable
 from ._queue import QueueStore

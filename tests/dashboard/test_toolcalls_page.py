@@ -14,8 +14,8 @@ import jsonschema
 
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec
-from tests.dashboard.conftest import in_thread
 from evalsvc.reports import report_schema, to_junit, to_markdown
+from tests.dashboard.conftest import in_thread
 from tests.fixtures.tool_server import tool_server
 
 TOOLS = """name: tools-dash
