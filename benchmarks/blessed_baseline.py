@@ -5,8 +5,8 @@ then runs that reuse it alternate with full runs (``blessed_baseline=False``), e
 ``services.runs.compare`` into a fresh SQLite database. Every request to each side passes a
 counting loopback proxy (``tests/fixtures/fault_proxy.py`` with no faults), so the figure is the
 HTTP requests each endpoint received (probe included), by kind: generation requests with
-their body sizes, and the rest (models, tokenize); where the upstream is a llama.cpp server
-its own ``/metrics`` counters (prompt + generation seconds, tokens) are read too.
+their body sizes, and the rest (models, tokenize); where the upstream is a llama.cpp or vLLM
+server its own ``/metrics`` counters (prompt + generation seconds, tokens) are read too.
 
 With no URLs, both sides are the zero-latency stub (``benchmarks/stub_server.py``, its own
 process, two ports): it answers every kind of the ``smoke`` set (logprobs, echo, /tokenize), so
@@ -48,8 +48,21 @@ _COUNTERS = {
 }
 
 
-def llamacpp(url: str) -> dict[str, float] | None:
-    """A llama.cpp server's busy seconds and token counters; None for another server."""
+# vLLM's per-request histograms (vllm/v1/metrics): the seconds each request spent in prefill
+# and in decode, summed over requests. Requests batched together each count their own time, so
+# the sum exceeds the engine's wall time under concurrency; it is the same measure in a full and
+# a reused run, which is what the ratio needs.
+_VLLM = {
+    "vllm:request_prefill_time_seconds_sum": "busy_s",
+    "vllm:request_decode_time_seconds_sum": "busy_s",
+    "vllm:prompt_tokens_total": "prompt_tokens",
+    "vllm:generation_tokens_total": "generated_tokens",
+}
+
+
+def engine_counters(url: str) -> dict[str, float] | None:
+    """A llama.cpp or vLLM server's busy seconds and token counters from its ``/metrics``;
+    None for another server."""
     root = url.rstrip("/").removesuffix("/v1")
     try:
         with urllib.request.urlopen(f"{root}/metrics", timeout=5) as resp:  # noqa: S310
@@ -57,11 +70,16 @@ def llamacpp(url: str) -> dict[str, float] | None:
     except OSError:
         return None
     out = {"busy_s": 0.0, "prompt_tokens": 0.0, "generated_tokens": 0.0}
+    known = {**_COUNTERS, **_VLLM}
     for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in _COUNTERS:
-            out[_COUNTERS[name]] += float(value)
-    return out if "llamacpp:" in text else None
+        if line.startswith("#"):
+            continue
+        # vLLM labels its series (`name{model_name="..."} value`); llama.cpp does not.
+        name, _, value = line.rpartition(" ")
+        name = name.split("{", 1)[0]
+        if name in known:
+            out[known[name]] += float(value)
+    return out if ("llamacpp:" in text or "vllm:" in text) else None
 
 
 @contextlib.contextmanager
@@ -105,6 +123,9 @@ def main() -> None:
     parser.add_argument("--candidate")
     parser.add_argument("--suite", action="append", help="repeatable; default: the smoke set")
     parser.add_argument("--rounds", type=int, default=1, help="pairs of (reused, full) runs")
+    parser.add_argument("--no-final-full", action="store_true",
+                        help="end with the last reused run (the blessed first run is the full "
+                             "run it is compared with; halves a long set's time)")
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="evalsvc-bless-bench-"))
     os.environ.setdefault("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")
@@ -122,7 +143,7 @@ def main() -> None:
 
         def run(tag: str, *, reuse: bool = True) -> dict[str, Any]:
             before = [dict(c) for c in counts]
-            engine = [llamacpp(u) for u in upstream]
+            engine = [engine_counters(u) for u in upstream]
             t0 = time.perf_counter()
             body = spec.model_copy(update={"options": RunOptions(blessed_baseline=reuse)})
             report = runs.compare(body, store=store)
@@ -136,9 +157,9 @@ def main() -> None:
                 "suites": {s["suite"]: s["verdict"] for s in report["candidates"][0]["suites"]},
                 "run_id": report["run_id"],
             }
-            after = [llamacpp(u) for u in upstream]
+            after = [engine_counters(u) for u in upstream]
             if all(engine) and all(after):
-                row["llamacpp"] = {side: {k: round(a[k] - b[k], 2) for k in a} for side, a, b
+                row["engine"] = {side: {k: round(a[k] - b[k], 2) for k in a} for side, a, b
                                    in zip(("baseline", "candidate"), after, engine, strict=True)
                                    if a is not None and b is not None}
             print(json.dumps(row), flush=True)
@@ -149,7 +170,8 @@ def main() -> None:
         print(json.dumps({"blessed": [b["suite"] for b in made]}), flush=True)
         for i in range(args.rounds):
             run(f"reused-{i + 1}")
-            run(f"full-{i + 1}", reuse=False)
+            if not (args.no_final_full and i == args.rounds - 1):
+                run(f"full-{i + 1}", reuse=False)
 
 
 if __name__ == "__main__":
