@@ -362,7 +362,7 @@ _START_FIRST: dict[str, float] = {
     "tests/dashboard/test_sweeps.py::test_the_scatter_places_each_measured_configuration_with_both_intervals": 150,
     "tests/api/test_schemathesis.py": 124,
     "tests/benchmarks/test_lmeval_peer_smoke.py": 111,
-    "tests/services/test_sweeps.py::test_bad_flag_fails_to_start_and_the_sweep_goes_on_with_abba_capacity": 108,
+    "tests/services/test_sweeps.py::test_bad_flag_fails_to_start_and_the_sweep_goes_on_with_abba_capacity": 227,
     "tests/gates/test_recovery.py::test_recovery_floor_gate_error_rate_at_the_floor": 75,
     "tests/benchmarks/test_store_scale_smoke.py": 57,
     "tests/gates/test_slices.py::test_aa_never_fails_beyond_family_wise_alpha": 57,
