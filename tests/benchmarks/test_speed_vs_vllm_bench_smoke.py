@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import _slow_host_reason
+from tests.fixtures.bench_stub import bench_stub
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,12 +55,7 @@ def vllm_prepared() -> None:
 
 @pytest.fixture
 def stub_url() -> Iterator[str]:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import evaluator_speed
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    with evaluator_speed.stub() as urls:
+    with bench_stub() as urls:
         yield urls[0]
 
 

@@ -30,6 +30,7 @@ import pytest
 from evalsvc.domain import EndpointRef, Item, Sample
 from evalsvc.suites import SuiteSpec, suite_kinds
 from evalsvc.suites.kinds.lmeval import ENGINE_MODEL, read_samples
+from tests.fixtures.bench_stub import bench_stub
 from tests.suites.lmeval_gen_server import gen_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,12 +46,7 @@ def _lmeval(name: str, **params: Any) -> Any:
 @contextmanager
 def _stub() -> Iterator[str]:
     """``benchmarks/stub_server.py`` (vLLM-shaped: echo, logprobs, ``/tokenize``): its URL."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import evaluator_speed
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    with evaluator_speed.stub() as urls:
+    with bench_stub() as urls:
         yield urls[0]
 
 
