@@ -24,8 +24,9 @@ Contract:
   and a compare-and-set on its
   delivery state decides which process sends its webhooks (``AlertStore.claim_delivery``): at
   most once, also when the sender dies mid-way.
-- **Webhooks** (``EVALSVC_ALERT_WEBHOOKS``): ``slack:URL`` gets ``{"text": ...}``, ``json:URL``
-  or a bare URL the generic JSON body (``payload``). Each is sent through the server's egress
+- **Webhooks** (``EVALSVC_ALERT_WEBHOOKS``): ``slack:URL`` gets ``{"text": ...}`` (its ``&``,
+  ``<`` and ``>`` escaped: ``slack_escape``), ``json:URL`` or a bare URL the generic JSON body
+  (``payload``). Each is sent through the server's egress
   policy (``EVALSVC_ALLOWED_ENDPOINTS``, the one that endpoints follow; no redirect is
   followed), with a timeout per attempt and retries with back-off on timeouts, connection
   errors, 429 and 5xx (tenacity); a 4xx other than 429 is final.
@@ -117,10 +118,20 @@ def configured_webhooks(settings: Settings | None = None) -> list[Webhook]:
     return parse_webhooks(s.alert_webhooks.get_secret_value()) if s.alert_webhooks else []
 
 
+def slack_escape(text: str) -> str:
+    """``text`` as Slack reads it literally: its three control characters as the entities
+    Slack's "Formatting text for app surfaces" page names (``&amp;``, ``&lt;``, ``&gt;``).
+
+    Why: an alert's message quotes what submitters and endpoints chose (endpoint labels, served
+    model ids); unescaped, ``<!channel>`` pings a whole channel and ``<http://x|Click here>``
+    renders as a link with a text of the submitter's choosing (docs/security.md, round 4)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def payload(alert: dict[str, Any], hook: Webhook) -> dict[str, Any]:
     """The body POSTed to ``hook``: Slack's ``{"text"}``, or the generic JSON alert."""
     if hook.format == "slack":
-        return {"text": f"[evalsvc {alert['severity']}] {alert['message']}"}
+        return {"text": f"[evalsvc {alert['severity']}] {slack_escape(alert['message'])}"}
     created = alert.get("created_at")
     return {
         "source": "evalsvc",

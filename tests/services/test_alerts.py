@@ -28,6 +28,7 @@ from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     sqlite_template,
 )
 from tests.fixtures.faults import fault_server
+from tests.fixtures.loopback import free_port
 from tests.services.real_runs import SEED, run_spec, server_pair, write_suite
 
 ALL = dict.fromkeys(range(1, 6), 1.0)
@@ -296,3 +297,42 @@ def test_a_sweep_run_between_two_runs_is_no_step_in_their_history(
     c.accuracy = ALL
     assert _compare(alerts_store, suite, b.url, c.url)["verdict"] == "pass"
     assert alerts_store.alerts.list_alerts() == []
+
+
+#: What a submitter may name an endpoint (or a server may call its model) to reach a Slack
+#: channel through an alert: a channel-wide ping and a link whose text is the submitter's.
+SLACK_MARKUP = "<!channel> <http://evil.example/login|Click to re-authenticate> & co"
+
+
+@pytest.mark.parametrize("field", ["name", "model"])
+def test_slack_alerts_carry_endpoint_text_as_text_never_as_markup(
+    alerts_store: Store, monkeypatch: pytest.MonkeyPatch, field: str
+) -> None:
+    """An error streak of an endpoint whose label (its name, or the model it is asked for) is
+    Slack markup: the webhook's text has ``&``, ``<`` and ``>`` escaped, so nothing of it is a
+    ping or a link, while the generic JSON body keeps the message as it is."""
+    monkeypatch.setenv("EVALSVC_ALERT_ERROR_STREAK", "3")
+    monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.1")
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: each run ends in error
+    with fault_server() as hooks:
+        monkeypatch.setenv("EVALSVC_ALERT_WEBHOOKS",
+                           f"slack:{hooks.origin}/ok/slack,json:{hooks.origin}/ok/generic")
+        for _ in range(3):
+            ref = EndpointRef(url=dead, **{field: SLACK_MARKUP})
+            spec = RunSpec(baseline=ref, candidates=[ref], suites=["reasoning-smoke"],
+                           options=RunOptions(samples=2))
+            with pytest.raises(Exception):  # noqa: B017 - the run's error is the point
+                runs.compare(spec, store=alerts_store)
+        (alert,) = alerts_store.alerts.list_alerts()
+        assert alert["kind"] == "error_streak" and SLACK_MARKUP in alert["message"]
+        (slack,) = _bodies(hooks, "/ok/slack")
+        text = slack["text"]
+        assert "<" not in text and ">" not in text, text
+        assert "&lt;!channel&gt; &lt;http://evil.example/login|Click to re-authenticate&gt; " \
+               "&amp; co" in text
+        (generic,) = _bodies(hooks, "/ok/generic")
+        assert generic["alert"]["message"] == alert["message"]
+
+
+def test_slack_escape_is_slacks_three_entities() -> None:
+    assert alerts.slack_escape("a & <b> &amp;") == "a &amp; &lt;b&gt; &amp;amp;"
