@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._queue import IN_PROCESS_PREFIX
     from ._session import redact_url
     from ._store import API_SCOPES, Store
+    from ._uploads import PendingUploadsFull
     from ._writer import BATCH_SIZE, SampleWriter, retry_transient
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "GateFigure",
     "Histogram",
     "MetricsSnapshot",
+    "PendingUploadsFull",
     "RunFilters",
     "SampleWriter",
     "Store",
@@ -77,6 +79,7 @@ _LAZY = {
     "metrics_snapshot": "_metrics",
     "IN_PROCESS_PREFIX": "_queue",
     "redact_url": "_session",
+    "PendingUploadsFull": "_uploads",
     "API_SCOPES": "_store",
     "Store": "_store",
     "BATCH_SIZE": "_writer",

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from evalsvc.domain import RunInfo, RunStatus
 
-from ._orm import RunCandidateRow, RunRow, SweepRow, utcnow
+from ._orm import LogUploadChunkRow, LogUploadRow, RunCandidateRow, RunRow, SweepRow, utcnow
 from ._rows import run_info
 from ._session import Database
 
@@ -214,6 +214,15 @@ def release(session: Session, *, run_id: str, worker_id: str, now: datetime) -> 
     return rowcount(result) == 1
 
 
+def drop_uploads(session: Session, run_ids: Iterable[str]) -> None:
+    """Drop the uploaded log files of runs that just ended without a worker gating them
+    (``_uploads``): in the transaction that ends them, so their bytes are not kept."""
+    ids = list(run_ids)
+    if ids:
+        session.execute(sa.delete(LogUploadChunkRow).where(LogUploadChunkRow.run_id.in_(ids)))
+        session.execute(sa.delete(LogUploadRow).where(LogUploadRow.run_id.in_(ids)))
+
+
 def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[str]:
     """Expired leases: back to queued, or ``error`` once ``attempts >= max_attempts``.
 
@@ -256,6 +265,7 @@ def reap_expired(session: Session, *, max_attempts: int, now: datetime) -> list[
         f"worker lost: lease expired on each of {max_attempts} attempts; "
         "not retried again (max_attempts)",
     )
+    drop_uploads(session, ids)  # ended: a log upload's files will never be gated
     requeued = session.execute(
         sa.update(RunRow)
         .where(expired, RunRow.attempts < max_attempts)

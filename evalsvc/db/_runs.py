@@ -206,7 +206,10 @@ class RunStore:
                 )
                 .execution_options(synchronize_session=False)
             )
-            return _queue.rowcount(result) == 1
+            cancelled = _queue.rowcount(result) == 1
+            if cancelled:  # an upload's files go with it (never gated now)
+                _queue.drop_uploads(session, [run_id])
+            return cancelled
 
     def delete_run(self, run_id: str) -> bool:
         """Delete a run and everything stored with it (samples, snapshots, gates, report)."""

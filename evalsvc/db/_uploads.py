@@ -3,9 +3,15 @@
 Contract: :meth:`LogUploadStore.create_run` stores a queued run and its uploaded files in ONE
 transaction (a worker can never claim the run before its files are there), reading each file
 object in chunks of ``CHUNK_BYTES`` and inserting each chunk as it is read: neither the API nor
-the database driver holds more than a chunk of an upload at a time. :meth:`pending` counts a
-submitter's uploads still queued or running (the service's quota); :meth:`purge_ended` drops
-the files of runs that ended without a worker dropping them (a queued upload cancelled).
+the database driver holds more than a chunk of an upload at a time. With ``max_pending`` it
+counts the submitter's waiting uploads in that same transaction, under a lock per submitter
+(PostgreSQL: a transaction-scoped advisory lock on the submitter; SQLite: the ``BEGIN
+IMMEDIATE`` writer lock), so concurrent uploads of one token never pass the quota together
+(``PendingUploadsFull``). :meth:`pending` counts a submitter's uploads still queued or running;
+:meth:`purge_ended` drops the files of runs that ended without a worker dropping them. A run
+that ends without its worker (cancelled: ``RunStore.cancel_run``; given up by the reaper:
+``_queue.reap_expired``) has its files dropped in the transaction that ends it
+(``_queue.drop_uploads``), so a cancelled upload's bytes do not wait for the next upload.
 :meth:`write_files` copies a run's files to a directory, a chunk at a time (the worker reads them
 from there); :meth:`delete` drops them once the run has ended. Rows also go with their run
 (``ON DELETE CASCADE``).
@@ -33,7 +39,32 @@ from ._session import Database
 #: chunk in memory (and in the driver's buffers) is negligible.
 CHUNK_BYTES = 1 << 20
 
-__all__ = ["CHUNK_BYTES", "LogUploadStore"]
+__all__ = ["CHUNK_BYTES", "LogUploadStore", "PendingUploadsFull"]
+
+
+class PendingUploadsFull(Exception):
+    """The submitter already has ``max_pending`` uploads queued or running."""
+
+
+def _submitter(submitted_by: str | None) -> sa.ColumnElement[bool]:
+    return (
+        LogUploadRow.submitted_by.is_(None)
+        if submitted_by is None
+        else LogUploadRow.submitted_by == submitted_by
+    )
+
+
+def _count_pending(session: Any, submitted_by: str | None) -> int:
+    count = session.scalar(
+        sa.select(sa.func.count())
+        .select_from(LogUploadRow)
+        .join(RunRow, RunRow.id == LogUploadRow.run_id)
+        .where(
+            _submitter(submitted_by),
+            RunRow.status.in_([RunStatus.queued.value, RunStatus.running.value]),
+        )
+    )
+    return int(count or 0)
 
 
 class LogUploadStore:
@@ -49,11 +80,23 @@ class LogUploadStore:
         files: Sequence[tuple[str, str, IO[bytes]]],
         params: dict[str, Any],
         submitted_by: str | None,
+        max_pending: int | None = None,
     ) -> RunInfo:
         """Queue a run for ``spec`` with ``files`` (``(role, name, readable)``) and the gate
-        options ``params``; one transaction (module docstring)."""
+        options ``params``; one transaction (module docstring). ``max_pending``: refuse with
+        ``PendingUploadsFull`` when the submitter already has that many uploads waiting,
+        counted in this transaction, before any byte is stored."""
         now = utcnow()
         with self._db.session() as session:
+            if max_pending is not None:
+                if self._db.dialect == "postgresql":
+                    # Two uploads of one token count, then insert: without a lock both would
+                    # see the same count under READ COMMITTED (24 parallel uploads: 18 stored
+                    # against a quota of 16). Held until this transaction ends.
+                    session.execute(sa.select(sa.func.pg_advisory_xact_lock(
+                        sa.func.hashtextextended(f"evalsvc-upload:{submitted_by or ''}", 0))))
+                if _count_pending(session, submitted_by) >= max_pending:
+                    raise PendingUploadsFull(max_pending)
             row = add_run_row(
                 session, spec, status=RunStatus.queued, now=now, schedule_id=None, fire_time=None
             )
@@ -89,19 +132,8 @@ class LogUploadStore:
 
     def pending(self, submitted_by: str | None) -> int:
         """Uploads of ``submitted_by`` whose run is still queued or running."""
-        who = (
-            LogUploadRow.submitted_by.is_(None)
-            if submitted_by is None
-            else LogUploadRow.submitted_by == submitted_by
-        )
         with self._db.session(write=False) as session:
-            count = session.scalar(
-                sa.select(sa.func.count())
-                .select_from(LogUploadRow)
-                .join(RunRow, RunRow.id == LogUploadRow.run_id)
-                .where(who, RunRow.status.in_([RunStatus.queued.value, RunStatus.running.value]))
-            )
-            return int(count or 0)
+            return _count_pending(session, submitted_by)
 
     def purge_ended(self) -> int:
         """Drop the files of uploads whose run has ended without a worker dropping them (a

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from evalsvc import limits
-from evalsvc.db import IN_PROCESS_PREFIX, SampleWriter, Store
+from evalsvc.db import IN_PROCESS_PREFIX, PendingUploadsFull, SampleWriter, Store
 from evalsvc.domain import (
     EndpointRef,
     Item,
@@ -537,12 +537,13 @@ def submit_upload(
         probe.bind_gate(options, limits=gate_limits())
     except (ValueError, GatePolicyError) as exc:
         raise UsageError(for_form(f"gate options refused: {exc}")) from None
-    store.log_uploads.purge_ended()  # cancelled before a worker claimed them
+    store.log_uploads.purge_ended()  # ended before this fix dropped files as they end
+    pending_full = UploadsPending(
+        f"{limits.MAX_PENDING_UPLOADS} uploads of this token are waiting for a worker; "
+        "submit more once they have finished (GET /runs/{id})"
+    )
     if store.log_uploads.pending(submitted_by) >= limits.MAX_PENDING_UPLOADS:
-        raise UploadsPending(
-            f"{limits.MAX_PENDING_UPLOADS} uploads of this token are waiting for a worker; "
-            "submit more once they have finished (GET /runs/{id})"
-        )
+        raise pending_full  # cheap refusal before reading any file; the store counts again
     nonce = uuid.uuid4().hex[:12]
     refs = [
         EndpointRef(
@@ -568,9 +569,13 @@ def submit_upload(
         "names": labels,
         "nonce": nonce,
     }
-    return store.log_uploads.create_run(
-        spec, files=files, params=params, submitted_by=submitted_by
-    )
+    try:
+        return store.log_uploads.create_run(
+            spec, files=files, params=params, submitted_by=submitted_by,
+            max_pending=limits.MAX_PENDING_UPLOADS,
+        )
+    except PendingUploadsFull:
+        raise pending_full from None
 
 
 class _TimedOut(Exception):

@@ -217,8 +217,9 @@ def test_uploads_wait_for_a_worker_cancellable_bounded_and_with_progress(
         # Stored, not gated: no report, the files in the database.
         assert api.store.get_report(ids[0]) is None
         assert api.store.log_uploads.manifest(ids[0])["files"][0]["size"] > 0
-        # Cancelled while queued: no worker takes it; its files go with the next upload.
+        # Cancelled while queued: no worker takes it; its files go with the cancel.
         assert client.post(f"/runs/{ids[0]}/cancel").json()["status"] == "cancelled"
+        assert api.store.log_uploads.manifest(ids[0]) is None
         # Cancelled while a worker holds it: the executor stops at its next stage.
         claimed = api.store.claim_run(worker_id="w-test", lease_seconds=60)
         assert claimed is not None and claimed.id == ids[1]
@@ -232,10 +233,39 @@ def test_uploads_wait_for_a_worker_cancellable_bounded_and_with_progress(
             api.store.delete_run(run_id)  # their files go with them
         run, report = gate_upload(api, client, files)
         assert report is not None and run.status.value == "completed"
-        assert api.store.log_uploads.manifest(ids[0]) is None  # purged by this upload
         progress = client.get(f"/runs/{run.id}").json()["progress"]
         assert progress["stage"] == "done" and progress["items"] == {"toy": 60}
         assert progress["done"]["toy"] == {"baseline": 60, "candidate:0": 60}
+
+
+def test_parallel_uploads_of_one_token_never_pass_the_quota(api: Api, tmp_path: Path) -> None:
+    """24 uploads of one token at once: exactly MAX_PENDING_UPLOADS are stored, the others
+    refused with 429 (the count and the insert are one locked transaction; counted outside it,
+    18 of 24 were stored against the quota of 16)."""
+    base, cand = _scores(20, lost=0)
+    files = _files("baseline", write_lmeval(tmp_path / "b", base)) + _files(
+        "candidate", write_lmeval(tmp_path / "c", cand)
+    )
+    start = threading.Barrier(24)
+    codes: list[int] = []
+
+    def upload() -> None:
+        with api.client("submit") as client:
+            start.wait()
+            while True:
+                r = client.post("/gate-logs", files=files)
+                if r.status_code != 503:  # too many being stored at once: retry, as told
+                    codes.append(r.status_code)
+                    return
+
+    threads = [threading.Thread(target=upload) for _ in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [202] * limits.MAX_PENDING_UPLOADS + [429] * (
+        24 - limits.MAX_PENDING_UPLOADS), codes
+    assert api.store.log_uploads.pending("t-submit") == limits.MAX_PENDING_UPLOADS
 
 
 def test_an_upload_is_bounded_like_any_run_a_worker_executes(
