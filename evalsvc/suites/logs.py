@@ -108,11 +108,22 @@ class LogRecord:
     metrics: dict[str, Any]
 
 
+#: A lone UTF-16 surrogate: a Python str decoded from JSON holds a pair as one code point, so
+#: any code point in this range stands alone and cannot be encoded as UTF-8.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _name(value: Any, what: str, where: str) -> str:
     """An identifier from a log (task, metric, filter, model): text without NUL, bounded."""
     text = value if isinstance(value, str) else str(value)
     if "\x00" in text:
         raise LogError(f"{where}: the {what} contains a NUL character")
+    lone = _SURROGATE.search(text)
+    if lone is not None:  # JSON's "\ud800" decodes to it; no database or report can store it
+        raise LogError(
+            f"{where}: the {what} is not valid Unicode text (a lone surrogate "
+            f"U+{ord(lone.group()):04X} at character {lone.start() + 1}); fix it in the log"
+        )
     if len(text) > limits.MAX_LOG_NAME:
         raise LogError(
             f"{where}: the {what} is {len(text):,} characters long; at most "
@@ -125,7 +136,7 @@ def _text(value: Any, limit: int) -> str:
     """Content from a log kept with a sample (outputs, labels, errors): bounded, and without
     NUL (PostgreSQL cannot store it; U+FFFD marks where one was)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text[:limit].replace("\x00", "\ufffd")
+    return _SURROGATE.sub("\ufffd", text[:limit].replace("\x00", "\ufffd"))
 
 
 def _scalar(value: Any) -> Any:
@@ -296,7 +307,7 @@ def _inspect_side(source: str, header: dict[str, Any], samples: list[dict[str, A
     side = EvalLogSide(
         source=source,
         format="inspect",
-        model=_name(model, "model name", source) if isinstance(model, str) else None,
+        model=_name(model, "model name (eval.model)", source) if isinstance(model, str) else None,
     )
     task = _name(str(spec["task"]).rsplit("/", 1)[-1], "task name", source)
     side.tasks[task] = samples
@@ -712,7 +723,7 @@ def _read_eee(path: Path, where: str) -> EvalLogSide:
     records = eee.read_file(path, where)
     model = records[0]["model"]
     side = EvalLogSide(
-        source=where, format="eee", model=_name(model, "model id", where) if model else None
+        source=where, format="eee", model=_name(model, "model id (model_id)", where) if model else None
     )
     for rec in records:
         task = _name(rec["task"], "evaluation name", rec["_where"])

@@ -123,6 +123,18 @@ def _model(log: dict[str, Any]) -> None:
     log["eval"]["model"] = "openai/m\x00odel"
 
 
+def _surrogate_model(log: dict[str, Any]) -> None:
+    log["eval"]["model"] = "\ud800"  # json.dumps writes it as the escape "\\ud800"
+
+
+def _eee_surrogate() -> bytes:
+    """An Every Eval Ever samples file (the package converter's, ``lmeval_eee``) whose records
+    name the model ``"\\ud800"``: JSON that decodes to a lone surrogate."""
+    (path,) = (FIXTURES / "lmeval_eee" / "eee" / "fp8-kv").glob("*_samples.jsonl")
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return "".join(json.dumps({**r, "model_id": "\ud800"}) + "\n" for r in records).encode()
+
+
 def _score(value: float) -> Callable[[dict[str, Any]], None]:
     def mutate(log: dict[str, Any]) -> None:
         entry = log["samples"][0]["scores"]
@@ -173,6 +185,10 @@ CASES: list[tuple[str, str, Callable[[Path], bytes], str]] = [
     ("inspect-score-1e308", "inspect_b.json", lambda t: _inspect(_score(1e308)), "beyond"),
     ("inspect-score--1e308", "inspect_b.json", lambda t: _inspect(_score(-1e308)), "beyond"),
     ("model-nul", "inspect_b.json", lambda t: _inspect(_model), "NUL"),
+    ("model-lone-surrogate", "inspect_b.json", lambda t: _inspect(_surrogate_model),
+     "the model name (eval.model) is not valid Unicode text (a lone surrogate U+D800"),
+    ("eee-model_id-lone-surrogate", "eee_samples.jsonl", lambda t: _eee_surrogate(),
+     "the model id (model_id) is not valid Unicode text (a lone surrogate U+D800"),
     ("promptfoo-nul-provider", "promptfoo_b.json", lambda t: _promptfoo_nul(), "providers"),
     ("eval-header-100k-deep", "inspect_b.eval", lambda t: _eval(header=_deep(100_000).encode()),
      "nested more than"),
