@@ -89,7 +89,7 @@ class RichProgressBars:
             )
             self._left[(suite, role)] = n_items - n_done.get(role, 0)
 
-    def advance(self, suite: str, role: str) -> None:
+    def advance(self, suite: str, role: str, error: bool = False) -> None:
         key = (suite, role)
         if key not in self.tasks:
             return

@@ -21,6 +21,7 @@ from rich.table import Table
 from evalsvc.cli._safe import term
 
 from ._common import err, exit_for, open_store, raise_interrupt
+from ._progress import progress_view
 
 
 def calibrate(
@@ -95,7 +96,12 @@ def calibrate(
         run_service.load_suites(spec)  # usage errors before any request
         err.print(f"calibrating {term(ref.name or ref.url)}: itself as the baseline and "
                   f"{runs} candidate pass{'es' if runs > 1 else ''}", highlight=False)
-        out = calibration.calibrate(ref, suite, store=store, runs=runs, options=options)
+        # Before: nothing for the minutes a calibration takes (150 s in a CI log).
+        labels = {"baseline": "baseline pass",
+                  **{f"candidate:{i}": f"pass {i + 2}" for i in range(runs)}}
+        with progress_view(err, labels) as view:
+            out = calibration.calibrate(ref, suite, store=store, runs=runs, options=options,
+                                        progress=view)  # type: ignore[arg-type]
     except (
         run_service.UsageError, ValidationError, CapabilityError, InfrastructureError,
         KeyboardInterrupt, StoreError,
