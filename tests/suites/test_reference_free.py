@@ -174,13 +174,13 @@ def test_aa_with_a_consistent_judge_passes(tmp_path: Path) -> None:
 
 
 def test_similarity_gate_with_embeddings(tmp_path: Path) -> None:
-    """Without a judge the suite gates on similarity: the A/A passes, the planted worse
+    """Asked to (``compare: similarity``), the suite gates on similarity: the A/A passes, the planted worse
     answers fail; agreement is reported (changed answers), and an embedding endpoint adds
     embedding similarity."""
     with judge_server(worse_tenths=3) as srv:
         # 60 items: an A/A with no spread passes a 5-point margin on the exact bound from
         # about 59 (at 40 the bound is 7 points: evalsvc.gates.exact_constant_bounds).
-        path = write_suite(tmp_path, 60, embeddings={"endpoint": "embed"})
+        path = write_suite(tmp_path, 60, embeddings={"endpoint": "embed"}, compare="similarity")
         helpers = {"embeddings": srv.url("embed")}
         same, _ = run(srv.url("base"), srv.url("base"), path, helpers)
         worse, samples = run(srv.url("base"), srv.url("cand"), path, helpers)
@@ -250,7 +250,7 @@ def test_plan_knows_when_a_similarity_aa_can_pass(tmp_path: Path) -> None:
     candidate's pairs (all differences 0) first pass on the exact bound, checked on the gate."""
     from evalsvc.gates import evaluate_gate
 
-    suite = load_suite(str(write_suite(tmp_path, 4)), allow_paths=True)
+    suite = load_suite(str(write_suite(tmp_path, 4, compare="similarity")), allow_paths=True)
     n = suite.min_items_to_pass(0.05, 0.05)
     assert n == 59
 

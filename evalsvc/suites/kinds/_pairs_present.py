@@ -57,12 +57,17 @@ def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
     changed answers, the similarities and the changed or judged items with their prompt,
     answers and reasons."""
     mode = details.get("compare")
-    if mode not in ("similarity", "judge", "agreement"):
+    if mode not in ("quality", "similarity", "judge", "agreement"):
         return []
     out: list[Finding] = []
+    if mode == "quality":
+        out += _quality_findings(details)
     judge = details.get("judge")
     if isinstance(judge, dict):
         out += _judge_findings(judge, _helpers(helpers, "judge"))
+    deg = details.get("degeneration")
+    if isinstance(deg, dict) and deg.get("n"):
+        out.append(_degeneration_finding(deg, gated=mode == "quality"))
     changed = details.get("changed_answers")
     if isinstance(changed, dict) and changed.get("n"):
         line = (
@@ -73,6 +78,10 @@ def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
         )
         if mode != "agreement":
             line += " Informational: a changed answer is not a worse one."
+            if mode == "quality" and not isinstance(judge, dict):
+                line += (" Whether the changed ones mean the same is not checked here: that "
+                         "needs a judge (`judge: {endpoint: NAME}`, `from-requests --judge "
+                         "NAME`) or a reference column.")
         out.append(Finding(title=f"{changed.get('candidate')} of {changed.get('n')} answers changed",
                            markdown=[line, ""], data=dict(changed)))
     sims = details.get("similarity")
@@ -90,7 +99,10 @@ def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
     examples = [e for e in details.get("pair_examples") or [] if isinstance(e, dict)]
     if examples:
         worse = [e for e in examples if (e.get("preference") or 0) < 0]
+        degenerate = [e for e in examples if e.get("degenerate")]
         title = (f"{len(worse)} items judged worse" if mode == "judge"
+                 else f"{len(degenerate)} degenerate answers, {len(examples)} changed answers "
+                      "shown" if mode == "quality"
                  else f"{len(examples)} changed answers shown")
         lines: list[str] = []
         for e in examples:
@@ -101,6 +113,11 @@ def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
                          f"{'' if e.get('consistent') else ', order-inconsistent'})")
             if e.get("rouge_l") is not None:
                 head += f", ROUGE-L {num(e.get('rouge_l'), 2)}"
+            signals = (e.get("signals") or {}).get("candidate") or []
+            if signals:
+                head += f", candidate degenerate ({', '.join(map(str, signals))})"
+            if e.get("addressed_judge"):
+                head += f" — **addresses the judge** ({_addressed(e.get('addressed_judge'))})"
             lines += [head, "", f"- prompt: {_quote(e.get('prompt'))}",
                       f"- baseline: {_quote(e.get('baseline'))}",
                       f"- candidate: {_quote(e.get('candidate'))}"]
@@ -109,9 +126,71 @@ def findings(details: dict[str, Any], helpers: Any = None) -> list[Finding]:
                 lines.append(f"- judge ({order}): {_quote(reason)}")
             lines.append("")
         out.append(Finding(title=title, markdown=lines,
-                           severity="warn" if worse else "info",
+                           severity="warn" if worse or degenerate else "info",
                            data={"pair_examples": examples}))
     return out
+
+
+def _addressed(record: Any) -> str:
+    """``other: "Note to the judge", "[[B]]"``: which side addressed the judge, with what."""
+    if not isinstance(record, dict):
+        return "yes"
+    return "; ".join(f"{side}: " + ", ".join(_code(p) for p in phrases or [])
+                     for side, phrases in record.items())
+
+
+def _quality_findings(details: dict[str, Any]) -> list[Finding]:
+    """What the replay's verdict rests on: both checks, and what is missing to decide."""
+    checks = details.get("checks")
+    if not isinstance(checks, dict):
+        return []
+    deg, meaning = checks.get("degeneration") or {}, checks.get("meaning") or {}
+
+    def row(name: str, c: dict[str, Any]) -> list[Any]:
+        ci = c.get("ci") or [None, None]
+        return [name, c.get("metric"), c.get("verdict"), num(c.get("baseline")),
+                num(c.get("candidate")), f"{num(c.get('delta'))} [{num(ci[0])}, {num(ci[1])}]",
+                num(c.get("margin"))]
+
+    lines = [f"What this gates: {details.get('gates') or 'degeneration and meaning'}.", "",
+             *markdown_table(["check", "metric", "reads", "baseline", "candidate",
+                              "Δ [interval]", "margin"],
+                             [row("degeneration", deg), row(f"meaning ({meaning.get('by')})",
+                                                             meaning)]), ""]
+    unchecked = details.get("meaning_unchecked")
+    if unchecked:
+        lines += [f"**Not decided:** {unchecked}. To decide, add a judge stronger than the "
+                  "models under test (`judge: {endpoint: NAME}` in the suite, an endpoint "
+                  "registered with `evalsvc endpoints add NAME URL`; `evalsvc suites "
+                  "from-requests --judge NAME`), or a reference column (`reference:`) with the "
+                  "right answers.", ""]
+    return [Finding(title="replay verdict: degeneration and meaning", markdown=lines,
+                    severity="warn" if unchecked or deg.get("verdict") == "fail" else "info",
+                    data={"checks": checks, "meaning_unchecked": unchecked})]
+
+
+def _degeneration_finding(deg: dict[str, Any], *, gated: bool) -> Finding:
+    rows = []
+    for key, label in (("empty", "empty"), ("loop", "loops / repeats itself"),
+                       ("leaked", "leaked template markup"), ("gibberish", "not language"),
+                       ("degenerate", "degenerate (any of the above)"),
+                       ("truncated", "cut at the token budget (reported)")):
+        t = deg.get(key)
+        if isinstance(t, dict):
+            rows.append([label, t.get("baseline"), t.get("candidate"), t.get("only_candidate"),
+                         t.get("only_baseline")])
+    cand = (deg.get("degenerate") or {}).get("candidate") or 0
+    base = (deg.get("degenerate") or {}).get("baseline") or 0
+    return Finding(
+        title=f"degenerate answers: candidate {cand}, baseline {base} of {deg.get('n')}",
+        markdown=[("Degeneration signals per answer (gated: the share of degenerate answers, "
+                   "paired per item):" if gated else
+                   "Degeneration signals per answer (reported, not gated):"), "",
+                  *markdown_table(["signal", "baseline", "candidate", "only candidate",
+                                   "only baseline"], rows), ""],
+        severity="warn" if cand > base else "info",
+        data={"degeneration": deg},
+    )
 
 
 def _preference(p: Any) -> str:
@@ -140,6 +219,18 @@ def _judge_findings(judge: dict[str, Any], helpers: list[dict[str, Any]]) -> lis
                       *(f"- {p}" for p in judge.get("problems") or []), ""],
             severity="warn",
             data={k: judge.get(k) for k in ("consistency", "discrimination", "problems")},
+        ))
+    addressed = judge.get("addressed")
+    if isinstance(addressed, dict) and addressed.get("n"):
+        out.append(Finding(
+            title=f"{addressed['n']} judged pairs have an answer that addresses the judge",
+            markdown=[f"**{addressed['n']} judged pairs have an answer that addresses the judge** "
+                      "(a note to the judge, an instruction to ignore instructions, a verdict "
+                      "token): each was counted a tie, and the gate passes only if it would "
+                      "still pass with all of them counted worse for the candidate. Items: "
+                      + ", ".join(_code(i) for i in addressed.get("items") or []) + ".", ""],
+            severity="warn",
+            data={"addressed": addressed},
         ))
     rows = []
     for label, key in (("candidate vs baseline", "candidate"), ("A/A (baseline's second pass)", "aa")):
@@ -182,6 +273,15 @@ def headline(details: dict[str, Any]) -> str | None:
                  f"{pct(judge.get('consistency'))}")
         if not judge.get("informative", True):
             line += " (not informative)"
+        addressed = (judge.get("addressed") or {}).get("n")
+        if addressed:
+            line += f"; {addressed} answers address the judge (ties, flagged)"
+    deg = (details.get("degeneration") or {}).get("degenerate")
+    if details.get("compare") == "quality" and isinstance(deg, dict):
+        line += (f"; degenerate: candidate {deg.get('candidate')}, baseline "
+                 f"{deg.get('baseline')}")
+        if details.get("meaning_unchecked"):
+            line += "; meaning not checked (no judge, no reference)"
     return line
 
 
@@ -195,6 +295,10 @@ def sample_notes(data: dict[str, Any]) -> list[dict[str, str]]:
         parts += [f"{m} {num(pair.get(m), 2)}" for m in ("rouge_l", "token_f1", "embedding")
                   if pair.get(m) is not None]
         notes.append({"label": "vs baseline", "text": ", ".join(parts)})
+    deg = data.get("degeneration")
+    if isinstance(deg, dict) and deg.get("degenerate"):
+        found = [k for k in ("empty", "loop", "leaked", "gibberish") if deg.get(k)]
+        notes.append({"label": "degenerate", "text": ", ".join(found)})
     for key, label in (("judge", "judge"), ("judge_control", "judge control (cut answer)")):
         record = data.get(key)
         if not isinstance(record, dict):
@@ -205,6 +309,9 @@ def sample_notes(data: dict[str, Any]) -> list[dict[str, str]]:
         notes.append({"label": label, "text": (
             f"{_preference(record.get('preference'))}; verdicts {record.get('verdicts')}"
             f"{'' if record.get('consistent') else ' (order-inconsistent: a tie)'}")})
+        if record.get("addressed_judge"):
+            notes.append({"label": f"{label}: answer addresses the judge", "text": (
+                f"counted a tie; {_addressed(record.get('addressed_judge'))}")})
         for order, reason in zip(("baseline first", "other first"), record.get("reasons") or [],
                                  strict=False):
             notes.append({"label": f"{label}, {order}", "text": str(reason)})

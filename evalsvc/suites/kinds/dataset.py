@@ -78,7 +78,6 @@ from evalsvc.gates import (
     MIN_N_CONTINUOUS,
     VLLM_CI_SOURCE,
     GateDefaults,
-    evaluate_gate,
 )
 from evalsvc.settings import Settings
 from evalsvc.suites._base import (
@@ -93,12 +92,16 @@ from evalsvc.suites._base import (
 )
 from evalsvc.suites._paths import catalog_dir
 from evalsvc.suites._present import Finding, ViewInput
+from evalsvc.suites.kinds._degeneration import SIGNALS as DEGENERATION_SIGNALS
+from evalsvc.suites.kinds._degeneration import signals as degeneration_signals
+from evalsvc.suites.kinds._degeneration import tally as degeneration_tally
 from evalsvc.suites.kinds._extract import answer_span, extract_number
-from evalsvc.suites.kinds._judge import Judge, JudgeSpec, guard_outcome
+from evalsvc.suites.kinds._judge import Judge, JudgeSpec, judge_outcome
 from evalsvc.suites.kinds._judge import summary as judge_summary
 from evalsvc.suites.kinds._pairs_present import findings as reference_free_findings
 from evalsvc.suites.kinds._pairs_present import headline as reference_free_headline
 from evalsvc.suites.kinds._pairs_present import sample_notes as reference_free_notes
+from evalsvc.suites.kinds._quality import quality_outcome
 from evalsvc.suites.kinds._similarity import PAIR_FIELD, score_pairs, similarity
 
 if TYPE_CHECKING:  # annotations only: the client (aiohttp) loads when a run starts
@@ -190,9 +193,9 @@ class DatasetParams(BaseModel):
     max_tokens: int = Field(default=64, ge=1, le=limits.MAX_TOKENS)
     max_tokens_column: str | None = None
     """Column with a per-row ``max_tokens`` (replayed requests); capped at ``max_tokens``."""
-    compare: Literal["similarity", "judge", "agreement"] | None = None
+    compare: Literal["quality", "similarity", "judge", "agreement"] | None = None
     """Without a reference: what the gate tests against the baseline's own answers (module
-    docstring). Default: ``judge`` when a judge is set, else ``similarity``."""
+    docstring). Default: ``judge`` when a judge is set, else ``quality``."""
     similarity: Literal["rouge_l", "token_f1", "embedding"] = "rouge_l"
     """``compare: similarity``: the measure the gate tests (``embedding`` needs ``embeddings``)."""
     embeddings: EmbeddingSpec | None = None
@@ -201,14 +204,14 @@ class DatasetParams(BaseModel):
     """A judge endpoint (``evalsvc.suites.kinds._judge``): ``compare: judge`` gates on it."""
 
     @property
-    def mode(self) -> Literal["reference", "similarity", "judge", "agreement"]:
+    def mode(self) -> Literal["reference", "quality", "similarity", "judge", "agreement"]:
         """How answers are scored: against the reference column, or one of the reference-free
         comparisons with the baseline's answers."""
         if self.reference is not None:
             return "reference"
         if self.compare is not None:
             return self.compare
-        return "judge" if self.judge is not None else "similarity"
+        return "judge" if self.judge is not None else "quality"
 
     @model_validator(mode="after")
     def _check(self) -> DatasetParams:
@@ -619,6 +622,13 @@ _JUDGE_SOURCE = (
 )
 
 
+_DEGENERATION_SOURCE = (
+    "Welleck et al. 2019, 'Neural Text Generation with Unlikelihood Training', arXiv "
+    "1908.04319 (seq-rep-n as the measure of degenerate repetition); Holtzman et al. 2020, "
+    "'The Curious Case of Neural Text Degeneration', arXiv 1904.09751"
+)
+
+
 def _similarity_gate(measure: str) -> GateDefaults:
     return GateDefaults.paired_noninferiority(
         "dataset",
@@ -651,6 +661,23 @@ _JUDGE_GATE = GateDefaults.paired_noninferiority(
         "inconsistent or cannot tell a cut answer from a whole one makes the gate inconclusive."
     ),
     sources=(_JUDGE_SOURCE,),
+)
+
+
+_QUALITY_GATE = GateDefaults.paired_noninferiority(
+    "dataset",
+    metric="not_degenerate",
+    margin=0.05,
+    rationale=(
+        "No reference column: a replay's quality, not its wording. Two checks decide: the share "
+        "of answers that are not degenerate (empty, looping, leaked template markup, "
+        "gibberish), the candidate's paired with the baseline's per item, a paired binary gate "
+        "at 5 points as for accuracy; and whether the changed answers mean the same: a judge's "
+        "pairwise verdicts where the suite has a judge (margin 0.10), else identical answers "
+        "(agreement, margin 0.05). A candidate that degenerates more fails; one whose answers "
+        "changed with no judge to tell what they mean is inconclusive, never failed on wording."
+    ),
+    sources=(_DEGENERATION_SOURCE, _JUDGE_SOURCE),
 )
 
 
@@ -701,6 +728,8 @@ class DatasetSuite(Suite):
         mode = self.params.mode
         if mode == "judge":
             return _JUDGE_GATE
+        if mode == "quality":
+            return _QUALITY_GATE
         if mode == "similarity":
             return _similarity_gate(self.params.similarity)
         return _AGREEMENT_GATE if mode == "agreement" else _ACCURACY_GATE
@@ -1048,6 +1077,11 @@ class DatasetSuite(Suite):
                 "reference": item.expected,
                 "slices": meta.get("slices") or {},
                 "prompt_chars": meta.get("prompt_chars"),
+                "finish_reason": out.finish_reason,
+                # Reference-free: the answer's degeneration signals, on every side alike
+                # (``_degeneration``; ``compare: quality`` gates on them).
+                **({"degeneration": degeneration_signals(out.text, out.finish_reason)}
+                   if self.agreement and not out.error else {}),
             },
         )
 
@@ -1089,7 +1123,7 @@ class DatasetSuite(Suite):
     @classmethod
     def findings(cls, entry: dict[str, Any]) -> list[Finding]:
         details = dict(entry.get("details") or {})
-        if details.get("compare") in ("similarity", "judge"):
+        if details.get("compare") in ("quality", "similarity", "judge"):
             # The gate's flip counts would read "correct → incorrect" for a similarity or a
             # judged preference: the reference-free findings say what changed instead.
             return reference_free_findings(details, entry.get("helpers"))
@@ -1139,6 +1173,13 @@ class DatasetSuite(Suite):
         judged: list[dict[str, Any]] = []
         aa: list[dict[str, Any]] = []
         examples: list[dict[str, Any]] = []
+        # ``quality``: the degeneration signals of both sides' answers, and (with a judge) the
+        # judge's per-item scores, with the items whose answers address the judge.
+        deg_pairs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        judge_b: list[float] = []
+        judge_c: list[float] = []
+        addressed: list[str] = []
+        addressed_flags: list[bool] = []
         errors = 0
         for item_id in sorted(set(first) | set(second) | set(cand)):
             ref, again, other = first.get(item_id), second.get(item_id), cand.get(item_id)
@@ -1150,17 +1191,30 @@ class DatasetSuite(Suite):
                 ref, other, self._scorer.same
             )
             verdict = other.data.get("judge")
-            if mode == "judge":
+            uses_judge = mode == "judge" or (mode == "quality" and self.params.judge is not None)
+            if uses_judge:
                 if not isinstance(verdict, dict) or verdict.get("error"):
                     errors += 1  # the judge failed on this pair (or never saw it)
                     continue
                 pref = int(verdict["preference"])
-                b.append(0.0 if pref > 0 else 1.0)
-                c.append(0.0 if pref < 0 else 1.0)
+                judge_b.append(0.0 if pref > 0 else 1.0)
+                judge_c.append(0.0 if pref < 0 else 1.0)
+                flagged = bool(verdict.get("addressed_judge"))
+                addressed_flags.append(flagged)
+                if flagged:
+                    addressed.append(item_id)
                 judged.append(verdict)
                 aa_verdict = again.data.get("judge")
                 if isinstance(aa_verdict, dict) and not aa_verdict.get("error"):
                     aa.append(aa_verdict)
+            deg = (_degeneration(ref), _degeneration(other))
+            deg_pairs.append(deg)
+            if mode == "judge":
+                b.append(judge_b[-1])
+                c.append(judge_c[-1])
+            elif mode == "quality":
+                b.append(0.0 if deg[0]["degenerate"] else 1.0)
+                c.append(0.0 if deg[1]["degenerate"] else 1.0)
             elif mode == "similarity":
                 vb, vc = pair_b.get(self.params.similarity), pair_c.get(self.params.similarity)
                 if vb is None or vc is None:
@@ -1177,8 +1231,10 @@ class DatasetSuite(Suite):
                 if pair_b.get(m) is not None and pair_c.get(m) is not None:
                     measures.setdefault(m, ([], []))[0].append(float(pair_b[m]))
                     measures[m][1].append(float(pair_c[m]))
-            if not pair_c["same_answer"] or (isinstance(verdict, dict) and verdict.get("preference")):
-                examples.append(pair_example(item_id, ref, other, pair_c, verdict))
+            if (not pair_c["same_answer"] or (isinstance(verdict, dict) and (
+                    verdict.get("preference") or verdict.get("addressed_judge")))
+                    or deg[1]["degenerate"]):
+                examples.append(pair_example(item_id, ref, other, pair_c, verdict, deg))
             keys.append(item_id)
             tokens.append(first_divergent_token(ref.output, other.output))
             for dim, label in self.slice_of(ref).items():
@@ -1194,6 +1250,7 @@ class DatasetSuite(Suite):
             value_range=(0.0, 1.0) if mode == "similarity" else None,
         )
         d = analysis.details
+        d["degeneration"] = degeneration_tally(deg_pairs)
         d["scorer"] = self.params.scorer
         d["reference"] = f"baseline ({mode})"
         d["compare"] = mode
@@ -1218,24 +1275,33 @@ class DatasetSuite(Suite):
                 and not s.data["judge_control"].get("error")
             ]
             d["judge"] = judge_summary(self.params.judge, judged, aa, controls)
+            d["judge"]["addressed"] = {"n": len(addressed), "items": addressed[:50]}
         if mode == "judge":
             summary = d["judge"]
-            if not summary["informative"]:
-                # Slice gates only add fail calls; from a judge that cannot tell, none.
+            if not summary["informative"] or addressed:
+                # Slice gates only add fail calls; from a judge that cannot tell (or that
+                # answers the judge talked to), none.
                 analysis.slices = None
-            analysis.gate_test = lambda gate, seed: guard_outcome(
-                evaluate_gate(
-                    b, c, metric=gate.metric, kind="binary", margin=gate.margin or 0.0,
-                    alpha=gate.alpha, higher_is_better=True, paired=True, seed=seed,
-                ),
-                summary,
+            analysis.gate_test = lambda gate, seed: judge_outcome(
+                b, c, addressed_flags, summary, metric=gate.metric, margin=gate.margin or 0.0,
+                alpha=gate.alpha, seed=seed,
             )
-        # Worst first: judged worse, then the least similar changed answers.
-        examples.sort(key=lambda e: (e.get("preference") or 0, e.get("rouge_l") or 0.0))
+        elif mode == "quality":
+            analysis.slices = None  # the verdict is two checks' (below), not one interval's
+            judge_info = d.get("judge")
+            agree_b, agree_c = list(agree[0]), list(agree[1])
+            analysis.gate_test = lambda gate, seed: quality_outcome(
+                b, c, agreement=(agree_b, agree_c), judged=(judge_b, judge_c, addressed_flags),
+                judge=judge_info, gate=gate, seed=seed,
+            )
+        # Worst first: degenerate, judged worse, then the least similar changed answers.
+        examples.sort(key=lambda e: (not e.get("degenerate"), e.get("preference") or 0,
+                                     e.get("rouge_l") or 0.0))
         d["pair_examples"] = examples[:PAIR_EXAMPLES]
         # "lost": the baseline kept its answer and the candidate did not (agreement, similarity),
         # or the candidate was judged worse (judge); "gained" the other way round.
-        d["flips"] = flips(b, c) if mode != "similarity" else flips(agree[0], agree[1])
+        d["flips"] = (flips(b, c) if mode not in ("similarity", "quality")
+                      else flips(agree[0], agree[1]))
         d["by_slice"] = by_slice(analysis)
         return analysis
 
@@ -1262,8 +1328,18 @@ def pair_scores(first: Sample, other: Sample, same: Any) -> dict[str, Any]:
     }
 
 
+def _degeneration(sample: Sample) -> dict[str, Any]:
+    """The answer's degeneration record as ``solve`` stored it, else computed from the output
+    (a sample stored before the signals existed)."""
+    stored = sample.data.get("degeneration")
+    if isinstance(stored, dict) and "degenerate" in stored:
+        return stored
+    return degeneration_signals(sample.output, sample.data.get("finish_reason"))
+
+
 def pair_example(
-    item_id: str, first: Sample, other: Sample, pair: dict[str, Any], verdict: Any
+    item_id: str, first: Sample, other: Sample, pair: dict[str, Any], verdict: Any,
+    deg: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One changed (or judged) item as the report shows it: prompt, both answers, the
     similarities and the judge's verdicts with its reasons, each text cut to 600 characters."""
@@ -1277,7 +1353,15 @@ def pair_example(
         "rouge_l": pair.get("rouge_l"),
         "token_f1": pair.get("token_f1"),
     }
+    if deg is not None:
+        example["degenerate"] = bool(deg[1].get("degenerate"))
+        example["signals"] = {
+            side: [k for k in DEGENERATION_SIGNALS if r.get(k)] for side, r in
+            (("baseline", deg[0]), ("candidate", deg[1]))
+        }
     if isinstance(verdict, dict):
+        if verdict.get("addressed_judge"):
+            example["addressed_judge"] = verdict.get("addressed_judge")
         example["preference"] = verdict.get("preference")
         example["consistent"] = verdict.get("consistent")
         example["verdicts"] = verdict.get("verdicts")
