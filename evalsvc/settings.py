@@ -102,6 +102,14 @@ class Settings(BaseSettings):
     again by the worker). An in-process ``evalsvc compare`` is bounded by
     ``evalsvc.limits.MAX_ITEMS`` only."""
 
+    allowed_differences: str = ""
+    """Server mode: comma-separated comparability differences (``tokenizer``,
+    ``chat_template``, ...: ``evalsvc.domain.ComparabilityField``) that a ``submit`` token may
+    allow in ``options.comparability.allow`` (REST runs, calibrations; the sweeps and schedules
+    paths the same). Empty (the default): none; an allowed difference turns ``non-comparable``
+    into a verdict, so it is the operator's policy. Admin tokens, catalog suites' own
+    ``comparability: {allow}`` and the local CLI (``compare --allow-difference``) are not bound
+    by it."""
     # ---- alerts (docs/deploy.md, "Alerts") -------------------------------------------------
     alert_webhooks: SecretStr | None = None
     """Comma-separated webhooks that every new alert is POSTed to: ``slack:URL`` sends Slack's

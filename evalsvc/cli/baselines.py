@@ -91,7 +91,8 @@ def list_(
     table = Table("id", "suite", "baseline", "run", "runs", "items", "age", "noise floor", "state")
     for b in rows:
         state = "revoked" if b["revoked_at"] else ("stale" if b["stale"] else "in use")
-        table.add_row(b["id"], term(b["suite"]), term(b["endpoint_url"]), b["run_id"],
+        table.add_row(b["id"], term(b["suite"]), term(b.get("endpoint") or b["endpoint_url"]),
+                      b["run_id"],
                       str(len(b["run_ids"])), str(b["items"]), human_age(b["age_s"]),
                       _floor(b.get("noise")), state)
     Console().print(table)

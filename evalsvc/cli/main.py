@@ -5,7 +5,7 @@ Contract (docs/cli.md): ``evalsvc compare`` exits 0 pass, 1 fail, 2 usage/config
 stdout. Commands parse arguments and call ``evalsvc.services``; one function maps an exception
 to an exit code (``evalsvc.cli._exit.exit_code``). The commands live in their modules:
 ``compare`` (compare, gate-logs; ``rest`` is its REST client), ``suites`` (suites, plan),
-``calibrate``,
+``calibrate``, ``calibrations``,
 ``endpoints``, ``runs``, ``schedules``, ``tokens``, ``worker``, ``export``, ``db``, ``api``,
 ``local``.
 """
@@ -86,6 +86,11 @@ def _commands(parent: typer.Typer, name: str) -> None:
         parent.add_typer(
             baselines_app, name="baselines", help="Blessed baselines: bless, list, show, revoke."
         )
+    elif name == "calibrations":
+        from evalsvc.cli.calibrations import app as calibrations_app
+
+        parent.add_typer(calibrations_app, name="calibrations",
+                         help="Noise-floor calibrations: list, show, adopt.")
     elif name == "tokens":
         from evalsvc.cli.tokens import app as tokens_app
 
@@ -101,7 +106,8 @@ def _commands(parent: typer.Typer, name: str) -> None:
 # The order of `evalsvc --help` (Typer lists commands before sub-apps).
 COMMANDS = (
     "compare", "gate-logs", "plan", "calibrate", "worker", "export", "sweep",
-    "suites", "endpoints", "local", "db", "runs", "schedules", "baselines", "api", "tokens", "alerts",
+    "suites", "endpoints", "local", "db", "runs", "schedules", "baselines", "calibrations", "api",
+    "tokens", "alerts",
 )
 
 
@@ -142,6 +148,7 @@ SHORT_HELP: dict[str, str] = {
     "runs": "Stored runs: list, show, cancel, report, gate.",
     "schedules": "Cron schedules that create runs.",
     "baselines": "Blessed baselines: bless, list, show, revoke.",
+    "calibrations": "Noise-floor calibrations: list, show, adopt.",
     "api": "The REST API server.",
     "tokens": "Bearer tokens of the REST API.",
     "alerts": "Alerts raised by finished runs: list, ack.",

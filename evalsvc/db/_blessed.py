@@ -1,11 +1,15 @@
 """The blessed-baseline aggregate (``blessed_baselines``, migration 0007).
 
 Contract: a blessing is a plain dict (``id``, ``fingerprint``, ``suite``, ``endpoint_url``,
-``key``, ``run_id``, ``run_ids``, ``items``, ``noise``, ``note``, ``blessed_by``,
+``endpoint`` (the identity of the endpoint it was measured on, migration 0009; None on older
+blessings), ``key``, ``run_id``, ``run_ids``, ``items``, ``noise``, ``note``, ``blessed_by``,
 ``created_at``, ``revoked_at``, ``revoked_by``); ORM rows never leave. ``find`` returns the
-newest unrevoked blessing of a fingerprint (a later blessing of the same key supersedes an
-earlier one without revoking it); ``latest_for_suite`` the newest unrevoked one of a suite and
-baseline URL whatever its fingerprint, so a run whose key changed can name what changed.
+newest unrevoked blessing of a fingerprint measured on an endpoint identity (a later blessing
+of the same key and endpoint supersedes an earlier one without revoking it), or on any
+endpoint when ``endpoint`` is None (so a run can say whose blessing did not apply);
+``latest_for_suite`` the newest unrevoked one of a suite on an endpoint (or, for blessings
+from before identities, its baseline URL) whatever its fingerprint, so a run whose key changed
+can name what changed.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ._session import Database
 
 _FIELDS = (
     "id", "fingerprint", "suite", "endpoint_url", "key", "run_id", "run_ids", "items", "noise",
-    "note", "blessed_by", "created_at", "revoked_at", "revoked_by",
+    "note", "blessed_by", "created_at", "revoked_at", "revoked_by", "endpoint",
 )
 
 
@@ -44,6 +48,7 @@ class BlessedStore:
         fingerprint: str,
         suite: str,
         endpoint_url: str,
+        endpoint: str | None,
         key: dict[str, Any],
         run_ids: list[str],
         items: int,
@@ -55,7 +60,7 @@ class BlessedStore:
         """Store one blessing; ``run_ids[0]`` is the run whose samples are reused."""
         row = BlessedBaselineRow(
             id=new_id(), fingerprint=fingerprint, suite=suite, endpoint_url=endpoint_url,
-            key=key, run_id=run_ids[0], run_ids=run_ids, items=items, noise=noise, note=note,
+            endpoint=endpoint, key=key, run_id=run_ids[0], run_ids=run_ids, items=items, noise=noise, note=note,
             blessed_by=blessed_by, created_at=now or utcnow(),
         )
         with self._db.session() as session:
@@ -68,8 +73,9 @@ class BlessedStore:
             row = session.get(BlessedBaselineRow, blessing_id)
             return _dict(row) if row is not None else None
 
-    def find(self, fingerprint: str) -> dict[str, Any] | None:
-        """The newest unrevoked blessing of ``fingerprint``."""
+    def find(self, fingerprint: str, *, endpoint: str | None) -> dict[str, Any] | None:
+        """The newest unrevoked blessing of ``fingerprint`` measured on the endpoint identity
+        ``endpoint`` (None: on any endpoint, identities recorded or not)."""
         stmt = (
             sa.select(BlessedBaselineRow)
             .where(BlessedBaselineRow.fingerprint == fingerprint,
@@ -77,16 +83,22 @@ class BlessedStore:
             .order_by(BlessedBaselineRow.created_at.desc(), BlessedBaselineRow.id)
             .limit(1)
         )
+        if endpoint is not None:
+            stmt = stmt.where(BlessedBaselineRow.endpoint == endpoint)
         with self._db.session(write=False) as session:
             row = session.scalar(stmt)
             return _dict(row) if row is not None else None
 
-    def latest_for_suite(self, suite: str, endpoint_url: str) -> dict[str, Any] | None:
-        """The newest unrevoked blessing of ``suite`` on the baseline ``endpoint_url``."""
+    def latest_for_suite(self, suite: str, *, endpoint: str, endpoint_url: str
+                         ) -> dict[str, Any] | None:
+        """The newest unrevoked blessing of ``suite`` measured on the endpoint identity
+        ``endpoint``, or (a blessing from before identities) on the baseline ``endpoint_url``."""
         stmt = (
             sa.select(BlessedBaselineRow)
             .where(BlessedBaselineRow.suite == suite,
-                   BlessedBaselineRow.endpoint_url == endpoint_url,
+                   sa.or_(BlessedBaselineRow.endpoint == endpoint,
+                          sa.and_(BlessedBaselineRow.endpoint.is_(None),
+                                  BlessedBaselineRow.endpoint_url == endpoint_url)),
                    BlessedBaselineRow.revoked_at.is_(None))
             .order_by(BlessedBaselineRow.created_at.desc(), BlessedBaselineRow.id)
             .limit(1)

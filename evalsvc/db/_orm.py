@@ -169,6 +169,9 @@ class EndpointSnapshotRow(Base):
     api_key_env: Mapped[str | None] = mapped_column(sa.String(200))
     provenance: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+    identity: Mapped[str | None] = mapped_column(sa.String(2000))
+    """The endpoint as the operator names it (migration 0009, ``evalsvc.services.identity``):
+    its registered name, or its normalized base URL; NULL on snapshots from before."""
 
 
 class SuiteSnapshotRow(Base):
@@ -363,6 +366,23 @@ class BlessedBaselineRow(Base):
     created_at: Mapped[datetime] = mapped_column(index=True)
     revoked_at: Mapped[datetime | None]
     revoked_by: Mapped[str | None] = mapped_column(sa.String(200))
+    endpoint: Mapped[str | None] = mapped_column(sa.String(2000))
+    """The identity of the endpoint the blessed samples were measured on (migration 0009);
+    NULL on blessings from before, which are never reused."""
+
+
+class CalibrationAdoptionRow(Base):
+    """A calibration (an A/A run) whose noise floor gates and ``plan`` use (migration 0009):
+    adopted by an admin, or run by an admin or the local operator. A calibration without a row
+    is stored and shown, never used."""
+
+    __tablename__ = "calibration_adoptions"
+
+    run_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    adopted_by: Mapped[str | None] = mapped_column(sa.String(200))
+    adopted_at: Mapped[datetime]
 
 
 class AlertRow(Base):

@@ -218,10 +218,18 @@ class RunStore:
             return _queue.rowcount(result) == 1
 
     def save_endpoint_snapshot(
-        self, run_id: str, *, role: str, endpoint: EndpointRef, provenance: Provenance
+        self,
+        run_id: str,
+        *,
+        role: str,
+        endpoint: EndpointRef,
+        provenance: Provenance,
+        identity: str | None = None,
     ) -> None:
-        """Record (or replace) which endpoint played ``role`` and what the probe found."""
+        """Record (or replace) which endpoint played ``role``, what the probe found, and the
+        endpoint's identity (``evalsvc.services.identity``: what reuse is bound to)."""
         values = {
+            "identity": identity,
             "run_id": run_id,
             "role": role,
             "url": endpoint.url,
@@ -252,6 +260,14 @@ class RunStore:
                 )
                 for row in session.scalars(stmt)
             }
+
+    def get_endpoint_identities(self, run_id: str) -> dict[str, str | None]:
+        """``{role: identity}`` of a run (None: recorded before identities, migration 0009)."""
+        stmt = sa.select(EndpointSnapshotRow.role, EndpointSnapshotRow.identity).where(
+            EndpointSnapshotRow.run_id == run_id
+        )
+        with self._db.session(write=False) as session:
+            return {role: identity for role, identity in session.execute(stmt)}
 
     def save_suite_snapshot(
         self, run_id: str, *, name: str, kind: str, version: str, spec: dict[str, Any]
@@ -334,12 +350,26 @@ class RunStore:
             row = session.get(ReportRow, run_id)
             return dict(row.report) if row is not None else None
 
-    def latest_calibration(self, *, fingerprint: str, suite: str) -> dict[str, Any] | None:
-        """The newest completed A/A calibration run of an endpoint whose provenance fingerprint
-        is ``fingerprint`` that gated ``suite`` (``_calibrations.latest_calibration``), with
-        its report; ``None`` when there is none."""
+    def latest_calibration(
+        self, *, fingerprint: str, suite: str, endpoint: str
+    ) -> dict[str, Any] | None:
+        """The newest completed, adopted A/A calibration run measured on the endpoint identity
+        ``endpoint`` whose provenance fingerprint is ``fingerprint`` and that gated ``suite``
+        (``_calibrations.latest_calibration``), with its report; ``None`` when there is none."""
         with self._db.session(write=False) as session:
-            return _calibrations.latest_calibration(session, fingerprint=fingerprint, suite=suite)
+            return _calibrations.latest_calibration(
+                session, fingerprint=fingerprint, suite=suite, endpoint=endpoint
+            )
+
+    def calibration_adoption(self, run_id: str) -> dict[str, Any] | None:
+        """How a calibration was adopted (``adopted_by``, ``adopted_at``), or None."""
+        with self._db.session(write=False) as session:
+            return _calibrations.adoption(session, run_id)
+
+    def adopt_calibration(self, run_id: str, *, by: str | None) -> dict[str, Any]:
+        """Adopt a calibration for gates and ``plan`` (the first adoption is kept)."""
+        with self._db.session() as session:
+            return _calibrations.adopt(session, run_id, by=by)
 
     def list_calibrations(
         self, *, fingerprint: str | None = None, limit: int = 50

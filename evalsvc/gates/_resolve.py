@@ -75,6 +75,14 @@ class NoiseFloor:
     instability: float | None = None
     varying_clusters: float | None = None
     clusters: int | None = None
+    endpoint: str | None = None
+    """The identity of the endpoint it was measured on (a registered name or a normalized base
+    URL, ``evalsvc.services.identity``): a floor is attached only to that endpoint's runs."""
+    adopted_by: str | None = None
+    """Who adopted it for gates and ``plan`` (an admin token's name, or the local operator);
+    None for a calibration shown but not adopted."""
+    submitted_by: str | None = None
+    """The token that submitted the calibration (None: run in-process by the local operator)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +94,9 @@ class NoiseFloor:
             "instability": self.instability,
             "varying_clusters": self.varying_clusters,
             "clusters": self.clusters,
+            "endpoint": self.endpoint,
+            "adopted_by": self.adopted_by,
+            "submitted_by": self.submitted_by,
         }
 
 

@@ -21,7 +21,7 @@ from evalsvc.reports._render import (
     to_junit,
     to_markdown,
 )
-from evalsvc.reports._reuse import human_age, noise_text, reuse_lines
+from evalsvc.reports._reuse import human_age, noise_text, reuse_lines, shown_endpoint
 from evalsvc.reports._text import md_text
 
 
@@ -44,6 +44,7 @@ __all__ = [
     "md_text",
     "noise_text",
     "reason_lines",
+    "shown_endpoint",
     "reasons_of",
     "redact_report",
     "report_schema",

@@ -1,7 +1,9 @@
 """The report's ``baseline_reuse`` as lines, for the Markdown report, the terminal and the
-dashboard: which suites reused a blessed baseline (its id, run, age and the noise floor it
-measured) and which re-ran the baseline although a blessing exists (stale, or its key changed;
-the run's ``warnings`` say how to refresh it). Plain text: callers escape it for their medium.
+dashboard: which suites reused a blessed baseline (its id, run, the endpoint it was measured
+on, age and the noise floor it measured) and which re-ran the baseline although a blessing
+exists (stale, its key changed, blessed on another endpoint, or blessed before endpoints were
+recorded; the entry's ``reason`` and the run's ``warnings`` say how to make it apply). Plain
+text: callers escape it for their medium.
 """
 
 from __future__ import annotations
@@ -31,16 +33,39 @@ def reuse_lines(report: dict[str, Any]) -> list[str]:
     out = []
     for e in report.get("baseline_reuse") or []:
         status = e.get("status")
-        if status not in ("reused", "stale", "changed"):
+        if status not in ("reused", "stale", "changed", "other-endpoint", "unbound"):
             continue
         age = human_age(float(e.get("age_s") or 0))
+        where = f"measured on {shown_endpoint(e['endpoint'])}, " if e.get("endpoint") else ""
         if status == "reused":
             floor = noise_text(e.get("noise"))
             out.append(f"{e['suite']}: baseline reused from blessing {e['blessing_id']} "
-                       f"(run {e['blessed_run']}, blessed {age} ago, {e.get('items_reused')} "
-                       f"items, no baseline request)" + (f"; {floor}" if floor else ""))
+                       f"(run {e['blessed_run']}, {where}blessed {age} ago, "
+                       f"{e.get('items_reused')} items, no baseline request)"
+                       + (f"; {floor}" if floor else ""))
+        elif status == "other-endpoint":
+            out.append(f"{e['suite']}: baseline run again, blessing {e['blessing_id']} not used "
+                       f"(blessed on {shown_endpoint(e.get('endpoint'))}; this run's baseline is "
+                       f"{shown_endpoint(e.get('baseline_endpoint'))})")
+        elif status == "unbound":
+            out.append(f"{e['suite']}: baseline run again, blessing {e['blessing_id']} not used "
+                       "(blessed before evalsvc recorded the endpoint it was measured on: "
+                       "bless again)")
         else:
             why = "stale" if status == "stale" else f"{e.get('changed')} changed"
             out.append(f"{e['suite']}: baseline run again, blessing {e['blessing_id']} not used "
                        f"({why}; blessed {age} ago)")
     return out
+
+
+def shown_endpoint(identity: str | None) -> str:
+    """An endpoint identity (``evalsvc.services.identity``) as messages show it: a registered
+    name as is, a URL as ``host:port`` (with its path when not the usual ``/v1``); ``None``
+    (recorded before identities) as such."""
+    if identity is None:
+        return "an unrecorded endpoint"
+    if "://" not in identity:
+        return identity
+    rest = identity.split("://", 1)[1]
+    host, _, path = rest.partition("/")
+    return host if path in ("", "v1") else f"{host}/{path}"

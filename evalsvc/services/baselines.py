@@ -9,15 +9,25 @@ Contract:
   of its snapshot and seed, so the key covers them. Several runs (``bless R1 R2 R3``) must
   share every suite's key; the **first** run's samples are the ones reused, and all of them
   measure the baseline's noise floor between runs (``noise_floor``). One run blesses without a
-  noise floor; two are refused (an SD of two runs is no floor: at least three).
+  noise floor; two are refused (an SD of two runs is no floor: at least three). A blessing
+  belongs to the endpoint its runs measured (``evalsvc.services.identity``: the registered
+  name, or the normalized base URL, recorded on the run's baseline snapshot): the runs must
+  share it, and a run recorded before identities existed is refused (run it again).
 - ``Reuse`` is what a run does with blessings (``services.runs._execute``): once the baseline is
   probed, each suite whose kind is ``Suite.baseline_reusable`` and whose key has an unrevoked
-  blessing younger than ``EVALSVC_BASELINE_MAX_AGE`` gets the blessed run's error-free baseline
+  blessing **measured on this run's baseline endpoint** (same identity: the provenance facts a
+  server reports name a model, not a deployment, so a second server reporting the same facts
+  never donates its samples) younger than ``EVALSVC_BASELINE_MAX_AGE`` gets the blessed run's
+  error-free baseline
   samples copied in and marked done, so the runner sends those items to the candidates only
   (the mechanism of ``compare(reuse_baseline_from=…)`` that sweeps use). A key that changed or
   a stale blessing re-runs the baseline with a warning naming why and the command that
-  refreshes it. ``annotate(report)`` adds ``baseline_reuse`` (one entry per suite) to the report
-  (``evalsvc.reports._reuse.reuse_lines`` renders it).
+  refreshes it; so does a blessing of the same key on another endpoint (``other-endpoint``) or
+  one made before identities were recorded (``unbound``). ``annotate(report)`` adds
+  ``baseline_reuse`` (one entry per suite) to the report (``evalsvc.reports._reuse.reuse_lines``
+  renders it); each entry carries ``blessing``, ``endpoint`` (the blessing's identity),
+  ``baseline_endpoint`` (this run's), ``measured_at`` (when the blessed run finished),
+  ``age_s`` (the blessing's age), ``applied`` and ``reason`` (why, and how to make it apply).
 - Errors are ``UsageError`` (exit 2, 422 over REST) naming the fix; an unknown blessing or run
   is ``LookupError`` (exit 2, 404).
 """
@@ -43,6 +53,7 @@ from evalsvc.domain import (
     provenance_fingerprint,
 )
 from evalsvc.reports import human_age
+from evalsvc.services.identity import shown
 from evalsvc.settings import Settings
 from evalsvc.suites import Suite, pilot_name, suite_kinds
 
@@ -142,6 +153,24 @@ def _scores(store: Store, run_id: str, suite: str) -> dict[tuple[str, int], floa
     }
 
 
+def _measured_on(store: Store, runs: Sequence[RunInfo]) -> str:
+    """The endpoint identity every run's baseline was measured on (a blessing belongs to it)."""
+    found = [store.get_endpoint_identities(r.id).get("baseline") for r in runs]
+    for run, identity in zip(runs, found, strict=True):
+        if identity is None:
+            raise UsageError(
+                f"run {run.id} was recorded before evalsvc bound measurements to the endpoint "
+                "they were made on: its baseline cannot be blessed; run the baseline again and "
+                "bless that run"
+            )
+    if len(set(found)) > 1:
+        raise UsageError(
+            f"the runs' baselines were measured on different endpoints ({', '.join(sorted(set(found)))}); "
+            "a blessing aggregates runs of the same endpoint"
+        )
+    return found[0]  # type: ignore[return-value]  # every one checked above
+
+
 def noise_floor(per_run: Sequence[dict[tuple[str, int], float]]) -> dict[str, Any] | None:
     """The baseline's variation between runs of the same key: the SD (n−1) of its mean score
     across runs, and the discordance (the share of units, item × sample, scored differently by
@@ -212,6 +241,7 @@ def bless(
             "always run both sides)"
         )
     baseline_url = runs[0].spec.baseline.url
+    endpoint = _measured_on(store, runs)
     out = []
     for name in names:
         snap, key = first[name]
@@ -233,6 +263,7 @@ def bless(
                 fingerprint=fp,
                 suite=name,
                 endpoint_url=baseline_url,
+                endpoint=endpoint,
                 key=key,
                 run_ids=ids,
                 items=len({item for item, _ in per_run[0]}),
@@ -286,66 +317,115 @@ class Reuse:
         self.warnings: list[str] = []
 
     def apply(
-        self, ref: EndpointRef, prov: Provenance, done: set[tuple[str, str, str, int]]
+        self,
+        ref: EndpointRef,
+        prov: Provenance,
+        done: set[tuple[str, str, str, int]],
+        *,
+        endpoint: str,
     ) -> None:
         """Copy every matching blessing's baseline samples into the run and add their keys to
-        ``done`` (called once the baseline is probed, before any item is sent)."""
+        ``done`` (called once the baseline is probed, before any item is sent). ``endpoint`` is
+        the identity of this run's baseline (``evalsvc.services.identity``)."""
         now = datetime.now(UTC)
         max_age = Settings().baseline_max_age
         for suite in self.suites:
             snap = {"name": suite.name, "kind": suite.kind, "version": suite.version,
                     "spec": {**suite.spec.model_dump(mode="json"), **suite.snapshot_extra()}}
             if not suite.baseline_reusable:
-                self.entries[suite.name] = {"suite": suite.name, "status": "not-reusable"}
+                self.entries[suite.name] = self._none(
+                    suite.name, "not-reusable", endpoint,
+                    "a kind whose statistic needs both sides under the same traffic always "
+                    "runs both sides")
                 continue
             if not self.enabled:
-                self.entries[suite.name] = {"suite": suite.name, "status": "off"}
+                self.entries[suite.name] = self._none(
+                    suite.name, "off", endpoint, "blessed baselines are off for this run "
+                    "(--no-blessed-baseline)")
                 continue
             key = suite_key(snap, self.run.spec.options, prov)
-            found = self.store.blessed.find(key_fingerprint(key))
+            fp = key_fingerprint(key)
+            found = self.store.blessed.find(fp, endpoint=endpoint)
             if found is None:
-                self._unmatched(suite.name, ref, key)
+                elsewhere = self.store.blessed.find(fp, endpoint=None)
+                if elsewhere is not None:
+                    self._elsewhere(suite.name, endpoint, elsewhere)
+                else:
+                    self._unmatched(suite.name, ref, endpoint, key)
                 continue
             age = age_s(found, now)
-            entry = self._entry(found, age)
+            entry = self._entry(found, age, endpoint)
             if age > max_age.total_seconds():
-                entry["status"] = "stale"
+                why = (f"the blessed baseline {found['id']} is {human_age(age)} old, past "
+                       f"EVALSVC_BASELINE_MAX_AGE ({human_age(max_age.total_seconds())}): the "
+                       f"baseline was run again; refresh it: evalsvc baselines bless {self.run.id}")
+                entry.update(status="stale", reason=why)
                 self.entries[suite.name] = entry
-                self.warnings.append(
-                    f"{suite.name}: the blessed baseline {found['id']} is {human_age(age)} old, "
-                    f"past EVALSVC_BASELINE_MAX_AGE ({human_age(max_age.total_seconds())}): the "
-                    f"baseline was run again; refresh it: evalsvc baselines bless {self.run.id}"
-                )
+                self.warnings.append(f"{suite.name}: {why}")
                 continue
             entry["items_reused"] = self._copy(found["run_id"], suite.name, done)
-            entry["status"] = "reused"
+            entry.update(status="reused", applied=True, reason=(
+                f"blessed on {shown(found['endpoint'])}, this run's baseline; same suite, seed, "
+                "decoding and provenance fingerprint"))
             self.entries[suite.name] = entry
 
-    def _entry(self, found: dict[str, Any], age: float) -> dict[str, Any]:
+    def _none(self, name: str, status: str, endpoint: str, reason: str) -> dict[str, Any]:
+        return {"suite": name, "status": status, "blessing": None, "endpoint": None,
+                "baseline_endpoint": endpoint, "measured_at": None, "applied": False,
+                "reason": reason}
+
+    def _entry(self, found: dict[str, Any], age: float, endpoint: str) -> dict[str, Any]:
+        blessed_run = self.store.get_run(found["run_id"])
+        measured = blessed_run.finished_at if blessed_run is not None else None
         return {
             "suite": found["suite"],
+            "blessing": found["id"],
             "blessing_id": found["id"],
             "blessed_run": found["run_id"],
             "runs": found["run_ids"],
             "blessed_at": found["created_at"].isoformat(),
             "age_s": round(age, 1),
             "noise": found.get("noise"),
+            "endpoint": found.get("endpoint"),
+            "baseline_endpoint": endpoint,
+            "measured_at": measured.isoformat() if measured is not None else None,
+            "applied": False,
         }
 
-    def _unmatched(self, name: str, ref: EndpointRef, key: dict[str, Any]) -> None:
-        last = self.store.blessed.latest_for_suite(name, ref.url)
+    def _elsewhere(self, name: str, endpoint: str, found: dict[str, Any]) -> None:
+        """A blessing of this very key measured on another endpoint (or on one not recorded):
+        its samples are not this baseline's, so the baseline runs here."""
+        entry = self._entry(found, age_s(found), endpoint)
+        if found.get("endpoint") is None:
+            why = (f"the blessed baseline {found['id']} was blessed before evalsvc recorded the "
+                   "endpoint a blessing was measured on, so it is not reused; the baseline was "
+                   f"run again; bless again to reuse it: evalsvc baselines bless {self.run.id}")
+            entry.update(status="unbound", reason=why)
+        else:
+            why = (f"blessed on {shown(found['endpoint'])}; this run's baseline is "
+                   f"{shown(endpoint)}: the blessing {found['id']} was not used and the baseline "
+                   "was run again (a blessing applies only to the endpoint it was measured on); "
+                   f"to reuse one here, bless a run of this endpoint: evalsvc baselines bless "
+                   f"{self.run.id}, or run against the registered endpoint "
+                   f"{shown(found['endpoint'])} by its name")
+            entry.update(status="other-endpoint", reason=why)
+        self.entries[name] = entry
+        self.warnings.append(f"{name}: {why}")
+
+    def _unmatched(self, name: str, ref: EndpointRef, endpoint: str, key: dict[str, Any]) -> None:
+        last = self.store.blessed.latest_for_suite(name, endpoint=endpoint, endpoint_url=ref.url)
         if last is None:
-            self.entries[name] = {"suite": name, "status": "none"}
+            self.entries[name] = self._none(name, "none", endpoint,
+                                            f"no blessed baseline of this suite on {shown(endpoint)}")
             return
         what = ", ".join(changed_fields(last["key"], key)) or "the key"
-        entry = self._entry(last, age_s(last))
-        entry.update(status="changed", changed=what)
+        entry = self._entry(last, age_s(last), endpoint)
+        why = (f"the blessed baseline {last['id']} does not match this baseline ({what} "
+               f"changed): the baseline was run again; bless this run to reuse it: "
+               f"evalsvc baselines bless {self.run.id}")
+        entry.update(status="changed", changed=what, reason=why)
         self.entries[name] = entry
-        self.warnings.append(
-            f"{name}: the blessed baseline {last['id']} does not match this baseline ({what} "
-            f"changed): the baseline was run again; bless this run to reuse it: "
-            f"evalsvc baselines bless {self.run.id}"
-        )
+        self.warnings.append(f"{name}: {why}")
 
     def _copy(self, source: str, suite: str, done: set[tuple[str, str, str, int]]) -> int:
         # A calibrated suite's pilot samples too: the pilot then picks the same levels.
@@ -394,6 +474,7 @@ def run_view(store: Store, run_id: str, status: str, report: dict[str, Any] | No
         "lines": reuse_lines(report or {}),
         "blessings": blessings,
         "can_bless": any(reusable(s) for s in snaps),
-        "refresh": any(e.get("status") in ("stale", "changed") for e in entries) or bool(blessings),
+        "refresh": any(e.get("status") in ("stale", "changed", "other-endpoint", "unbound")
+                       for e in entries) or bool(blessings),
         "admin": admin,
     }

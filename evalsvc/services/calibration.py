@@ -14,11 +14,18 @@ Contract:
   (determinism), the **batch instability**: the share of answers under load that differ from
   their prompt's modal answer, and the share of prompts with at least one such answer, pooled
   over every pass (the baseline's once); computed by ``evalsvc.services.noise_floor``.
-- ``noise_floor.floor_for`` finds the latest calibration of a provenance fingerprint and suite
-  (``Store.runs.latest_calibration``: no table of its own) as an ``evalsvc.gates.NoiseFloor``;
-  ``noise_floor.attach_floors`` puts it on a run's suites once its baseline is probed (the runs
-  service calls it), so the report's ``details.gate.noise_floor`` carries it, and ``plan`` sizes
-  with its discordance (:func:`floors_for_endpoint`).
+- ``noise_floor.floor_for`` finds the latest **adopted** calibration measured on an endpoint
+  (its identity: registered name or normalized URL, ``evalsvc.services.identity``) with a
+  provenance fingerprint and suite (``Store.runs.latest_calibration``) as an
+  ``evalsvc.gates.NoiseFloor``; ``noise_floor.attach_floors`` puts it on a run's suites once its
+  baseline is probed (the runs service calls it), so the report's ``details.gate.noise_floor``
+  carries it, and ``plan`` sizes with its discordance (:func:`floors_for_endpoint`).
+- Adoption is the operator's policy (issue 47): a floor loosens nothing by itself, but it
+  decides the determinism gate's below-floor check and ``plan``'s sizes, so a calibration a
+  ``submit`` token queued is stored and shown but used only once an admin adopts it
+  (:func:`adopt`; ``POST /api/v1/calibrations/{id}/adopt``, ``evalsvc calibrations adopt``).
+  One an admin token queued, or the local operator ran in-process (:func:`calibrate`, adopted
+  as ``local``), is adopted at once.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from evalsvc.services.noise_floor import figures, floor_for
 if TYPE_CHECKING:
     from evalsvc.db import Store
     from evalsvc.runner import Progress
+
+#: Who adopted what the local operator calibrated in-process (``evalsvc calibrate``).
+LOCAL_OPERATOR = "local"
 
 #: The purpose label of a calibration run (``evalsvc.db._calibrations``: the same pair).
 CALIBRATION_LABEL = "evalsvc.purpose"
@@ -93,6 +103,8 @@ def calibrate(
 
     spec = calibration_spec(endpoint, suites, runs=runs, options=options)
     report = compare(spec, store=store, progress=progress)
+    # The local operator's own measurement is policy already (as `compare --allow-difference`).
+    store.runs.adopt_calibration(str(report["run_id"]), by=LOCAL_OPERATOR)
     return get(store, str(report["run_id"]))
 
 
@@ -104,20 +116,51 @@ def submit(
     runs: int = 1,
     options: RunOptions | None = None,
     submitted_by: str | None = None,
+    admin: bool = False,
 ) -> RunInfo:
-    """Queue the A/A calibration for a worker (``POST /api/v1/calibrations``)."""
+    """Queue the A/A calibration for a worker (``POST /api/v1/calibrations``). An ``admin``
+    caller's calibration is adopted at once; a submitter's waits for an admin (:func:`adopt`)."""
     from evalsvc.services.runs import submit as submit_run
 
     spec = calibration_spec(endpoint, suites, runs=runs, options=options)
-    return submit_run(spec, store=store, submitted_by=submitted_by)
+    run = submit_run(spec, store=store, submitted_by=submitted_by, admin=admin)
+    if admin:
+        store.runs.adopt_calibration(run.id, by=submitted_by)
+    return run
+
+
+def adopt(store: Store, calibration_id: str, *, by: str | None) -> dict[str, Any]:
+    """Adopt a calibration for gates and ``plan`` (admin scope over REST; the local operator on
+    the CLI) and return what :func:`get` returns for it. Adopting twice keeps the first; a run
+    that is not an A/A calibration is refused (``UsageError``)."""
+    from evalsvc.db._calibrations import is_aa
+    from evalsvc.services.runs import UsageError
+
+    run = _calibration_run(store, calibration_id)
+    if not is_aa(run.spec.model_dump(mode="json")):
+        raise UsageError(
+            f"run {run.id} carries the calibration label but is not an endpoint against itself "
+            "(A/A): it measured no noise floor; calibrate again: evalsvc calibrate ENDPOINT"
+        )
+    store.runs.adopt_calibration(run.id, by=by)
+    return get(store, run.id)
+
+
+def _calibration_run(store: Store, calibration_id: str) -> RunInfo:
+    run = store.get_run(calibration_id)
+    if run is None or run.spec.labels.get(CALIBRATION_LABEL) != CALIBRATION:
+        raise CalibrationNotFound(
+            f"no calibration {calibration_id!r} (list them: evalsvc calibrations list)"
+        )
+    return run
 
 
 def get(store: Store, calibration_id: str) -> dict[str, Any]:
     """A calibration's stored figures: its run's status and, once it completed, per suite the
     discordance and batch instability (:func:`figures`) under the baseline's fingerprint."""
-    run = store.get_run(calibration_id)
-    if run is None or run.spec.labels.get(CALIBRATION_LABEL) != CALIBRATION:
-        raise CalibrationNotFound(f"no calibration {calibration_id!r} (evalsvc calibrate lists none?)")
+    run = _calibration_run(store, calibration_id)
+    adoption = store.runs.calibration_adoption(run.id)
+    identity = store.get_endpoint_identities(run.id).get("baseline")
     out: dict[str, Any] = {
         "id": run.id,
         "status": run.status.value,
@@ -129,6 +172,11 @@ def get(store: Store, calibration_id: str) -> dict[str, Any]:
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "error": run.error,
         "fingerprint": None,
+        "identity": identity,
+        "submitted_by": run.submitted_by,
+        "adopted": adoption is not None,
+        "adopted_by": adoption["adopted_by"] if adoption else None,
+        "adopted_at": adoption["adopted_at"].isoformat() if adoption else None,
         "floors": {},
     }
     snaps = store.get_endpoint_snapshots(run.id)
@@ -142,7 +190,8 @@ def get(store: Store, calibration_id: str) -> dict[str, Any]:
             assert run.finished_at is not None
             floor = figures(
                 store, report, suite, run_id=run.id, fingerprint=out["fingerprint"],
-                measured_at=run.finished_at,
+                measured_at=run.finished_at, endpoint=identity,
+                adopted_by=out["adopted_by"], submitted_by=run.submitted_by,
             )
             out["floors"][suite] = floor.to_dict()
     return out
@@ -156,22 +205,15 @@ def _suites_of(report: dict[str, Any]) -> list[str]:
                 names.append(str(s.get("suite")))
     return names
 
-
-
-
-
-
-
-
-
-
 def floors_for_endpoint(
     store: Store, endpoint: EndpointRef, suites: Sequence[str]
 ) -> tuple[str, dict[str, NoiseFloor]]:
     """Probe ``endpoint`` (its provenance fingerprint) and return the fingerprint and the latest
-    calibration's floor of each suite (names, sets or YAML paths) that has one, by suite name
-    (``evalsvc plan --endpoint``). An unreachable endpoint raises the client's error."""
+    adopted calibration's floor on this endpoint (its identity) of each suite (names, sets or
+    YAML paths) that has one, by suite name (``evalsvc plan --endpoint``). An unreachable
+    endpoint raises the client's error."""
     from evalsvc.endpoints import EndpointClient, probe
+    from evalsvc.services.identity import endpoint_identity
 
     async def probed() -> Provenance:
         client = EndpointClient(endpoint, concurrency=1, timeout_s=30.0)
@@ -188,9 +230,10 @@ def floors_for_endpoint(
     except SuiteError as exc:
         raise UsageError(str(exc)) from exc
     fingerprint = provenance_fingerprint(asyncio.run(probed()))
+    identity = endpoint_identity(store, endpoint)
     floors = {}
     for name in names:
-        floor = floor_for(store, fingerprint, name)
+        floor = floor_for(store, fingerprint, name, endpoint=identity)
         if floor is not None:
             floors[name] = floor
     return fingerprint, floors
@@ -203,6 +246,10 @@ def list_calibrations(store: Store, *, limit: int = 50) -> list[dict[str, Any]]:
             "id": c["run_id"],
             "endpoint": c["baseline_url"],
             "fingerprint": c["fingerprint"],
+            "identity": c["endpoint"],
+            "submitted_by": c["submitted_by"],
+            "adopted": c["adopted"],
+            "adopted_by": c["adopted_by"],
             "suites": c["suites"],
             "finished_at": c["finished_at"].isoformat() if c["finished_at"] else None,
         }

@@ -4,8 +4,11 @@ runs and stores calibrations; this module only reads them, so the runs service c
 
 Contract: :func:`figures` computes one suite's ``evalsvc.gates.NoiseFloor`` from a stored A/A
 report (the calibration module's docstring says what each figure is); :func:`floor_for` finds
-the latest calibration of (fingerprint, suite) through ``Store.runs.latest_calibration`` (no
-table of its own); :func:`attach_floors` puts it on each suite's gate once the baseline is
+the latest **adopted** calibration of (endpoint identity, fingerprint, suite) through
+``Store.runs.latest_calibration``: a floor belongs to the endpoint it was measured on (its
+registered name or normalized URL, ``evalsvc.services.identity``), since any server can report
+another's fingerprint, and to the operator's policy (a submitter's calibration is used only once
+an admin adopts it). :func:`attach_floors` puts it on each suite's gate once the baseline is
 probed (``evalsvc.services.runs``), never failing the run when the lookup fails.
 """
 
@@ -30,6 +33,9 @@ def figures(
     run_id: str,
     fingerprint: str,
     measured_at: datetime,
+    endpoint: str | None = None,
+    adopted_by: str | None = None,
+    submitted_by: str | None = None,
 ) -> NoiseFloor:
     """One suite's noise floor from an A/A run's report (the module contract)."""
     entries = [
@@ -65,6 +71,9 @@ def figures(
             sum(int(s.get("varying_clusters") or 0) for s in sides) / clusters if clusters else None
         ),
         clusters=clusters or None,
+        endpoint=endpoint,
+        adopted_by=adopted_by,
+        submitted_by=submitted_by,
     )
 def _sample_discordance(store: Store, run_id: str, suite: str) -> tuple[float, int]:
     """Pairs (item, repeat) scored on the baseline pass and a candidate pass, and how many of
@@ -81,24 +90,31 @@ def _sample_discordance(store: Store, run_id: str, suite: str) -> tuple[float, i
             others.append((key, s.score))
     paired = [(base[k], v) for k, v in others if k in base]
     return float(sum(1 for b, c in paired if b != c)), len(paired)
-def floor_for(store: Store, fingerprint: str, suite: str) -> NoiseFloor | None:
-    """The noise floor of the latest calibration of ``fingerprint`` that gated ``suite``."""
-    found = store.runs.latest_calibration(fingerprint=fingerprint, suite=suite)
+def floor_for(store: Store, fingerprint: str, suite: str, *, endpoint: str) -> NoiseFloor | None:
+    """The noise floor of the latest adopted calibration measured on ``endpoint`` (an identity)
+    with the provenance ``fingerprint`` that gated ``suite``."""
+    found = store.runs.latest_calibration(fingerprint=fingerprint, suite=suite, endpoint=endpoint)
     if found is None:
         return None
     return figures(
         store, found["report"], suite, run_id=found["run_id"], fingerprint=fingerprint,
-        measured_at=found["finished_at"],
+        measured_at=found["finished_at"], endpoint=found["endpoint"],
+        adopted_by=found["adopted_by"], submitted_by=found["submitted_by"],
     )
-def attach_floors(store: Store, suites: Sequence[Suite], baseline: Provenance) -> None:
-    """Put the baseline's calibrated noise floor (if any) on each suite's gate. A lookup that
-    fails (the database) leaves the gates without one: a floor is evidence, never required."""
+
+
+def attach_floors(
+    store: Store, suites: Sequence[Suite], baseline: Provenance, *, endpoint: str
+) -> None:
+    """Put the baseline's adopted noise floor on this endpoint (if any) on each suite's gate. A
+    lookup that fails (the database) leaves the gates without one: a floor is evidence, never
+    required."""
     fingerprint = provenance_fingerprint(baseline)
     for suite in suites:
         if not suite.gate_bound:
             continue
         try:
-            floor = floor_for(store, fingerprint, suite.name)
+            floor = floor_for(store, fingerprint, suite.name, endpoint=endpoint)
         except Exception:  # noqa: BLE001 - the run goes on as if nothing was on file
             floor = None
         if floor is not None:

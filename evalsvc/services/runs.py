@@ -51,6 +51,7 @@ from evalsvc.runner import (
     execute,
 )
 from evalsvc.services import noise_floor
+from evalsvc.services.identity import endpoint_identity
 from evalsvc.settings import Settings
 from evalsvc.suites import Suite, SuiteError, resolve
 
@@ -154,14 +155,46 @@ def bind_gates(suites: Sequence[Suite], options: Any) -> None:
         raise UsageError(f"gate options refused: {exc}") from exc
 
 
-def submit(spec: RunSpec, *, store: Store, submitted_by: str | None = None) -> RunInfo:
+def submit(
+    spec: RunSpec, *, store: Store, submitted_by: str | None = None, admin: bool = False
+) -> RunInfo:
     """Validate and queue a run for workers (REST ``POST /runs``, ``compare --server``);
-    ``submitted_by`` is the caller's token name (who may cancel it besides admins)."""
+    ``submitted_by`` is the caller's token name (who may cancel it besides admins); ``admin``
+    whether the caller may set operator policy (``check_allowed_differences``)."""
+    check_allowed_differences(spec.options, admin=admin)
     suites = load_suites(spec, allow_paths=False)  # unknown suites: at submission, not later
     check_server_items(spec, suites)
     resolve_helpers(suites, store, server=True)  # an unknown judge: at submission, not later
     check_server_spec(spec, store=store)
     return store.create_run(spec, status=RunStatus.queued, submitted_by=submitted_by)
+
+
+def server_allowed_differences() -> list[str]:
+    """The differences the operator lets any submitter allow (``EVALSVC_ALLOWED_DIFFERENCES``)."""
+    return [n.strip() for n in Settings().allowed_differences.split(",") if n.strip()]
+
+
+def check_allowed_differences(options: Any, *, admin: bool) -> None:
+    """A difference a run allows (``options.comparability.allow``) turns ``non-comparable`` into
+    a verdict, so it is the operator's policy (issue 47): a client of the server without the
+    ``admin`` scope may allow only what ``EVALSVC_ALLOWED_DIFFERENCES`` names; anything else is
+    a ``UsageError`` (422) naming the setting. Every submission path calls it (REST runs and
+    calibrations; sweeps and schedules build their runs' options without one, and schedules
+    are admin's). In-process ``compare --allow-difference`` is the operator's own: not here."""
+    comparability = getattr(options, "comparability", None)
+    asked = list(comparability.allow) if comparability is not None else []
+    if admin or not asked:
+        return
+    allowed = server_allowed_differences()
+    refused = [name for name in asked if name not in allowed]
+    if refused:
+        raise UsageError(
+            f"options.comparability.allow {', '.join(refused)} refused: an allowed difference "
+            "turns a non-comparable run into a verdict, so it is the operator's policy; this "
+            "server lets a submit token allow "
+            f"{', '.join(allowed) if allowed else 'none'} (EVALSVC_ALLOWED_DIFFERENCES). Ask an "
+            "admin to submit the run, or to add the name to EVALSVC_ALLOWED_DIFFERENCES"
+        )
 
 
 def _bounded_name(suite: Suite) -> str:
@@ -509,11 +542,15 @@ def _execute(
     reuse = Reuse(store, run, suites)
 
     def on_probed(role: str, ref: EndpointRef, prov: Provenance) -> None:
-        store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov)
+        # What is reused (blessings, noise floors) is bound to this identity, not to the facts
+        # the server reports about itself (evalsvc.services.identity).
+        identity = endpoint_identity(store, ref)
+        store.save_endpoint_snapshot(run.id, role=role, endpoint=ref, provenance=prov,
+                                     identity=identity)
         if role == "baseline":  # a blessed baseline's samples, before any item is sent
-            reuse.apply(ref, prov, done)
-        if role == "baseline":  # its calibrated noise floor, if one is on file
-            noise_floor.attach_floors(store, suites, prov)
+            reuse.apply(ref, prov, done, endpoint=identity)
+        if role == "baseline":  # its adopted noise floor on this endpoint, if one is on file
+            noise_floor.attach_floors(store, suites, prov, endpoint=identity)
 
     try:
         result = asyncio.run(

@@ -162,11 +162,11 @@ def test_determinism_always_runs_both_sides(db: Store, pair: Any, suite_file: Pa
             "spec": det.spec.model_dump(mode="json")}
     key = baselines.suite_key(snap, run.spec.options, prov)
     db.blessed.add(fingerprint=baselines.key_fingerprint(key), suite="det",
-                   endpoint_url=run.spec.baseline.url, key=key, run_ids=[run.id], items=N,
-                   noise=None, note=None, blessed_by=None)
+                   endpoint_url=run.spec.baseline.url, endpoint=run.spec.baseline.url,
+                   key=key, run_ids=[run.id], items=N, noise=None, note=None, blessed_by=None)
     reuse = baselines.Reuse(db, run, [det])
     done: set[tuple[str, str, str, int]] = set()
-    reuse.apply(run.spec.baseline, prov, done)
+    reuse.apply(run.spec.baseline, prov, done, endpoint=run.spec.baseline.url)
     assert done == set() and reuse.entries["det"]["status"] == "not-reusable"
 
 

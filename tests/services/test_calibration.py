@@ -4,10 +4,13 @@ its discordance and batch instability, and ``plan`` and the determinism gate rea
 A real loopback fault proxy (``tests/runner/fault_proxy.py``) in front of the loopback fault
 server's ``ok`` answers plants the instability: its ``noisy`` path changes a share of the chat
 answers that arrive while another request is in flight, its ``pass`` path forwards untouched.
-Both paths probe as the same configuration (the same provenance fingerprint), so a calibration
-measured on the noisy path is the floor of a later run whose baseline is the quiet one: a
-traffic that did not reach the batching the calibration saw. Every run goes through the real
-runner and the real store, on SQLite and PostgreSQL (``db_url``).
+Both paths probe as the same configuration (the same provenance fingerprint). A floor belongs
+to the endpoint it was measured on (issue 47): the registered endpoint ``prod`` is calibrated on
+the noisy path and then moved to the quiet one (``endpoints add --replace``, a redeployment the
+operator names), so the calibration is the floor of a later run whose baseline is ``prod`` on
+the quiet path: a traffic that did not reach the batching the calibration saw. The same quiet
+path by its URL is another endpoint and gets no floor. Every run goes through the real runner
+and the real store, on SQLite and PostgreSQL (``db_url``).
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ def suite_file(tmp_path: Path) -> str:
     return str(path)
 
 
+def _prod(store: Store, url: str) -> EndpointRef:
+    """The registered endpoint ``prod``, (re)pointed at ``url``."""
+    store.upsert_endpoint(name="prod", url=url)
+    return EndpointRef(name="prod", url=url)
+
+
 def _gate(report: dict, suite: str = "determinism-floor") -> dict:
     (entry,) = [s for s in report["candidates"][0]["suites"] if s["suite"] == suite]
     return entry
@@ -73,12 +82,12 @@ def _gate(report: dict, suite: str = "determinism-floor") -> dict:
 def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
     db_url: str, proxy: FaultProxy, suite_file: str  # noqa: F811  (the fixture)
 ) -> None:
-    quiet = EndpointRef(url=proxy.url("pass"))
-    noisy = EndpointRef(url=proxy.url("noisy"))
     options = RunOptions(concurrency=8)
     with Store.from_url(db_url) as store:
+        noisy = _prod(store, proxy.url("noisy"))
         # Before any calibration: nothing varies on the quiet path, 32 probes pass on the exact
         # zero-loss bound, and the gate has no floor.
+        quiet = EndpointRef(url=proxy.url("pass"))
         spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[suite_file], options=options)
         before = _gate(compare(spec, store=store))
         assert before["details"]["gate"]["noise_floor"] is None
@@ -95,7 +104,15 @@ def test_calibration_stores_the_floor_plan_sizes_with_it_and_the_gate_uses_it(
         assert cal["fingerprint"] == provenance_fingerprint(snaps["baseline"][1])
         assert calibration.get(store, cal["id"])["floors"] == cal["floors"]
         assert [c["id"] for c in calibration.list_calibrations(store)] == [cal["id"]]
+        assert cal["adopted_by"] == calibration.LOCAL_OPERATOR and floor["endpoint"] == "prod"
 
+        # The quiet path by its URL is another endpoint: its plan and gate get no floor.
+        assert calibration.floors_for_endpoint(store, quiet, [suite_file])[1] == {}
+        assert _gate(compare(spec, store=store))["details"]["gate"]["noise_floor"] is None
+
+        # prod moves to the quiet path: the same deployment as the operator names it.
+        quiet = _prod(store, proxy.url("pass"))
+        spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[suite_file], options=options)
         # plan: the stored discordance, named with its calibration, instead of a guess.
         fp, floors = calibration.floors_for_endpoint(store, quiet, [suite_file])
         assert fp == cal["fingerprint"] and floors["determinism-floor"].calibration == cal["id"]
@@ -152,7 +169,9 @@ def test_a_label_alone_is_not_a_calibration(
         assert calibration.list_calibrations(store) == []
         snaps = store.get_endpoint_snapshots(str(report["run_id"]))
         fp = provenance_fingerprint(snaps["baseline"][1])
-        assert noise_floor.floor_for(store, fp, "determinism-floor") is None
+        identity = store.get_endpoint_identities(str(report["run_id"]))["baseline"]
+        assert identity is not None
+        assert noise_floor.floor_for(store, fp, "determinism-floor", endpoint=identity) is None
         with pytest.raises(calibration.CalibrationNotFound):
             calibration.get(store, "0" * 32)
 
@@ -173,9 +192,9 @@ def test_the_report_schema_holds_a_real_noise_floor(
     shutil.copy(sqlite_template, tmp_path / "evalsvc.db")
     options = RunOptions(concurrency=8)
     with Store.from_url(f"sqlite:///{tmp_path / 'evalsvc.db'}") as store:
-        cal = calibration.calibrate(EndpointRef(url=proxy.url("noisy")), [str(suite)],
+        cal = calibration.calibrate(_prod(store, proxy.url("noisy")), [str(suite)],
                                     store=store, options=options)
-        quiet = EndpointRef(url=proxy.url("pass"))
+        quiet = _prod(store, proxy.url("pass"))
         spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[str(suite)], options=options)
         returned = compare(spec, store=store)
         stored = store.get_report(str(returned["run_id"]))

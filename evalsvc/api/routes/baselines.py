@@ -47,6 +47,10 @@ class BlessingRead(BaseModel):
     """The key later runs are matched by (endpoint provenance, suite snapshot, seed, decoding)."""
     suite: str
     endpoint_url: str
+    endpoint: str | None = None
+    """The identity of the endpoint the blessing was measured on (its registered name, or its
+    normalized base URL): only runs whose baseline is this endpoint reuse it. Null on blessings
+    made before identities were recorded, which no run reuses (bless again)."""
     key: dict[str, Any]
     """The key's parts, so a mismatch names what changed."""
     run_id: str

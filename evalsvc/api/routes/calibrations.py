@@ -3,7 +3,9 @@
 ``POST`` queues the A/A run (the endpoint against itself) for workers, with the same checks as
 ``POST /runs`` (scope ``submit``); ``GET /calibrations/{id}`` returns its status and, once it
 completed, its stored figures per suite; ``GET /calibrations`` lists the completed ones, newest
-first (scope ``read``). docs/api.md, "Calibrations".
+first (scope ``read``); ``POST /calibrations/{id}/adopt`` (scope ``admin``) makes a submitter's
+calibration the one gates and ``plan`` use (an admin's own is adopted when queued).
+docs/api.md, "Calibrations".
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from evalsvc.domain import RunOptions
 from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.limits import SuiteNameText
 from evalsvc.services import calibration
-from evalsvc.web.auth import ReadScope, StoreDep, SubmitScope
+from evalsvc.web.auth import AdminScope, ReadScope, StoreDep, SubmitScope
 
 from .runs import _endpoint
 
@@ -59,6 +61,11 @@ class NoiseFloorRead(BaseModel):
     varying_clusters: float | None
     """Share of prompts with at least one such answer (determinism)."""
     clusters: int | None
+    endpoint: str | None = None
+    """The identity of the endpoint it was measured on (a registered name or a base URL)."""
+    adopted_by: str | None = None
+    """Who adopted it for gates and ``plan`` (null: not adopted, used by nothing)."""
+    submitted_by: str | None = None
 
 
 class CalibrationRead(BaseModel):
@@ -75,6 +82,14 @@ class CalibrationRead(BaseModel):
     error: str | None
     fingerprint: str | None
     """The endpoint's provenance fingerprint the figures are stored under."""
+    identity: str | None = None
+    """The endpoint's identity the figures belong to (registered name or normalized base URL;
+    null until probed, or for a calibration recorded before identities)."""
+    submitted_by: str | None = None
+    adopted: bool = False
+    """Whether gates and ``plan`` use it (an admin adopted it, or ran it)."""
+    adopted_by: str | None = None
+    adopted_at: str | None = None
     floors: dict[str, NoiseFloorRead]
 
 
@@ -82,6 +97,10 @@ class CalibrationListed(BaseModel):
     id: str
     endpoint: str | None
     fingerprint: str
+    identity: str | None = None
+    submitted_by: str | None = None
+    adopted: bool = False
+    adopted_by: str | None = None
     suites: list[str]
     finished_at: str | None
 
@@ -99,9 +118,29 @@ def submit_calibration(
     ref = _endpoint(body.endpoint, store)
     run = calibration.submit(
         ref, body.suites, store=store, runs=body.runs, options=body.options,
-        submitted_by=caller.name,
+        submitted_by=caller.name, admin="admin" in caller.scopes,
     )
     return RunSubmitted(id=run.id, status=run.status)
+
+
+@router.post(
+    "/{calibration_id}/adopt",
+    response_model=CalibrationRead,
+    responses={404: {"model": Problem}, 422: {"model": Problem}},
+)
+def adopt_calibration(
+    calibration_id: PathKey, store: StoreDep, caller: AdminScope
+) -> dict[str, Any]:
+    """Adopt a calibration (scope ``admin``): from now on its floor is attached to the gates of
+    runs on its endpoint with its fingerprint and sizes ``plan --endpoint``. A submitter's
+    calibration is stored but used only once adopted."""
+    try:
+        out = calibration.adopt(store, calibration_id, by=caller.name)
+    except calibration.CalibrationNotFound as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    out["endpoint"] = redact_url(out["endpoint"])
+    out["error"] = out["error"] and redact_text(out["error"])
+    return out
 
 
 def _known_params(request: Request) -> None:

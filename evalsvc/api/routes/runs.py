@@ -91,7 +91,8 @@ def _get(store: Store, run_id: str) -> RunInfo:
 )
 def submit_run(body: RunCreate, store: StoreDep, caller: SubmitScope) -> RunSubmitted:
     """Queue a run for workers; poll ``GET /runs/{id}`` until it is finished."""
-    run = run_service.submit(run_spec(body, store), store=store, submitted_by=caller.name)
+    run = run_service.submit(run_spec(body, store), store=store, submitted_by=caller.name,
+                             admin="admin" in caller.scopes)
     return RunSubmitted(id=run.id, status=run.status)
 
 
