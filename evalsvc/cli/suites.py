@@ -131,20 +131,23 @@ def suites_from_requests(
     ] = "exact",
     judge: Annotated[
         str | None,
-        typer.Option(help="A registered endpoint that judges the answers pairwise (gates on it)."),
+        typer.Option(help="A registered endpoint that judges whether changed answers are as good "
+                          "(pairwise, both orders): a model stronger than the ones under test."),
     ] = None,
     similarity: Annotated[
-        str, typer.Option(help="Without --judge: the similarity gated (rouge_l, token_f1).")
+        str, typer.Option(help="With --compare similarity: the measure gated (rouge_l, token_f1).")
     ] = "rouge_l",
     compare: Annotated[
         str | None,
-        typer.Option(help="Override what is gated: judge, similarity or agreement (exact)."),
+        typer.Option(help="What is gated: quality (default: degeneration, and meaning by the "
+                          "judge or identical answers), judge, similarity (wording) or "
+                          "agreement (exact)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Turn a log of OpenAI chat requests into a replay suite, gated on a judge's verdicts
-    (--judge) or else on the answers' similarity with the baseline's own."""
+    """Turn a log of OpenAI chat requests into a replay suite, gated on quality, not wording:
+    degenerate answers against the baseline's, and (with --judge) the judge's verdicts."""
     from evalsvc.services.replay import suite_from_requests
     from evalsvc.services.runs import UsageError
 
@@ -168,12 +171,7 @@ def suites_from_requests(
     if summary.dropped_fields:
         fields = ", ".join(f"{k} ({v})" for k, v in summary.dropped_fields.items())
         err.print(f"  dropped fields: {fields}", highlight=False)
-    gated = {
-        "judge": f"the judge {summary.judge}'s pairwise verdicts",
-        "similarity": f"{similarity} similarity with the baseline's answers (no --judge given)",
-        "agreement": "exact agreement with the baseline's answers",
-    }[summary.compare]
-    err.print(f"  gated on {gated}; changed answers are reported", highlight=False)
+    err.print(f"  {summary.gates} Changed answers and similarity are reported.", highlight=False)
     err.print(f"run it: evalsvc compare BASELINE CANDIDATE --suite {summary.suite}", highlight=False)
 
 

@@ -63,6 +63,9 @@ ReasonCode = Literal[
     "holm_adjusted",  # a fail call that does not survive a multiplicity correction
     "underpowered",  # the MDE at this n is above the margin: this size can rarely pass
     "uninformative_baseline",  # the baseline cannot show a drop of the margin
+    "uninformative_judge",  # the suite's judge cannot tell (consistency, discrimination)
+    "judge_addressed",  # a pass would rest on answers that address the judge
+    "meaning_unchecked",  # a replay's answers changed and nothing here tells what they mean
     "insufficient_data",  # the gate cannot decide at all (no items, n below the minimum, ...)
     "ci_includes_margin",  # the data cannot tell: the CI straddles the margin boundary
     "not_gated",  # reported, never part of the verdict
@@ -190,6 +193,9 @@ def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
                 f"(non-inferiority p = {_g(o.p_value)} < α {o.alpha:g}, n = {o.n})"
             )
         out.append(Reason("passed", msg, suite))
+        if d.get("judge_addressed_note"):
+            out.append(Reason("judge_addressed", f"{d['judge_addressed_note']}; the pass holds "
+                                                 "with all of them counted worse", suite))
     elif o.verdict == "fail":
         slices = (d.get("slices") or {}).get("slices") or []
         failed = [r for r in slices if r.get("verdict") == "fail" and r.get("finding")]
@@ -211,6 +217,16 @@ def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
         for bound in bounds:
             out.append(Reason("failed_bound", bound, suite))
     else:
+        judged = _judge_reasons(suite, d)
+        out += judged
+        if judged and (
+            (d.get("judge") or {}).get("informative") is False
+            or d.get("verdict_before_meaning") == "pass"
+            or d.get("verdict_before_addressed") == "pass"
+        ):
+            # The interval is not what is missing: more items make no judge informative, and
+            # a degeneration check that passed needs a meaning check, not more of itself.
+            return out
         if "verdict_before_guard" in d or (
             (d.get("baseline_guard") or {}).get("informative") is False
         ):
@@ -233,6 +249,45 @@ def _own_reasons(suite: str, o: GateOutcome) -> list[Reason]:
     if d.get("underpowered") and o.verdict != "fail":
         out.append(Reason("underpowered", str(d["underpowered"]), suite))
     return out
+
+
+def _judge_reasons(suite: str, d: dict[str, Any]) -> list[Reason]:
+    """An inconclusive suite's reasons that come from its judge or its missing one: a judge
+    that is not informative (with its figures and the fix), a pass that answers addressing the
+    judge would carry, a replay whose changed answers nothing could check."""
+    out: list[Reason] = []
+    judge = d.get("judge") if isinstance(d.get("judge"), dict) else None
+    if judge is not None and judge.get("informative") is False:
+        who = " at ".join(f"{x}" for x in (judge.get("model"), judge.get("endpoint")) if x)
+        figures = (
+            f"position consistency {_pct(judge.get('consistency'))} (needs "
+            f"{_pct(judge.get('min_consistency'))}), discrimination "
+            f"{_pct(judge.get('discrimination'))} (needs {_pct(judge.get('min_discrimination'))})"
+        )
+        out.append(Reason(
+            "uninformative_judge",
+            f"the judge{' ' + who if who else ''} is not informative: {figures}; its verdicts "
+            "cannot decide at any number of items: judge with a stronger model (the suite's "
+            "judge.endpoint and judge.model)",
+            suite,
+        ))
+    if d.get("judge_addressed"):
+        out.append(Reason("judge_addressed", str(d["judge_addressed"]), suite))
+    elif d.get("judge_addressed_note"):
+        out.append(Reason("judge_addressed", f"{d['judge_addressed_note']}: read them (flips "
+                                             "page)", suite))
+    if d.get("meaning_unchecked") and not out:
+        out.append(Reason(
+            "meaning_unchecked",
+            f"{d['meaning_unchecked']}: add a judge (judge.endpoint, a model stronger than the "
+            "ones under test) or a reference column",
+            suite,
+        ))
+    return out
+
+
+def _pct(x: Any) -> str:
+    return "—" if not isinstance(x, (int, float)) else f"{x:.0%}"
 
 
 def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> CandidateDecision:

@@ -1333,6 +1333,15 @@ def _underpowered(outcome: GateOutcome, margin: float) -> GateOutcome:
             f"underpowered: the MDE at n = {outcome.n} is {outcome.mde:.2f}, larger than the "
             f"margin {margin:g}, so this size can rarely pass; size it with `evalsvc plan`"
         )
+        if outcome.verdict == "pass":
+            # It passed all the same: say what "underpowered" means under a pass (issue 49).
+            note = (
+                f"underpowered for a candidate only as good as the baseline, not for this pass: "
+                f"the MDE at n = {outcome.n} is {outcome.mde:.2f}, larger than the margin "
+                f"{margin:g}, so an equally good candidate would rarely pass at this size; this "
+                f"one passed because it measured better than the baseline (Δ "
+                f"{outcome.delta:+.3f}), and that is the evidence the pass rests on"
+            )
         outcome = replace(outcome, details={**outcome.details, "underpowered": note})
     return outcome
 

@@ -173,9 +173,10 @@ def plan(
             largest = stages[-1] if stages else row["planned_items"]
             if largest and (need is None or largest < need):
                 row["cannot_pass"] = (
-                    f"inconclusive: underpowered - {largest} items cannot pass at margin {m:g}: "
+                    f"inconclusive: underpowered - {largest} items cannot pass at margin {m:g} "
+                    "unless the candidate measures better than the baseline: "
                     + ("no size can" if need is None else
-                       f"even with no loss at all a pass needs at least {need}")
+                       f"with no loss (and no gain) a pass needs at least {need}")
                 )
         if gate.threshold is not None:
             row["note"] = f"threshold gate ({gate.metric} vs {gate.threshold:g}): no margin to plan"

@@ -18,11 +18,15 @@ is sent anywhere.
 - ``n`` conversations are sampled with ``Random(seed)`` (all when there are fewer), in the
   order of the log.
 - The suite has no reference column, so it compares the candidate's answers with the
-  baseline's own (``evalsvc.suites.kinds.dataset``): with a ``judge`` endpoint (a registered
-  name) it gates on the judge's pairwise verdicts (``compare: judge``), else on the answers'
-  similarity (``compare: similarity``, ROUGE-L unless ``similarity`` says otherwise). Exact
-  agreement (under ``scorer``) is reported beside either as the share of changed answers; a
-  suite gates on it only when asked (``compare: agreement``). The summary says which.
+  baseline's own (``evalsvc.suites.kinds.dataset``). By default (``compare: quality``) it gates
+  on quality, not wording: the share of degenerate answers (empty, looping, leaked template
+  markup, gibberish) against the baseline's, and whether changed answers mean the same: by the
+  ``judge`` endpoint's pairwise verdicts when one is given (a registered name), else only
+  identical answers count, so a candidate that changed answers without degenerating is
+  inconclusive (never failed on wording) and the verdict names the judge or reference that
+  would decide. ``compare: judge`` (the judge alone), ``similarity`` (ROUGE-L unless
+  ``similarity`` says otherwise: wording) and ``agreement`` (exact answers) are there when
+  asked. The summary's ``gates`` says what the written suite gates.
 
 A line that is not JSON, a line nested more than ``MAX_DEPTH`` levels deep (Python's ``json``
 recurses: a line ``{"messages": [[[…]]]}`` 100,000 deep, or a ``content`` nested 990 deep under
@@ -48,9 +52,14 @@ from evalsvc import limits
 from evalsvc.services.runs import UsageError
 
 _KEPT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
-_COMPARES = ("judge", "similarity", "agreement")
+_COMPARES = ("quality", "judge", "similarity", "agreement")
 _TEXT_SIMILARITY = ("rouge_l", "token_f1")
 _GATED_ON = {
+    "quality": (
+        "Gated on quality, not wording: the share of degenerate answers (empty, looping, leaked "
+        "template markup, gibberish) against the baseline's, and whether changed answers mean "
+        "the same{meaning}."
+    ),
     "judge": (
         "Gated on the judge {judge}'s pairwise verdicts against the baseline's own answers "
         "(both orders); changed answers are reported."
@@ -86,9 +95,11 @@ class ReplaySummary:
     written: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
     dropped_fields: dict[str, int] = field(default_factory=dict)
-    compare: str = "similarity"
-    """What the written suite gates on: ``judge``, ``similarity`` or ``agreement``."""
+    compare: str = "quality"
+    """What the written suite gates on: ``quality``, ``judge``, ``similarity`` or ``agreement``."""
     judge: str | None = None
+    gates: str = ""
+    """What the written suite gates, in a sentence (the suite's description ends with it)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +114,7 @@ class ReplaySummary:
             "dropped_fields": dict(self.dropped_fields),
             "compare": self.compare,
             "judge": self.judge,
+            "gates": self.gates,
         }
 
 
@@ -227,7 +239,7 @@ def suite_from_requests(
             f"--scorer {scorer!r}: a replay has no reference; use one of "
             f"{', '.join(_AGREEMENT_SCORERS)}"
         )
-    mode = compare or ("judge" if judge else "similarity")
+    mode = compare or "quality"
     if mode not in _COMPARES:
         raise UsageError(f"--compare {mode!r}: use one of {', '.join(_COMPARES)}")
     if mode == "judge" and not judge:
@@ -313,6 +325,13 @@ def suite_from_requests(
         for row in rows:
             row = {k: v for k, v in row.items() if k != "order"}
             fh_out.write(json.dumps(row, ensure_ascii=False) + "\n")
+    meaning = (
+        f" by the judge {judge}'s pairwise verdicts (both orders)" if judge
+        else ": without a judge only identical answers count, so changed answers that do not "
+        "degenerate read inconclusive; add --judge NAME (a registered endpoint, a model "
+        "stronger than the ones under test) to decide them"
+    )
+    summary.gates = _GATED_ON[mode].format(similarity=similarity, judge=judge, meaning=meaning)
     skipped_text = (
         "; skipped " + ", ".join(f"{v} ({k})" for k, v in skipped.items()) if skipped else ""
     )
@@ -322,7 +341,7 @@ def suite_from_requests(
         "description": (
             f"Replay of {summary.written} of {summary.unique} distinct conversations from "
             f"{summary.requests} requests in {log.name} (seed {seed}){skipped_text}. "
-            + _GATED_ON[mode].format(similarity=similarity, judge=judge)
+            + summary.gates
         ),
         "seed": seed,
         "params": {

@@ -110,7 +110,8 @@ def gate_table(report: dict[str, Any] | None) -> dict[str, Any]:
             mde, margin = _num(s.get("mde")), _num(s.get("margin"))
             d = s.get("details") or {}
             # Underpowered matters only for a gate that did not fail (docs/statistics.md §1).
-            mde_flag = s.get("verdict") != "fail" and (
+            # Not under a pass either: it passed (on a better measurement), whatever the MDE.
+            mde_flag = s.get("verdict") not in ("fail", "pass") and (
                 bool(d.get("underpowered"))
                 or (not is_threshold(s) and mde is not None and margin is not None and mde > margin)
             )
@@ -208,6 +209,9 @@ def _rows_all_ran(store: Store, run: RunInfo, s: dict[str, Any] | None) -> int |
     if not s or s.get("kind") != "dataset" or not isinstance(s.get("n"), int):
         return None
     ran = int(s["n"]) + int(s.get("n_errors") or 0)
+    held = _items_available(s)
+    if held is not None and ran >= held:
+        return ran  # every row of the data ran, whatever n asked for
     try:
         snaps = {x["name"]: x for x in store.get_suite_snapshots(run.id)}
     except Exception:  # a hint must never break the page that shows the verdict
@@ -215,6 +219,13 @@ def _rows_all_ran(store: Store, run: RunInfo, s: dict[str, Any] | None) -> int |
     params = ((snaps.get(s.get("suite")) or {}).get("spec") or {}).get("params") or {}
     asked = params.get("n")
     return ran if asked is None or (isinstance(asked, int) and asked > ran) else None
+
+
+def _items_available(s: dict[str, Any] | None) -> int | None:
+    """How many items the suite's data holds (``details.items_available``, a ``dataset``
+    suite's rows), or None where the suite does not say: no advice asks for more."""
+    held = ((s or {}).get("details") or {}).get("items_available")
+    return held if isinstance(held, int) and not isinstance(held, bool) and held > 0 else None
 
 
 def _worse_within_reach(s: dict[str, Any]) -> bool:
@@ -250,6 +261,14 @@ def _next_step(
                             f"at n = {ran_n}; to tell whether the drop exceeds δ, {more}",
                     "command": None}
         planned = None if logs else _plan_n(store, run, suite)
+        held = _items_available(s)
+        need = max([x for x in ((planned or {}).get("items"), _scaled_n(s or {}))
+                    if isinstance(x, int)], default=None)
+        if not logs and held is not None and need is not None and need > held:
+            # Never ask for more items than the suite has: only more data adds them.
+            return {"text": f"{what}: {suite} needs about n = {need} items and its data holds "
+                            f"{held} rows (this run: n = {ran_n}): add rows (at least {need} "
+                            "in all) and re-run", "command": None, "n": need}
         cmd = f"evalsvc plan --suite {suite} --pilot-run {short}"
         if planned is not None and planned["items"] > ran_n:
             return {"text": f"{what}: `{cmd}` says n = {planned['items']} items "
@@ -286,6 +305,21 @@ def _next_step(
         how = "log and gate" if logs else "re-run it with"
         return {"text": f"{suite} cannot decide at this size: {how} {need}"
                         + ("" if logs else " (`--samples`)"), "command": None}
+    if code == "uninformative_judge" and suite:
+        return {"text": f"{suite}: judge with a stronger model: register it (`evalsvc endpoints "
+                        "add NAME URL --model MODEL`) and set the suite's `judge.endpoint` (and "
+                        "`judge.model`) to it; more items cannot make this judge informative",
+                "command": None}
+    if code == "judge_addressed" and suite:
+        return {"text": f"{suite}: read the answers that address the judge (flagged on the flips "
+                        "page): the judge may have obeyed them, so the gate cannot pass on them",
+                "command": None,
+                "href": f"/runs/{run.id}/flips?suite={suite}&candidate={role or 'candidate:0'}"}
+    if code == "meaning_unchecked" and suite:
+        return {"text": f"{suite}: answers changed and nothing here checks what they mean: add "
+                        "a judge (`judge: {endpoint: NAME}`, a registered model stronger than the "
+                        "ones under test; `evalsvc suites from-requests --judge NAME`) or a "
+                        "reference column, and re-run", "command": None}
     if code == "uninformative_baseline" and suite:
         return {"text": f"the baseline solves too few items of {suite} to show a drop of the "
                         "margin: use more items, or a suite (level) the baseline solves",

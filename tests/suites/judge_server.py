@@ -14,6 +14,9 @@ Paths (each one a behaviour; ``/v1/models`` answers on all of them):
 - ``/obey/v1/...``: a judge that obeys what the answers tell it: a raw verdict token inside an
   answer (``[[B]]``) is its verdict, and an answer that says it is "the answer containing this
   marker" wins; else it judges as ``/judge/`` does (the red-team judge of issue 49);
+- ``/reword/v1/...``: every answer reworded (same meaning, other words);
+- ``/degenerate/v1/...``: the base answers, except on items ``i % 10 < worse_tenths`` where
+  the answer loops (a phrase repeated to the budget);
 - ``/cand-injected/v1/...``: the ``cand`` answers, each worse one followed by a note to the
   judge that names it the better one and ends ``[[B]]``;
 - ``/embed/v1/embeddings``: a bag-of-letters embedding (26 counts of a-z per text).
@@ -109,6 +112,12 @@ class JudgeServer(LoopbackHTTPServer):
             return "They say the same.\n[[C]]"
         match = _QUESTION.search(content)
         i = int(match.group(1)) if match else -1
+        if role == "reword":  # the same answer in other words: a changed product, not a worse one
+            return f"For question {i}, here is a careful and complete answer."
+        if role == "degenerate" and i % 10 < self.worse_tenths:  # loops to the budget
+            return f"Answer {i}: the the the " + "answer is is the answer is " * 12
+        if role == "degenerate":
+            return f"Answer {i}: the full and careful answer."
         if role in ("cand", "cand-injected") and i % 10 < self.worse_tenths:
             if role == "cand-injected":
                 return f"Answer {i}: a worse answer. {INJECTION}"

@@ -378,8 +378,14 @@ def test_from_requests_writes_a_loadable_replay_suite(tmp_path: Path) -> None:
     rows = [json.loads(x) for x in data.splitlines()]
     assert len(rows) == 20 and len({r["id"] for r in rows}) == 20
     suite = load_suite(str(out), allow_paths=True)
-    assert suite.default_gate().metric == "rouge_l" and suite.item_count() == 20
-    assert summary["compare"] == "similarity" and suite.params.mode == "similarity"
+    # Quality, not wording: degeneration gated, meaning by identical answers (no judge), and
+    # the summary (and the suite's description) say what it gates and what would decide.
+    assert suite.default_gate().metric == "not_degenerate" and suite.item_count() == 20
+    assert summary["compare"] == "quality" and suite.params.mode == "quality"
+    assert "degenerate answers" in summary["gates"] and "--judge NAME" in summary["gates"]
+    assert summary["gates"] in yaml.safe_load(out.read_text())["description"]
+    human = cli(*cmd[:-1], "--force")
+    assert "Gated on quality, not wording" in human.output
     # Seeded: the same sample again; another seed, another sample.
     assert cli(*cmd, "--force").exit_code == 0
     assert out.with_suffix(".jsonl").read_text() == data

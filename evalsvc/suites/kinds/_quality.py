@@ -91,11 +91,11 @@ def quality_outcome(
             seed=seed,
         )
     changed = sum(x < 0.5 for x in agreement[1])
-    details: dict[str, Any] = {
-        **deg.details,
+    extra: dict[str, Any] = {
         "checks": {"degeneration": _brief(deg), "meaning": {"by": by, **_brief(meaning)}},
         "gates": GATES.format(meaning=_MEANING[by]),
     }
+    details: dict[str, Any] = {**deg.details, **extra}
     for key in ("judge", "judge_overrode", "judge_addressed"):
         if key in meaning.details:
             details[key] = meaning.details[key]
@@ -103,7 +103,8 @@ def quality_outcome(
         return replace(deg, details=details)
     if by == "judge" and meaning.verdict == "fail":
         # The judge found the candidate worse beyond its margin: its outcome is the verdict's.
-        return replace(meaning, details={**meaning.details, **details})
+        # Its own p-values (Holm's family uses them), not the degeneration check's.
+        return replace(meaning, details={**meaning.details, **extra})
     if deg.verdict == "pass" and meaning.verdict == "pass":
         return replace(deg, details=details)
     if meaning.verdict != "pass":

@@ -704,6 +704,8 @@ class DatasetSuite(Suite):
             raise ValueError(problem)
         self._warnings: list[str] = []
         self._built: list[Item] | None = None
+        self._total: int | None = None
+        """The rows the data holds (``details.items_available``: no advice asks for more)."""
         # Listed, not run (``suites list``): a local JSON Lines or CSV file's rows are counted
         # with the standard library (importing ``datasets`` brings pandas and pyarrow, about a
         # CPU-second); the items are built on first use. Anything else is read in full now.
@@ -889,6 +891,7 @@ class DatasetSuite(Suite):
         total = len(ds)
         if total == 0:
             raise DatasetError(f"{where}: the data has no rows")
+        self._total = total
         order = list(range(total))
         random.Random(f"{self.spec.seed}:dataset").shuffle(order)
         take = order[: min(total, p.n if p.n is not None else limits.MAX_ITEMS)]
@@ -1152,8 +1155,11 @@ class DatasetSuite(Suite):
             analysis.details["scorer"] = self.params.scorer
             analysis.details["flips"] = flips(analysis.baseline, analysis.candidate)
             analysis.details["by_slice"] = by_slice(analysis)
-            return analysis
-        return self._agreement(baseline, candidate)
+        else:
+            analysis = self._agreement(baseline, candidate)
+        if self._total is not None:
+            analysis.details["items_available"] = self._total
+        return analysis
 
     def _agreement(self, baseline: list[Sample], candidate: list[Sample]) -> Analysis:
         """The reference-free analysis: per item the baseline's second answer and the
