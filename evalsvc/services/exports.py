@@ -33,7 +33,7 @@ from evalsvc.db import Store
 from evalsvc.domain import RunInfo, prompt_text
 from evalsvc.endpoints._urls import redact_text, redact_url
 from evalsvc.services.runs import exit_code
-from evalsvc.suites import eee
+from evalsvc.suites import Suite, eee, suite_kinds
 
 __all__ = [
     "EeeFile", "MissingExtra", "MlflowRefused", "MlflowRun", "MlflowUnreachable", "export_eee",
@@ -255,11 +255,29 @@ def _log_candidates(client: Any, run: RunInfo, report: dict[str, Any],
     return out
 
 
+def _references(reference: Any) -> list[str]:
+    """A kind's expected answer as the record's reference list: a list of acceptable answers
+    stays a list, one value is a list of one, none is empty."""
+    if reference is None:
+        return []
+    if isinstance(reference, (list, tuple)):
+        return [str(r) for r in reference if r is not None]
+    return [str(reference)]
+
+
 def _sample_record(run: RunInfo, role: str, model: str, metric: dict[str, str],
-                   sample: Any, prompt: str | None) -> dict[str, Any]:
-    """One sample as an instance-level record (``evalsvc.suites.eee`` validates it)."""
+                   sample: Any, prompt: str | None, kind: type[Suite] | None = None
+                   ) -> dict[str, Any]:
+    """One sample as an instance-level record (``evalsvc.suites.eee`` validates it). The
+    reference is the kind's own ``expected_answer`` of the sample (a ``dataset`` suite keeps it
+    as ``data["reference"]``: reading ``expected`` wrote ``"reference": []`` for rows that had
+    one); an lm-eval sample's ``target`` where the kind is unknown."""
     sample_id = sample.item_id if sample.repeat == 0 else f"{sample.item_id}#{sample.repeat}"
-    reference = sample.data.get("expected", sample.data.get("target"))
+    reference = (kind.expected_answer(sample.data) if kind is not None
+                 else sample.data.get("expected", sample.data.get("target")))
+    if reference is None:
+        reference = sample.data.get("target")
+    references = _references(reference)
     record: dict[str, Any] = {
         "schema_version": eee.SCHEMA_VERSION,
         "evaluation_id": f"evalsvc/{run.id}/{role}",
@@ -269,7 +287,7 @@ def _sample_record(run: RunInfo, role: str, model: str, metric: dict[str, str],
         "sample_id": sample_id,
         "sample_hash": eee.sample_hash(prompt or "", reference),
         "interaction_type": "single_turn",
-        "input": {"raw": prompt or "", "reference": [] if reference is None else [str(reference)]},
+        "input": {"raw": prompt or "", "reference": references},
         "output": {"raw": [sample.output or ""]},
         "answer_attribution": [],
         "evaluation": {
@@ -311,6 +329,9 @@ def export_eee(store: Store, run_id: str, *, out_dir: Path) -> list[EeeFile]:
         for c in report.get("candidates") or [] for s in c.get("suites") or [] if s.get("metric")
     }
     models = {role: snap[0].model for role, snap in store.get_endpoint_snapshots(run_id).items()}
+    known = suite_kinds()
+    kinds = {str(snap.get("name")): known.get(str(snap.get("kind")))
+             for snap in store.get_suite_snapshots(run_id)}
     samples = store.get_samples(run_id)
     prompts: dict[tuple[str, str], str] = {}
     for s in samples:  # the item's prompt, where a kind stored it (with the baseline's answer)
@@ -320,7 +341,7 @@ def export_eee(store: Store, run_id: str, *, out_dir: Path) -> list[EeeFile]:
     by_role: dict[str, list[dict[str, Any]]] = {}
     for s in samples:
         rec = _sample_record(run, s.endpoint, models.get(s.endpoint) or s.endpoint, metric, s,
-                             prompts.get((s.suite, s.item_id)))
+                             prompts.get((s.suite, s.item_id)), kinds.get(s.suite))
         eee.validate(rec, where=f"run {run_id}, {s.endpoint}, {s.suite} item {s.item_id}")
         by_role.setdefault(s.endpoint, []).append(rec)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -162,3 +162,40 @@ def test_eee_reader_refuses_a_record_outside_the_schema(tmp_path: Path) -> None:
     r = run_cli("gate-logs", str(bad), str(other))
     assert r.returncode == 2
     assert "bad.jsonl:1: not an Every Eval Ever instance-level record" in r.stderr, r.stderr
+
+
+def test_eee_export_keeps_a_dataset_suites_references(tmp_path: Path) -> None:
+    """A ``dataset`` suite keeps each row's reference as ``data["reference"]``; the export
+    reads it through the kind's own ``expected_answer`` (it wrote ``"reference": []``)."""
+    rows = [{"id": f"r{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}
+            for i in range(6)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = tmp_path / "qa.yaml"
+    suite.write_text("name: qa\nkind: dataset\nparams:\n  path: rows.jsonl\n  id_column: id\n"
+                     "  prompt: {template: 'Question: {question}'}\n  reference: answer\n"
+                     "  scorer: exact\n  max_tokens: 8\n")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store = Store.from_url(url)
+    store.ensure_ready(upgrade_fresh_sqlite=True)
+    try:
+        with fault_server() as srv:
+            endpoint = base_url(srv, "ok")
+            report = runs.compare(
+                RunSpec(baseline=EndpointRef(url=endpoint), candidates=[EndpointRef(url=endpoint)],
+                        suites=[str(suite)], options=RunOptions(concurrency=4)),
+                store=store,
+            )
+    finally:
+        store.close()
+    out = tmp_path / "eee"
+    r = run_cli("export", report["run_id"], "--format", "eee", "--out", str(out),
+                "--database-url", url)
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line)
+               for line in (out / f"{report['run_id']}_baseline.jsonl").read_text().splitlines()]
+    answers = {r["id"]: r["answer"] for r in rows}
+    assert sorted(rec["sample_id"] for rec in records) == sorted(answers)
+    for rec in records:
+        eee.validate(rec, where="export")
+        assert rec["input"]["reference"] == [answers[rec["sample_id"]]], rec["input"]
+        assert "Question: What is" in rec["input"]["raw"]
