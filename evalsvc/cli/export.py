@@ -46,7 +46,9 @@ def export(
             "--mlflow",
             metavar="TRACKING_URI",
             help="Log the run to MLflow instead (one MLflow run per candidate), e.g. "
-            "sqlite:///mlflow.db or http://mlflow:5000; needs pip install 'evalsvc[mlflow]'.",
+            # Typer renders help as rich markup: "[mlflow]" unescaped was read as a tag and
+            # dropped ("pip install 'evalsvc'").
+            "sqlite:///mlflow.db or http://mlflow:5000; needs pip install 'evalsvc\\[mlflow]'.",
             show_default=False,
         ),
     ] = None,
