@@ -122,9 +122,15 @@ def reusable(snapshot: dict[str, Any]) -> bool:
 
 
 def _finished_run(store: Store, run_id: str) -> RunInfo:
-    run = store.get_run(run_id)
-    if run is None:
-        raise LookupError(f"no run {run_id!r} (list them: evalsvc runs list)")
+    from evalsvc.services.history import AmbiguousRunId, RunNotFound, find_run
+
+    try:  # an id or a unique 8+ character prefix, as every command that names a run
+        run = find_run(store, run_id)
+    except RunNotFound as exc:
+        raise LookupError(f"{exc} (list them: evalsvc runs list)") from None
+    except AmbiguousRunId as exc:
+        raise UsageError(f"{exc}: give more of the id") from None
+    run_id = run.id
     if run.status != RunStatus.completed:
         raise UsageError(
             f"run {run_id} is {run.status.value}: only a completed run's baseline can be "
@@ -159,9 +165,9 @@ def _measured_on(store: Store, runs: Sequence[RunInfo]) -> str:
     for run, identity in zip(runs, found, strict=True):
         if identity is None:
             raise UsageError(
-                f"run {run.id} was recorded before evalsvc bound measurements to the endpoint "
-                "they were made on: its baseline cannot be blessed; run the baseline again and "
-                "bless that run"
+                f"run {run.id} has no recorded baseline endpoint (a run from before evalsvc "
+                "bound measurements to the endpoint they were made on, or one gated from logs): "
+                "its baseline cannot be blessed; run the baseline again and bless that run"
             )
     if len(set(found)) > 1:
         raise UsageError(
@@ -209,10 +215,11 @@ def bless(
     """Bless the baseline of ``run_ids`` (the first's samples are reused; all of them give the
     noise floor) for ``suites`` (default: every reusable suite of the runs). Returns the
     blessings made, one per suite."""
-    ids = list(dict.fromkeys(run_ids))
-    if not ids:
+    if not run_ids:
         raise UsageError("name a run to bless: evalsvc baselines bless RUN [RUN2 RUN3]")
-    runs = [_finished_run(store, r) for r in ids]  # an unknown run first: 404 over REST
+    runs = [_finished_run(store, r) for r in dict.fromkeys(run_ids)]  # unknown: 404 over REST
+    runs = list({r.id: r for r in runs}.values())  # a prefix and the full id name one run
+    ids = [r.id for r in runs]
     if len(ids) == 2:
         raise UsageError(
             f"two runs cannot measure a noise floor (it needs at least {MIN_NOISE_RUNS} runs of "

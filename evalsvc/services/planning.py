@@ -102,6 +102,13 @@ def plan(
     pilot_levels: dict[str, list[str] | None] = {}
     pilot_var: dict[str, tuple[float, float]] = {}
     if pilot_run is not None:
+        if store is not None:  # an id or a unique 8+ character prefix, as everywhere
+            from evalsvc.services.history import AmbiguousRunId, RunNotFound, find_run
+
+            try:
+                pilot_run = find_run(store, pilot_run).id
+            except (RunNotFound, AmbiguousRunId) as exc:
+                raise UsageError(f"--pilot-run: {exc} (list them: evalsvc runs list)") from None
         report = store.get_report(pilot_run) if store is not None else None
         if report is None:
             raise UsageError(f"no report stored for run {pilot_run!r}")
