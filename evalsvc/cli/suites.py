@@ -206,8 +206,8 @@ def plan(
     endpoint: Annotated[
         str | None,
         typer.Option(
-            help="Size with this endpoint's calibrated discordance (evalsvc calibrate), found "
-            "by its provenance fingerprint (probes it)."
+            help="Size with this endpoint's calibrated discordance (evalsvc calibrate): an "
+            "adopted calibration of this endpoint and its provenance fingerprint (probes it)."
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
