@@ -19,7 +19,8 @@ Verdict: ``fail`` when degeneration fails, or the judge finds the candidate wors
 margin; ``pass`` when degeneration passes and the meaning check passes; else ``inconclusive``,
 with ``details["meaning_unchecked"]`` saying what is missing (which judge, which reference)
 when the answers changed and nothing could tell whether they mean the same. ``details["checks"]``
-holds both checks' figures, ``details["gates"]`` says what each one gates.
+holds both checks' figures (a meaning check by agreement that shows changed answers reads
+``changed``, never ``fail``), ``details["gates"]`` says what each one gates.
 """
 
 from __future__ import annotations
@@ -91,8 +92,13 @@ def quality_outcome(
             seed=seed,
         )
     changed = sum(x < 0.5 for x in agreement[1])
+    meaning_brief = {"by": by, **_brief(meaning)}
+    if by == "agreement" and meaning.verdict == "fail":
+        # Changed answers are no fail of the verdict: the check shows they changed, not that
+        # they got worse (the views must not read "meaning: fail").
+        meaning_brief["verdict"] = "changed"
     extra: dict[str, Any] = {
-        "checks": {"degeneration": _brief(deg), "meaning": {"by": by, **_brief(meaning)}},
+        "checks": {"degeneration": _brief(deg), "meaning": meaning_brief},
         "gates": GATES.format(meaning=_MEANING[by]),
     }
     details: dict[str, Any] = {**deg.details, **extra}
