@@ -70,16 +70,18 @@ def _gist(text: str, limit: int = 72) -> str:
 
 @app.command("show")
 def suites_show(
-    name: Annotated[str, typer.Argument(help="A catalog suite or set name.")],
+    name: Annotated[str, typer.Argument(
+        help="A catalog suite or set name, or a suite file (as compare and plan take).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Show one catalog suite or set: its YAML, its gate (with the rationale) and plan's sizing."""
+    """Show one suite (catalog or file) or set: its YAML, its gate (with the rationale) and
+    plan's sizing."""
     from evalsvc.services.catalog import suite_detail
     from evalsvc.services.runs import UsageError
     from evalsvc.suites import SuiteError
 
     try:
-        detail = suite_detail(name)
+        detail = suite_detail(name, allow_paths=True)  # the local user's own files
     except (SuiteError, UsageError) as exc:
         raise exit_for(exc) from exc
     if as_json:
@@ -88,7 +90,9 @@ def suites_show(
     out = Console(highlight=False)
     row = detail["row"]
     # soft_wrap: the header stays one line (a long path folded at a narrow terminal broke it).
-    out.print(f"[bold]{term(name)}[/] ({term(row['kind'])}) · {term(detail['path'])}", soft_wrap=True)
+    shown = row.get("name") or name  # a file's suite by the name inside it
+    out.print(f"[bold]{term(shown)}[/] ({term(row['kind'])}) · {term(detail['path'])}",
+              soft_wrap=True)
     # The file as written (escaped for the terminal), never wrapped at the terminal's width:
     # a wrapped line of a folded scalar would no longer be YAML, and users copy it.
     out.print(term(detail["yaml"].rstrip()), soft_wrap=True)

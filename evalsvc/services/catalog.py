@@ -135,21 +135,32 @@ def suite_rows() -> list[dict[str, Any]]:
     ]
 
 
-def suite_detail(name: str) -> dict[str, Any]:
+def suite_detail(name: str, *, allow_paths: bool = False) -> dict[str, Any]:
     """One catalog entry in full: ``row`` (as in :func:`suite_rows`), ``yaml`` (the file's
     text), ``path``, ``gates`` (each suite's resolved gate with its rationale and sources) and
-    ``plan`` (``evalsvc plan``'s rows: items needed, planned, calibration). ``SuiteError`` for
-    a name that is not in the catalog."""
+    ``plan`` (``evalsvc plan``'s rows: items needed, planned, calibration). With
+    ``allow_paths`` (the local CLI: the files are the user's own) ``name`` may be a suite file's
+    path, as ``compare`` and ``plan`` take one. ``SuiteError`` for a name that is neither."""
+    from pathlib import Path
+
     from evalsvc.services.planning import plan
     from evalsvc.suites import resolve
     from evalsvc.suites._registry import catalog_path
 
-    path = catalog_path(name)
-    suites = resolve([name])
+    as_file = Path(name).expanduser()
+    is_file = allow_paths and as_file.suffix in (".yaml", ".yml") and as_file.is_file()
+    if allow_paths and as_file.suffix in (".yaml", ".yml") and not is_file:
+        from evalsvc.suites import SuiteError
+
+        raise SuiteError(f"no suite file {name!r} (give a catalog name, `evalsvc suites list`, "
+                         "or the path of a suite file)")
+    path = as_file if is_file else catalog_path(name)
+    suites = resolve([name], allow_paths=is_file)
     members = {s.name: _suite_row(s) for s in suites}
-    loaded = [e for e in catalog() if e.name == name]
+    loaded = [] if is_file else [e for e in catalog() if e.name == name]
     entry = loaded[0] if loaded else None
-    row = _set_row(entry, members) if isinstance(entry, SuiteSet) else members[name]
+    own = suites[0].name if is_file else name  # a file names its suite inside it
+    row = _set_row(entry, members) if isinstance(entry, SuiteSet) else members[own]
     return {
         "name": name,
         "path": str(path),

@@ -1,6 +1,7 @@
 """One resolver for run ids: every command that names a stored run takes its id or a unique
 8+ character prefix, as ``runs list`` prints it (``baselines bless`` and ``plan --pilot-run``
-took full ids only). A real run against the loopback fault server's well-formed endpoint."""
+took full ids only), and one way to name a suite (`suites show` takes a file, as `compare` and
+`plan` do). A real run against the loopback fault server's well-formed endpoint."""
 
 from __future__ import annotations
 
@@ -47,3 +48,17 @@ def test_bless_and_plan_take_a_run_id_prefix(tmp_path: Path) -> None:
     assert made["run_id"] == run_id  # stored under the full id, never the prefix
     none = run_cli("baselines", "bless", "ffffffff", env=env)
     assert none.returncode == 2 and "no run 'ffffffff'" in none.stderr, none.stderr
+
+
+def test_suites_show_takes_a_suite_file_like_compare_and_plan(tmp_path: Path) -> None:
+    suite = tmp_path / "own.yaml"
+    suite.write_text(SUITE)
+    shown = run_cli("suites", "show", str(suite), "--json")
+    assert shown.returncode == 0, shown.stderr
+    detail = json.loads(shown.stdout)
+    assert detail["path"] == str(suite) and detail["row"]["name"] == "tiny-prefix"
+    assert detail["yaml"] == SUITE and detail["plan"][0]["suite"] == "tiny-prefix"
+    text = run_cli("suites", "show", str(suite))
+    assert text.returncode == 0 and text.stdout.startswith("tiny-prefix (reasoning)"), text.stdout
+    missing = run_cli("suites", "show", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "no suite file" in missing.stderr, missing.stderr
