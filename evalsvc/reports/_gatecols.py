@@ -34,6 +34,20 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def interval(ci: Any) -> str:
+    """An interval as text: ``[lo, hi]``; a one-sided one (a bound is None: a sampled gate's
+    exact one-sided bound) as ``(-∞, hi]`` or ``[lo, +∞)``, never ``[—, 0.015]``; ``—`` when
+    there is none."""
+    lo, hi = (list(ci) + [None, None])[:2] if isinstance(ci, (list, tuple)) else (None, None)
+    if lo is None and hi is None:
+        return "—"
+    if lo is None:
+        return f"(-∞, {_fmt(hi)}]"
+    if hi is None:
+        return f"[{_fmt(lo)}, +∞)"
+    return f"[{_fmt(lo)}, {_fmt(hi)}]"
+
+
 def gate_view(suite: dict[str, Any]) -> dict[str, Any]:
     """The numbers a table shows for one gate, as strings and raw values.
 
@@ -53,7 +67,7 @@ def gate_view(suite: dict[str, Any]) -> dict[str, Any]:
             "baseline": "—",
             "candidate": _fmt(suite.get("candidate")),
             "delta": "—",
-            "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
+            "ci": interval(ci),
             "ci_of": suite.get("metric") or "value",
             "limit": "—" if thr is None else f"threshold {sign} {thr:g}",
             "p": _fmt(suite.get("p_value"), 4),
@@ -66,7 +80,7 @@ def gate_view(suite: dict[str, Any]) -> dict[str, Any]:
         "baseline": _fmt(suite.get("baseline")),
         "candidate": _fmt(suite.get("candidate")),
         "delta": _fmt(suite.get("delta")),
-        "ci": f"[{_fmt(ci[0])}, {_fmt(ci[1])}]",
+        "ci": interval(ci),
         "ci_of": "Δ",
         "limit": "—" if margin is None else f"margin {margin:g}",
         "p": _fmt(suite.get("p_value"), 4),

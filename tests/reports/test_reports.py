@@ -193,3 +193,17 @@ def test_threshold_gates_show_the_metric_the_threshold_and_its_own_ci() -> None:
     assert row["ci"] == f"[{ci[0]:.3f}, {ci[1]:.3f}]" and row["margin"] == "threshold < 0.05"
     md = to_markdown(report)
     assert "| drift-x | kld_mean | — |" in md and "Threshold gates" in md
+
+
+def test_a_one_sided_interval_reads_as_one() -> None:
+    """An exact one-sided bound (a sampled or determinism gate: the other end infinite, None in
+    the JSON) is written as a half-open interval, never ``[—, 0.015]``."""
+    from evalsvc.reports._gatecols import gate_view, interval
+
+    assert interval([None, 0.015]) == "(-∞, 0.015]"
+    assert interval([-0.02, None]) == "[-0.020, +∞)"
+    assert interval([-0.02, 0.015]) == "[-0.020, 0.015]"
+    assert interval([None, None]) == interval(None) == "—"
+    entry = {"suite": "s", "metric": "unstable_rate", "baseline": 0.0, "candidate": 0.0,
+             "delta": 0.0, "ci": [None, 0.015], "margin": 0.1, "p_value": 0.01}
+    assert gate_view(entry)["ci"] == "(-∞, 0.015]"
