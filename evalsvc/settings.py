@@ -93,6 +93,11 @@ class Settings(BaseSettings):
             return float(value)
         return value
 
+    attest_key: Path | None = None
+    """Ed25519 private key (PEM, from ``evalsvc attest keygen``) the service signs verdicts with:
+    ``GET /api/v1/runs/{id}/attestation`` and the worker's ``<home>/attestations/RUN.intoto.json``
+    (``evalsvc.services.attest``). Unset: no attestation is made (the route answers 404)."""
+
     gate_max_margin: float = Field(default=0.25, ge=0, lt=1)
     """Largest gate margin any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
     gate_max_alpha: float = Field(default=0.10, gt=0, lt=0.5)

@@ -302,6 +302,10 @@ class GateRead(BaseModel):
     """0 pass, 1 fail, 3 inconclusive, 4 error, 5 non-comparable (docs/cli.md)."""
     reasons: list[ReasonRead] = []
     """Why the run reads its verdict: the report's run-level reasons (docs/report.md)."""
+    basis: dict[str, Any] | None = None
+    """What the verdict rests on (docs/report.md, Basis): per suite and side where the samples
+    came from, the noise floor, the helpers, and every allowed difference (each is also an
+    ``allowed_difference`` reason). None for a run without a report."""
 
 
 # ---------------------------------------------------------------------------- suites

@@ -29,6 +29,7 @@ from evalsvc.domain import (
 
 from ._common import describe, die, err, exit_for, open_store, raise_interrupt
 from ._exit import exit_code
+from ._policy import MaxReuseAgeOption, NoAllowedDifferencesOption, parse_age, print_basis, refused
 from ._report import (
     JsonOutOption,
     JunitOption,
@@ -168,6 +169,8 @@ def compare(
             "without a verdict.",
         ),
     ] = None,
+    max_reuse_age: MaxReuseAgeOption = None,
+    no_allowed_differences: NoAllowedDifferencesOption = False,
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error,
     5 non-comparable."""
@@ -180,6 +183,10 @@ def compare(
 
     if len(endpoints) < 2:
         raise die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
+    try:
+        parse_age(max_reuse_age)  # a bad age is a usage error before any request
+    except typer.BadParameter as exc:
+        raise die(f"--max-reuse-age: {exc}", EXIT_CODES["usage"]) from exc
     names = get_args(ComparabilityField)
     for name in allow_difference or []:
         if name not in names:
@@ -217,7 +224,8 @@ def compare(
     if server:
         raise typer.Exit(
             compare_remote(
-                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout
+                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout,
+                policy=lambda r: refused(r, max_reuse_age, no_allowed_differences),
             )
         )
     store = open_store(db)
@@ -289,11 +297,15 @@ def compare(
 
     for line in reuse_lines(report):  # blessed baselines: what was not sent to the baseline
         err.print(f"[cyan]baseline:[/] {term(line)}")
+    print_basis(report)  # what the verdict rests on (docs/report.md, Basis)
     if report.get("error"):
         err.print(f"[bold magenta]error:[/] {term(report['error'])}")
     verdict = report["verdict"]
     print_verdict(verdict, report["run_id"])
-    raise typer.Exit(runs.exit_code(verdict))
+    code = runs.exit_code(verdict)
+    if refused(report, max_reuse_age, no_allowed_differences) and code == 0:
+        code = EXIT_CODES["fail"]  # the pipeline's policy refuses what this pass rests on
+    raise typer.Exit(code)
 
 
 def gate_logs(

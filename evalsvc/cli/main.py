@@ -95,6 +95,10 @@ def _commands(parent: typer.Typer, name: str) -> None:
         from evalsvc.cli.tokens import app as tokens_app
 
         parent.add_typer(tokens_app, name="tokens", help="Bearer tokens of the REST API.")
+    elif name == "attest":
+        from evalsvc.cli.attest import app as attest_app
+
+        parent.add_typer(attest_app, name="attest")
     elif name == "alerts":
         from evalsvc.cli.alerts import app as alerts_app
 
@@ -107,7 +111,7 @@ def _commands(parent: typer.Typer, name: str) -> None:
 COMMANDS = (
     "compare", "gate-logs", "plan", "calibrate", "worker", "export", "sweep",
     "suites", "endpoints", "local", "db", "runs", "schedules", "baselines", "calibrations", "api",
-    "tokens", "alerts",
+    "tokens", "alerts", "attest",
 )
 
 
@@ -152,6 +156,7 @@ SHORT_HELP: dict[str, str] = {
     "api": "The REST API server.",
     "tokens": "Bearer tokens of the REST API.",
     "alerts": "Alerts raised by finished runs: list, ack.",
+    "attest": "Signed verdicts: attest RUN, keygen, verify.",
 }
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,12 @@ def compare_remote(
     junit: Path | None,
     markdown: Path | None,
     wait_timeout: float | None = None,
+    *,
+    policy: Callable[[dict[str, Any]], bool] | None = None,
 ) -> int:
     """Submit to ``POST /api/v1/runs``, show the run's progress and wait for its gate.
+    ``policy(report)`` True (it refused what the verdict rests on, and said why) turns a pass
+    into exit 1.
 
     Every exit writes the report files asked for (an error report when there is no verdict).
     Ctrl-C, SIGTERM and ``--wait-timeout`` cancel the run on the server (``POST
@@ -131,9 +136,16 @@ def compare_remote(
     write_outputs(report, json_out, junit, markdown)  # first: printing cannot lose them
     err.print(verdict_table(report))
     print_headlines(report)
+    from ._policy import print_basis
+
+    print_basis(report)  # what the verdict rests on (docs/report.md, Basis)
     verdict = report["verdict"]
     print_verdict(verdict, run_id)
-    return verdict_exit_code(verdict)
+    code = verdict_exit_code(verdict)
+    # The pipeline's policy on what the verdict rests on (compare --max-reuse-age, ...).
+    if policy is not None and policy(report) and code == 0:
+        code = 1
+    return code
 
 
 def calibrate_remote(

@@ -20,12 +20,13 @@ from rich.console import Console
 from rich.table import Table
 
 from evalsvc.db import StoreError
-from evalsvc.domain import RunInfo, RunStatus, RunVerdict
+from evalsvc.domain import EXIT_CODES, RunInfo, RunStatus, RunVerdict
 from evalsvc.endpoints import redact_urls_in
 from evalsvc.services import history
 
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
 from ._exit import exit_code
+from ._policy import MaxReuseAgeOption, NoAllowedDifferencesOption, parse_age, refusals
 from ._safe import plain, term
 
 if TYPE_CHECKING:
@@ -214,9 +215,19 @@ def report(
 
 
 @app.command("gate")
-def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOption = None) -> None:
+def gate(
+    run: RunArg,
+    as_json: JsonOption = False,
+    database_url: DatabaseUrlOption = None,
+    max_reuse_age: MaxReuseAgeOption = None,
+    no_allowed_differences: NoAllowedDifferencesOption = False,
+) -> None:
     """Print the run's verdict and exit with its code (0 pass, 1 fail, 3 inconclusive, 4 error,
-    5 non-comparable)."""
+    5 non-comparable); a pass whose basis the policy options refuse exits 1."""
+    try:
+        parse_age(max_reuse_age)
+    except typer.BadParameter as exc:
+        fail(f"--max-reuse-age: {exc}", EXIT_CONFIG)
     store, info = _with_run(database_url, run)
     try:
         report = store.get_report(info.id)
@@ -228,14 +239,18 @@ def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
         g = history.gate(info, report)
     except history.RunNotFinished as err:
         fail(str(err), exit_code(err))
+    why_not = refusals(report, max_reuse_age, no_allowed_differences)
+    code = EXIT_CODES["fail"] if why_not and g.exit_code == 0 else g.exit_code
     if as_json:
         _emit_json(
             {
                 "run_id": g.run_id,
                 "status": g.status.value,
                 "verdict": g.verdict,
-                "exit_code": g.exit_code,
+                "exit_code": code,
                 "reasons": list(g.reasons),
+                "basis": g.basis,
+                "refused_by_policy": why_not,
             }
         )
     else:
@@ -247,4 +262,12 @@ def gate(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
             where = f"{r['suite']} · " if r.get("suite") else ""
             typer.echo(f"  - {plain(who + where)}{plain(r['code'])}: {plain(r['message'])}",
                        err=True)
-    raise typer.Exit(g.exit_code)
+        from evalsvc.reports import basis_lines
+
+        for line in basis_lines(g.basis or {}):
+            typer.echo(f"  basis: {plain(line)}", err=True)
+        for line in why_not:
+            typer.echo(f"  refused by policy: {plain(line)}", err=True)
+        if code != g.exit_code:
+            typer.echo(f"run {g.run_id}: {g.verdict}, refused by policy (exit {code})", err=True)
+    raise typer.Exit(code)

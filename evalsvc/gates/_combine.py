@@ -73,6 +73,7 @@ ReasonCode = Literal[
     "no_gated_suites",  # nothing was gated, so nothing can pass
     "error_budget",  # too many items errored: no verdict (run verdict ``error``)
     "infrastructure_error",  # the run reached no verdict (endpoint unreachable, cancelled, ...)
+    "allowed_difference",  # a difference beyond quantization the run or its suites allowed
 ]
 
 #: Every reason code, in the order a reader should see them (blocking ones first).

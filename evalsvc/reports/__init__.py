@@ -8,6 +8,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from evalsvc.reports._basis import basis, basis_lines, basis_of, policy_refusals
 from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline, suite_findings
 from evalsvc.reports._gatecols import is_threshold, reason_lines, reasons_of
@@ -34,17 +35,21 @@ def report_schema() -> dict[str, Any]:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "basis",
+    "basis_lines",
+    "basis_of",
     "build_report",
     "endpoint_label",
     "error_report",
     "findings",
     "headline",
     "human_age",
+    "shown_endpoint",
     "is_threshold",
     "md_text",
     "noise_text",
+    "policy_refusals",
     "reason_lines",
-    "shown_endpoint",
     "reasons_of",
     "redact_report",
     "report_schema",

@@ -22,6 +22,7 @@ from evalsvc.domain import EndpointRef, Provenance, provenance_fingerprint
 from evalsvc.endpoints import redact_text, redact_url
 from evalsvc.runner import HelperProbe, RunResult
 
+from ._basis import basis, basis_lines
 from ._findings import findings, headline, suite_findings
 from ._gatecols import gate_view, reason_lines, reasons_of
 from ._reuse import reuse_lines
@@ -223,6 +224,11 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += [f"> Warning: {m(w)}", ""]
     # Blessed baselines (evalsvc baselines bless): which suites' baseline was not sent again.
     lines += [f"> Baseline: {m(line)}\n" for line in reuse_lines(report)]
+    # What the verdict rests on: where each side's samples came from, the noise floor, the
+    # judge, and every allowed difference (docs/report.md, Basis).
+    rests = basis_lines(basis(report))
+    if rests:
+        lines += ["What the verdict rests on:", "", *(f"- {m(line)}" for line in rests), ""]
     labels = _role_labels(report)
     said: set[tuple[Any, ...]] = set()  # each reason once: here, or under its suite
     if reasons_of(report):
@@ -337,6 +343,9 @@ def to_junit(report: dict[str, Any]) -> str:
         # Reasons of a suite are said once, on its testcase; the candidate's others here.
         for line in reason_lines({"reasons": [r for r in reasons_of(cand) if not r.get("suite")]}):
             ET.SubElement(props, "property", name="reason", value=x(line))
+        # What the verdict rests on (docs/report.md, Basis), for CI tools that show properties.
+        for line in basis_lines(basis(report)):
+            ET.SubElement(props, "property", name="basis", value=x(line))
         t = f = e = sk = 0
         for s in cand["suites"]:
             t += 1

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from evalsvc.domain import Provenance, RunOptions, Sample
 from evalsvc.gates import (
     Difference,
+    Reason,
     blocking,
     context_difference,
     is_refusal,
@@ -47,6 +48,16 @@ class Comparability:
             "differences": [d.to_dict() for d in self.differences],
             "allowed": [d.to_dict() for d in self.allowed],
         }
+
+
+def allowed_reasons(found: Comparability) -> tuple[Reason, ...]:
+    """One ``allowed_difference`` reason per allowed difference: it decides nothing, but the
+    verdict rests on it, so it is said beside the verdict's other reasons (never silent)."""
+    return tuple(
+        Reason("allowed_difference", f"{d.field} differs, as the run or its suites allow: "
+               f"{d.message}", d.suite)
+        for d in found.allowed
+    )
 
 
 def run_allows(options: RunOptions) -> list[str]:
@@ -98,14 +109,33 @@ def refusals(
     *,
     counts: tuple[int, int] | None = None,
     examples: Sequence[str] = (),
+    allowed: list[Difference] | None = None,
 ) -> Difference | None:
     """A ``sample_counts`` difference for ``suite`` when one side refused more items than the
     other beyond the error budget (``evalsvc.gates.refusal_difference``), unless the run or the
-    suite allows it. ``counts`` (baseline, candidate) replaces counting ``baseline`` and
+    suite allows it: then it is appended to ``allowed`` (the report's basis names it) and None
+    is returned. ``counts`` (baseline, candidate) replaces counting ``baseline`` and
     ``candidate`` for a streaming suite, which keeps only its error examples: its errors count
     as refusals when every example is one."""
-    if "sample_counts" in run_allows(options) or "sample_counts" in _suite_allow(suite):
+    found = _unequal_refusals(suite, planned, baseline, candidate, options, counts, examples)
+    if found is not None and (
+        "sample_counts" in run_allows(options) or "sample_counts" in _suite_allow(suite)
+    ):
+        if allowed is not None:
+            allowed.append(found)
         return None
+    return found
+
+
+def _unequal_refusals(
+    suite: Suite,
+    planned: int,
+    baseline: Sequence[Sample],
+    candidate: Sequence[Sample],
+    options: RunOptions,
+    counts: tuple[int, int] | None,
+    examples: Sequence[str],
+) -> Difference | None:
     if counts is not None:
         if not examples or not all(is_refusal(e) for e in examples):
             return None

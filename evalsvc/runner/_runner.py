@@ -84,7 +84,7 @@ from evalsvc.runner._common import (
     InfrastructureError,
     suite_concurrency,
 )
-from evalsvc.runner._comparable import Comparability, incomparable, refusals
+from evalsvc.runner._comparable import Comparability, allowed_reasons, incomparable, refusals
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, PairedColumns, Suite, flips, pilot_name
@@ -1050,6 +1050,9 @@ def _gate_all(
                 CandidateDecision("inconclusive", tuple(skip_reasons)),
                 cres.comparability.differences,
             )
+            decision = replace(
+                decision, reasons=(*decision.reasons, *allowed_reasons(cres.comparability))
+            )
             cres.verdict, cres.reasons = decision.verdict, list(decision.reasons)
             decisions.append((role, decision))
             results.append(cres)
@@ -1076,7 +1079,8 @@ def _gate_all(
             error_rate = res.n_errors / planned if planned else 0.0
             counts = (cols.errored("baseline"), cols.errored(role)) if cols is not None else None
             unequal = refusals(suite, planned, base_s, cand_s, options, counts=counts,
-                               examples=errors if cols is not None else ())
+                               examples=errors if cols is not None else (),
+                               allowed=cres.comparability.allowed)
             if unequal is not None:
                 # One side refused what the other answered: not the same items on both sides,
                 # so not a comparison (and not an outage to retry either).
@@ -1108,6 +1112,10 @@ def _gate_all(
         if refused:
             decision = non_comparable(decision, refused)
             cres.comparability.differences.extend(refused)
+        # Allowed differences decide nothing but are said with the verdict (the report's basis).
+        decision = replace(
+            decision, reasons=(*decision.reasons, *allowed_reasons(cres.comparability))
+        )
         cres.verdict = decision.verdict
         cres.reasons = list(decision.reasons)
         decisions.append((role, decision))

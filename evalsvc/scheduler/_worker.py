@@ -76,10 +76,14 @@ def default_executor(store: Store, run: RunInfo, cancel: threading.Event, worker
 
 def default_after_run(store: Store, run_id: str, worker_id: str) -> None:
     """Raise and deliver the alerts of a run the worker finished
-    (``evalsvc.services.alerts.after_run``, imported lazily as above; it never raises)."""
+    (``evalsvc.services.alerts.after_run``, imported lazily as above; it never raises), then,
+    when ``EVALSVC_ATTEST_KEY`` is set, write its signed verdict
+    (``evalsvc.services.attest.write_after_run``; it never raises either)."""
     from evalsvc.services.alerts import after_run  # type: ignore[import-not-found,unused-ignore]
+    from evalsvc.services.attest import write_after_run  # type: ignore[import-not-found,unused-ignore]
 
     after_run(store, run_id, owner=worker_id)
+    write_after_run(store, run_id)
 
 
 def default_sweep_executor(

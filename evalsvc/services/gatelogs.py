@@ -56,7 +56,7 @@ from evalsvc.domain import (
     Sample,
 )
 from evalsvc.gates import GatePolicyError
-from evalsvc.reports import build_report
+from evalsvc.reports import basis_of, build_report
 from evalsvc.runner import CancelledRun, gate_samples
 from evalsvc.services.runs import UsageError, check_server_limits, gate_limits
 from evalsvc.settings import Settings
@@ -391,6 +391,7 @@ def _gate_and_store(
         for sres in cres.suites:
             sres.details["log_pairs"] = p.pair_counts[sres.suite]
     report = build_report(result)
+    report["basis"] = basis_of(report)  # the logs' samples, and what else the verdict rests on
     store.save_gate_results(
         run_id,
         [

@@ -136,6 +136,9 @@ class Gate:
     """Why the run reads its verdict: the stored report's run-level ``reasons`` (``code``,
     ``suite``, ``candidate``, ``message``; docs/report.md), or one ``infrastructure_error``
     reason for a run that ended without a report."""
+    basis: dict[str, Any] | None = None
+    """What the verdict rests on (the report's ``basis``, derived for older reports); None
+    without a report."""
 
 
 def gate(run: RunInfo, report: dict[str, Any] | None = None) -> Gate:
@@ -161,8 +164,11 @@ def gate(run: RunInfo, report: dict[str, Any] | None = None) -> Gate:
     if not reasons and verdict == "error":
         why = run.error or f"the run is {run.status.value}"
         reasons = [{"code": "infrastructure_error", "suite": None, "message": why}]
+    from evalsvc.reports import basis
+
     return Gate(run_id=run.id, status=run.status, verdict=verdict, exit_code=EXIT_CODES[verdict],
-                reasons=tuple(redact_urls_in(reasons)))
+                reasons=tuple(redact_urls_in(reasons)),
+                basis=redact_urls_in(basis(report)) if report else None)
 
 
 def cancel(store: Store, run: RunInfo) -> RunInfo:

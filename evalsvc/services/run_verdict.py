@@ -372,12 +372,13 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
     ``verdict`` and ``status``; ``headline`` (ship / do not ship / cannot tell yet);
     ``blocking``: one entry per suite that keeps the run from passing (candidate, suite,
     verdict, its reasons, its next step); ``info``: reasons that do not block (passes, not gated
-    suites); ``next``: the distinct next steps, most important first.
+    suites); ``allowed``: the ``allowed_difference`` reasons (shown, never folded away);
+    ``next``: the distinct next steps, most important first.
     """
     verdict = (report or {}).get("verdict") or run.verdict
     status = run.status.value
     out: dict[str, Any] = {"verdict": verdict, "status": status, "blocking": [], "info": [],
-                           "next": [], "error": run.error}
+                           "allowed": [], "next": [], "error": run.error}
     if report is None:
         out["headline"] = (
             "no verdict yet: the run is " + status if status in ("queued", "running")
@@ -433,7 +434,10 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
                 seen_next.add(step["text"])
                 out["next"].insert(0, step)
             continue
-        if code in ("passed", "not_gated", "skipped"):
+        if code == "allowed_difference":
+            # Never folded away: the verdict rests on a difference beyond quantization.
+            out["allowed"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
+        elif code in ("passed", "not_gated", "skipped"):
             out["info"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
         elif code in ("error_budget", "no_gated_suites", "infrastructure_error"):
             if any(b["role"] == r.get("candidate") and b["suite"] == r.get("suite")

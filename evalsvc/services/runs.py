@@ -42,7 +42,7 @@ from evalsvc.endpoints import (
     under_root,
 )
 from evalsvc.gates import GateLimits, GatePolicyError
-from evalsvc.reports import build_report
+from evalsvc.reports import basis_of, build_report
 from evalsvc.runner import (
     CancelledRun,
     CapabilityError,
@@ -593,6 +593,8 @@ def _execute(
         raise
     writer.flush()
     report = reuse.annotate(build_report(result))
+    # What the verdict rests on (docs/report.md, Basis): after the reuse entries it reads.
+    report["basis"] = basis_of(report)
     store.save_gate_results(
         run.id,
         [

@@ -162,7 +162,35 @@ def get_gate(run_id: PathKey, store: StoreDep, _: ReadScope) -> GateRead:
     except history.RunNotFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
     return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=g.exit_code,
-                    reasons=[ReasonRead.model_validate(r) for r in g.reasons])
+                    reasons=[ReasonRead.model_validate(r) for r in g.reasons], basis=g.basis)
+
+
+@router.get(
+    "/{run_id}/attestation",
+    response_model=dict[str, Any],
+    responses={
+        404: {"model": Problem, "description": "No such run, or no signing key is configured "
+              "(EVALSVC_ATTEST_KEY)."},
+        409: {"model": Problem, "description": "The run is not finished yet."},
+    },
+)
+def get_attestation(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]:
+    """The run's verdict as an in-toto Statement in a DSSE envelope signed with the service's
+    Ed25519 key (``evalsvc attest verify FILE --key PUB`` checks it; docs/api.md)."""
+    from evalsvc.services import attest
+
+    run = _get(store, run_id)
+    try:
+        key = attest.service_key()
+    except attest.AttestKeyMissing as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, str(exc)) from exc
+    except ValueError as exc:  # a key that cannot be read: the operator's to fix
+        raise HTTPException(status.HTTP_500_INTERNAL_SERVER_ERROR,
+                            f"the signing key cannot be used: {exc}") from exc
+    try:
+        return attest.attest_run(store, run.id, key)
+    except history.RunNotFinished as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
 
 
 @router.post(

@@ -417,9 +417,21 @@ def run_page(store: Store, run_id: str) -> dict[str, Any]:
         # The decision banner and the gates table on one scale (evalsvc.services.run_verdict).
         "banner": run_verdict.banner(store, run, report),
         "gate_table": _with_flips(run_verdict.gate_table(report)),
+        # What the verdict rests on (docs/report.md, Basis): one line per suite and per
+        # allowed difference; the allowed ones are also flagged in the banner.
+        "basis": _basis(report),
         "provenance": _provenance(snapshots, run),
         "progress": _progress(run, stored, labels),
     }
+
+
+def _basis(report: dict[str, Any] | None) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    from evalsvc.reports import basis, basis_lines
+
+    b = basis(report)
+    return {"lines": basis_lines(b), "allowed": b.get("allowed_differences") or []}
 
 
 def _with_flips(table: dict[str, Any]) -> dict[str, Any]:
