@@ -262,13 +262,13 @@ def _next_step(
                     "command": None}
         planned = None if logs else _plan_n(store, run, suite)
         held = _items_available(s)
-        need = max([x for x in ((planned or {}).get("items"), _scaled_n(s or {}))
+        most = max([x for x in ((planned or {}).get("items"), _scaled_n(s or {}))
                     if isinstance(x, int)], default=None)
-        if not logs and held is not None and need is not None and need > held:
+        if not logs and held is not None and most is not None and most > held:
             # Never ask for more items than the suite has: only more data adds them.
-            return {"text": f"{what}: {suite} needs about n = {need} items and its data holds "
-                            f"{held} rows (this run: n = {ran_n}): add rows (at least {need} "
-                            "in all) and re-run", "command": None, "n": need}
+            return {"text": f"{what}: {suite} needs about n = {most} items and its data holds "
+                            f"{held} rows (this run: n = {ran_n}): add rows (at least {most} "
+                            "in all) and re-run", "command": None, "n": most}
         cmd = f"evalsvc plan --suite {suite} --pilot-run {short}"
         if planned is not None and planned["items"] > ran_n:
             return {"text": f"{what}: `{cmd}` says n = {planned['items']} items "
@@ -301,6 +301,11 @@ def _next_step(
     if code == "insufficient_data" and suite:
         msg = " ".join(r.get("message", "") for r in (s or {}).get("reasons") or [])
         m = re.search(r"minimum of (\d+)", msg)
+        held = _items_available(s)
+        if not logs and m and held is not None and int(m.group(1)) > held:
+            return {"text": f"{suite} cannot decide at this size: it needs at least "
+                            f"{m.group(1)} items and its data holds {held} rows: add rows",
+                    "command": None}
         need = f"at least {m.group(1)} items" if m else "more items"
         how = "log and gate" if logs else "re-run it with"
         return {"text": f"{suite} cannot decide at this size: {how} {need}"
