@@ -298,3 +298,22 @@ def test_rest_attestation_and_the_worker(runs: Runs, monkeypatch: pytest.MonkeyP
     written = runs.tmp / "home" / "attestations" / f"{queued.id}.intoto.json"
     ok = attest.verify(json.loads(written.read_text()), public)
     assert ok.predicate["run_id"] == queued.id
+
+
+def test_the_pipeline_examples_verify_before_they_deploy() -> None:
+    """README's pipelines (examples/ci) deploy only after ``attest verify --require pass``."""
+    import yaml
+
+    from tests.fixtures.db import REPO_ROOT
+
+    gha = yaml.safe_load((REPO_ROOT / "examples" / "ci" / "github-actions.yml").read_text())
+    names = [s.get("name", "") for s in gha["jobs"]["gate"]["steps"]]
+    verify = names.index("Verify the signed verdict")
+    assert verify < names.index("Deploy the candidate")
+    assert "evalsvc attest verify" in gha["jobs"]["gate"]["steps"][verify]["run"]
+    assert "--require pass" in gha["jobs"]["gate"]["steps"][verify]["run"]
+    gitlab = yaml.safe_load((REPO_ROOT / "examples" / "ci" / "gitlab-ci.yml").read_text())
+    deploy = "\n".join(gitlab["evalsvc-deploy"]["script"])
+    assert gitlab["evalsvc-deploy"]["needs"] == ["evalsvc-gate"]
+    assert deploy.index("evalsvc attest verify") < deploy.index("echo \"deploy")
+    assert "--require pass" in deploy
