@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, get_args
 
 import typer
-from rich.progress import Progress as RichProgress
 
 from evalsvc.cli._safe import term
 from evalsvc.domain import (
@@ -30,14 +29,13 @@ from evalsvc.domain import (
 from ._common import describe, die, err, exit_for, open_store, raise_interrupt
 from ._exit import exit_code
 from ._policy import MaxReuseAgeOption, NoAllowedDifferencesOption, parse_age, print_basis, refused
+from ._progress import progress_view
 from ._report import (
     JsonOutOption,
     JunitOption,
     MarkdownOption,
-    RichProgressBars,
     print_headlines,
     print_verdict,
-    progress_columns,
     verdict_table,
     write_outputs,
 )
@@ -67,10 +65,14 @@ def compare(
     ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight per endpoint.")] = 8,
     margin: Annotated[
-        float | None, typer.Option(min=0.0, help="Non-inferiority margin δ for every gate.")
+        float | None, typer.Option(
+            min=0.0, help="Non-inferiority margin δ for every gate; tighten only: at most each "
+            "suite's own margin (a larger one is refused, exit 2).")
     ] = None,
     alpha: Annotated[
-        float | None, typer.Option(min=0.0, max=0.5, help="Significance level for every gate.")
+        float | None, typer.Option(
+            min=0.0, max=0.5, help="Significance level for every gate; tighten only: at most "
+            "each suite's own α (a larger one is refused, exit 2).")
     ] = None,
     recovery_min: Annotated[
         float | None,
@@ -172,8 +174,8 @@ def compare(
     max_reuse_age: MaxReuseAgeOption = None,
     no_allowed_differences: NoAllowedDifferencesOption = False,
 ) -> None:
-    """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 3 inconclusive, 4 error,
-    5 non-comparable."""
+    """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 2 usage
+    or configuration error, 3 inconclusive, 4 infrastructure error, 5 non-comparable."""
     from pydantic import ValidationError
 
     from evalsvc.db import StoreError
@@ -246,7 +248,6 @@ def compare(
 
     labels = {"baseline": f"baseline {label(refs[0])}"}
     labels.update({f"candidate:{i}": f"candidate {label(r)}" for i, r in enumerate(refs[1:])})
-    columns = progress_columns(err.width)  # the time left stays whole on 80 columns
 
     created: list[str] = []  # the run's id, once the service has recorded it
 
@@ -270,15 +271,10 @@ def compare(
         return die(message, exit_code(exc))
 
     try:
-        # Two redraws a second: at the default ten the bar's thread took a tenth of the CPU of a
-        # fast run (docs/benchmarks.md, "Evaluator speed").
-        with RichProgress(*columns, console=err, transient=False, refresh_per_second=2) as bar:
-            bars = RichProgressBars(bar, labels)
-            try:
-                report = runs.compare(spec, store=store, progress=bars,
-                                      on_created=created.append)
-            finally:
-                bars.flush()  # the last counts, before the bars' final redraw
+        # Live bars on a terminal; plain lines at least every 30 s in a CI log (_progress).
+        with progress_view(err, labels) as bars:
+            report = runs.compare(spec, store=store, progress=bars,  # type: ignore[arg-type]
+                                  on_created=created.append)
     # Usage (2): bad suites or options, a capability an endpoint lacks. Infrastructure (4): an
     # endpoint down, the error budget spent, the database lost or refusing writes mid-run, or
     # Ctrl-C/SIGTERM (the run is recorded as error by the service; without this click would

@@ -135,6 +135,20 @@ def suite_rows() -> list[dict[str, Any]]:
     ]
 
 
+def _gate_detail(suite: Suite) -> dict[str, Any]:
+    """A suite's resolved gate with why: the kind default's rationale, prefixed, where the
+    suite's own policy changed the margin, with the margin it set (``suites show gpu`` read "a
+    tighter 3-point margin is affordable" beside its margin 0.05)."""
+    gate = suite.gate.to_dict()
+    default = suite.default_gate()
+    why = default.rationale or ""
+    origin = (gate.get("origin") or {}).get("margin")
+    if origin == "suite policy" and gate.get("margin") != default.margin:
+        why = (f"margin {gate.get('margin'):g} set by this suite (its description says why; the "
+               f"{suite.kind} default is {default.margin:g}: {why})")
+    return {**gate, "rationale": why, "sources": list(default.sources)}
+
+
 def suite_detail(name: str, *, allow_paths: bool = False) -> dict[str, Any]:
     """One catalog entry in full: ``row`` (as in :func:`suite_rows`), ``yaml`` (the file's
     text), ``path``, ``gates`` (each suite's resolved gate with its rationale and sources) and
@@ -167,13 +181,6 @@ def suite_detail(name: str, *, allow_paths: bool = False) -> dict[str, Any]:
         "yaml": path.read_text(encoding="utf-8"),
         "row": row,
         "suites": [members[s.name] for s in suites],
-        "gates": {
-            s.name: {
-                **s.gate.to_dict(),
-                "rationale": s.default_gate().rationale,
-                "sources": list(s.default_gate().sources),
-            }
-            for s in suites
-        },
+        "gates": {s.name: _gate_detail(s) for s in suites},
         "plan": plan(suites=[name], margin=None, alpha=None),
     }

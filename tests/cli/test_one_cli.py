@@ -62,3 +62,26 @@ def test_suites_show_takes_a_suite_file_like_compare_and_plan(tmp_path: Path) ->
     assert text.returncode == 0 and text.stdout.startswith("tiny-prefix (reasoning)"), text.stdout
     missing = run_cli("suites", "show", str(tmp_path / "nope.yaml"))
     assert missing.returncode == 2 and "no suite file" in missing.stderr, missing.stderr
+
+
+def test_compare_help_says_margin_and_alpha_only_tighten_and_every_exit_code() -> None:
+    r = run_cli("compare", "--help", env={"COLUMNS": "400"})
+    text = " ".join(r.stdout.split())
+    assert r.returncode == 0
+    assert "Exit 0 pass, 1 fail, 2 usage or configuration error, 3 inconclusive, 4 " \
+           "infrastructure error, 5 non-comparable" in text, text
+    assert text.count("tighten only") >= 2  # --margin and --alpha
+
+
+def test_suites_show_gives_the_suites_own_margin_before_the_kind_defaults_reason() -> None:
+    """``suites show gpu`` read "a tighter 3-point margin is affordable" beside the 5-point
+    margin lmeval-mc-gpu sets: a suite policy's margin now says so first."""
+    r = run_cli("suites", "show", "gpu", "--json")
+    assert r.returncode == 0, r.stderr
+    gates = json.loads(r.stdout)["gates"]
+    lm = gates["lmeval-mc-gpu"]
+    assert lm["margin"] == 0.05 and lm["origin"]["margin"] == "suite policy"
+    assert lm["rationale"].startswith("margin 0.05 set by this suite"), lm["rationale"]
+    for name, gate in gates.items():  # the kind's own reason stays where its margin is used
+        if gate["origin"].get("margin") != "suite policy":
+            assert not gate["rationale"].startswith("margin "), name
