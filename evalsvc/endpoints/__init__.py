@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ToolCall,
         root_url,
         status_line,
+        unicode_text,
     )
     from evalsvc.endpoints._egress import (
         EgressPolicy,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         CAPABILITIES,
         OPTIONAL_CAPABILITIES,
         BaseUrlError,
+        NotOpenAIServer,
         probe,
     )
     from evalsvc.endpoints._tokenizer import LocalTokenizer, under_root
@@ -52,6 +54,7 @@ __all__ = [
     "EndpointError",
     "GuardedResolver",
     "LocalTokenizer",
+    "NotOpenAIServer",
     "OPTIONAL_CAPABILITIES",
     "TokenLogprob",
     "ToolCall",
@@ -65,6 +68,7 @@ __all__ = [
     "root_url",
     "status_line",
     "under_root",
+    "unicode_text",
 ]
 
 #: Where each lazily loaded name lives.
@@ -76,11 +80,13 @@ _LAZY = {
     "ToolCall": "_client",
     "root_url": "_client",
     "status_line": "_client",
+    "unicode_text": "_client",
     "EgressPolicy": "_egress",
     "EgressRefused": "_egress",
     "GuardedResolver": "_egress",
     "literal_address": "_egress",
     "BaseUrlError": "_probe",
+    "NotOpenAIServer": "_probe",
     "CAPABILITIES": "_probe",
     "OPTIONAL_CAPABILITIES": "_probe",
     "probe": "_probe",

@@ -20,7 +20,12 @@ Contract:
   by the static check when the client is built, and proxy variables are ignored. URLs with userinfo are refused in
   every mode. A refused endpoint sends nothing: every request fails with ``refusal``.
 - Generation calls never raise for a failed request: they return a ``Completion`` whose ``error``
-  names what went wrong, so that a run records the error as a sample and goes on.
+  names what went wrong, so that a run records the error as a sample and goes on. A body or
+  stream event that is not JSON, or nests past the parser's depth, is such an error
+  (``malformed JSON body: nested too deeply to read``), never an exception; the answer's texts
+  (content, reasoning, tool names and arguments) come back as valid Unicode (``unicode_text``).
+- A connection refused reads ``nothing listens on HOST:PORT — is the server running, is the
+  port right?``, a name that does not resolve ``cannot resolve the host name ...``.
 - Token-level logprobs are normalised into ``TokenLogprob`` lists whichever API shape the engine
   used (chat ``logprobs.content`` or completions ``logprobs.tokens``/``top_logprobs``).
 - Tool calls (``message.tool_calls``, or streamed ``delta.tool_calls`` merged by their
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -369,7 +375,14 @@ class EndpointClient:
         status, data = await self._send(method, url, body)
         try:
             return status, json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except RecursionError:
+            # Python's parser recurses per level: ``[`` × 5,000 is a RecursionError, which a
+            # caller catching ValueError let through (the probe called the server unreachable).
+            raise EndpointError(
+                f"malformed JSON body: nested too deeply to read ({status_line(status)})",
+                status=status,
+            ) from None
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, the int-digits limit
             raise EndpointError(
                 f"malformed JSON body ({status_line(status)})", status=status
             ) from exc
@@ -570,8 +583,8 @@ class EndpointClient:
                         pieces.append(delta_text)
                     _merge_chunk(out, chunk)
                     _merge_tool_deltas(calls, chunk)
-            out.text = "".join(pieces)
-            out.reasoning = "".join(thought) if thought else None
+            out.text = unicode_text("".join(pieces))
+            out.reasoning = unicode_text("".join(thought)) if thought else None
             out.tool_calls = _assembled_calls(calls)
             return out
 
@@ -596,6 +609,16 @@ def failure_class(exc: BaseException) -> str:
     Socket errors (refused, reset, TLS verification) are the local OS's or ssl's words and are
     kept, on one line and redacted."""
     name = type(exc).__name__
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        # The two a user meets first (a wrong port, a server not started, a mistyped host) in
+        # words that name the fix, not aiohttp's ("Cannot connect to host ... ssl:default
+        # [Connect call failed ...]").
+        where = f"[{exc.host}]" if ":" in exc.host else exc.host
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return (f"nothing listens on {where}:{exc.port} — is the server running, is the "
+                    "port right?")
+        if isinstance(exc.os_error, socket.gaierror):
+            return f"cannot resolve the host name {where[:200]} — is the host name right?"
     if isinstance(exc, aiohttp.ClientResponseError | aiohttp.ClientPayloadError):
         # aiohttp's message quotes the offending status line, header or body piece.
         return f"protocol error: the answer is not valid HTTP ({name})"
@@ -706,7 +729,9 @@ async def _sse_events(
             return
         try:
             event = json.loads(payload)
-        except json.JSONDecodeError as exc:
+        except RecursionError:
+            raise EndpointError("malformed stream event: nested too deeply to read") from None
+        except ValueError as exc:  # JSONDecodeError, the int-digits limit
             raise EndpointError("malformed stream event (not JSON)") from exc
         if isinstance(event, dict) and "error" in event:
             raise EndpointError("the stream sent an error event")
@@ -753,7 +778,8 @@ def _assembled_calls(calls: dict[int, dict[str, Any]]) -> list[ToolCall] | None:
     if not calls:
         return None
     return [
-        ToolCall(name=c["name"], arguments="".join(c["arguments"]), id=c["id"])
+        ToolCall(name=unicode_text(c["name"]), arguments=unicode_text("".join(c["arguments"])),
+                 id=c["id"])
         for _, c in sorted(calls.items())
     ]
 
@@ -769,8 +795,8 @@ def _parse_tool_calls(raw: Any) -> list[ToolCall] | None:
             continue
         args = fn.get("arguments")
         out.append(ToolCall(
-            name=str(fn.get("name") or ""),
-            arguments=args if isinstance(args, str) else json.dumps(args),
+            name=unicode_text(str(fn.get("name") or "")),
+            arguments=unicode_text(args if isinstance(args, str) else json.dumps(args)),
             id=str(entry["id"]) if entry.get("id") else None,
         ))
     return out or None
@@ -815,6 +841,18 @@ def _merge_chunk(out: Completion, chunk: dict[str, Any]) -> None:
             out.logprobs = (out.logprobs or []) + lp
 
 
+def unicode_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD. ``json.loads`` turns ``"\\ud800"``
+    into a string UTF-8 cannot encode, and the store writes UTF-8: one such answer ended a run
+    with ``UnicodeEncodeError`` (RFC 7493, I-JSON, forbids them; a well-formed answer has none,
+    so the check costs one encode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return text
+
+
 def _parse_response(data: Any, status: int) -> Completion:
     if status != 200:
         # The status line only: the body is the endpoint's text (see the module contract).
@@ -838,14 +876,14 @@ def _parse_response(data: Any, status: int) -> Completion:
         text = choice.get("text") or ""
     usage: dict[str, Any] = data["usage"] if isinstance(data.get("usage"), dict) else {}
     out = Completion(
-        text=str(text),
+        text=unicode_text(str(text)),
         finish_reason=choice.get("finish_reason"),
         prompt_tokens=usage.get("prompt_tokens"),
         completion_tokens=usage.get("completion_tokens"),
         logprobs=_parse_logprobs(choice.get("logprobs")),
         status_code=status,
         tool_calls=calls,
-        reasoning=reasoning,
+        reasoning=None if reasoning is None else unicode_text(reasoning),
         reasoning_tokens=_reasoning_tokens(usage),
     )
     raw_prompt_lp = choice.get("prompt_logprobs", data.get("prompt_logprobs"))

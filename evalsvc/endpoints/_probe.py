@@ -31,7 +31,15 @@ Hugging Face hub (``_hub``), when the hub (or its cache) has it.
 
 A server that answers but not at this base URL (no ``/v1``: ``http://host:8000``) is a
 ``BaseUrlError`` (a ``UrlError``: a usage error, exit 2) naming the base URL whose ``/models``
-does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable endpoint.
+does answer, ``did you mean http://host:8000/v1?``, instead of an unreachable endpoint. A
+server that answers ``/models`` with no model list at either URL (another HTTP server on that
+port: a 404, an HTML page, JSON of another API) is a ``NotOpenAIServer`` (a ``BaseUrlError``,
+exit 2): ``127.0.0.1:19401 answered 404 on /v1/models: not an OpenAI-compatible server``; a 401
+or 403 there says the server wants a key. Unreachable (exit 4) is kept for a server that did not
+answer at all (the client's error then names the fix: ``nothing listens on HOST:PORT``). An
+answer the probe cannot read (a model list of the wrong shape, JSON nested past the parser's
+depth) is ``NotOpenAIServer`` too, never an exception out of the probe: a capability whose
+answer cannot be read is recorded ``False``, like one that is missing.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import json
 from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -110,19 +119,79 @@ _FINGERPRINT_TEXT = "The quick brown fox jumps over 13 lazy dogs; naïve café �
 
 
 class BaseUrlError(EndpointError, UrlError):
-    """The server answered, but ``/v1`` is missing from the base URL; ``str()`` names the fix."""
+    """The server answered, but not as an OpenAI API at this base URL (``/v1`` is missing, or
+    it is another server); ``str()`` names the fix. A usage error (exit 2), not unreachable."""
+
+
+class NotOpenAIServer(BaseUrlError):
+    """The server answered ``/models`` without a model list (at this base URL and, when it
+    lacks ``/v1``, under it), or answered the probe with what it cannot read."""
+
+
+def _where(client: EndpointClient) -> tuple[str, str]:
+    """``host:port`` of the endpoint (no credentials: the base URL is redacted) and the path
+    of its ``/models`` route."""
+    parts = urlsplit(client.base_url)
+    host = (parts.netloc.rpartition("@")[2]) or client.base_url
+    return host, f"{parts.path.rstrip('/')}/models"
+
+
+def _not_openai(client: EndpointClient, failure: EndpointError) -> NotOpenAIServer:
+    host, path = _where(client)
+    code = failure.status or 0
+    if code in (401, 403):
+        fix = (
+            "the server wants an API key: register the endpoint with one (`evalsvc endpoints "
+            "add NAME URL --api-key-env VAR`) and pass NAME"
+            if not client.api_key
+            else "the server refused the endpoint's API key (check the variable its "
+            "api_key_env names)"
+        )
+        return NotOpenAIServer(f"{host} answered {status_line(code)} on {path}: {fix}",
+                               status=code)
+    if 300 <= code < 400:
+        return NotOpenAIServer(
+            f"{host} answered {status_line(code)} on {path}: redirects are not followed "
+            "(give the base URL of the model server itself)",
+            status=code,
+        )
+    said = str(code) if code != 200 else "200 without a model list"
+    return NotOpenAIServer(
+        f"{host} answered {said} on {path}: not an OpenAI-compatible server — is the port "
+        "right?",
+        status=code,
+    )
 
 
 async def probe(client: EndpointClient, *, optional: Collection[str] = ()) -> Provenance:
     """Probe ``client``'s endpoint and fill ``client.model`` if it was not given, and
     ``client.provenance`` with what it returns; the ``OPTIONAL_CAPABILITIES`` named in
-    ``optional`` are probed too."""
+    ``optional`` are probed too. Raises ``EndpointError`` (``BaseUrlError`` when the server
+    answered as something else than an OpenAI API at this URL), never what its answers do to
+    a parser."""
+    try:
+        return await _probe(client, optional=optional)
+    except EndpointError:
+        raise
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError, RecursionError) as exc:
+        # What the endpoint's answers did to the reading of them (a model list of numbers, an
+        # id that is an object): the server answered, badly. Named by class, never quoted.
+        host, _ = _where(client)
+        raise NotOpenAIServer(
+            f"{host} answered the probe with what an OpenAI-compatible server does not send "
+            f"({type(exc).__name__} reading it): not an OpenAI-compatible server"
+        ) from exc
+
+
+async def _probe(client: EndpointClient, *, optional: Collection[str]) -> Provenance:
     try:
         models = await client.models()  # raises EndpointError when unreachable
     except EndpointError as exc:
         fixed = await _answering_base_url(client, exc)
         if fixed is None:
-            raise
+            if exc.status is None:  # no HTTP answer: unreachable, in the client's words
+                raise
+            raise _not_openai(client, exc) from exc
         raise BaseUrlError(
             f"{redact_url(client.base_url)} is not an OpenAI base URL (GET /models answered "
             f"{status_line(exc.status or 0)}); did you mean {redact_url(fixed)}?",
@@ -319,7 +388,7 @@ async def _serves_json_schema(client: EndpointClient) -> bool:
     text = out.text.rsplit("</think>", 1)[-1]
     try:
         return bool(json.loads(text) == {"word": "OK"})
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return False
 
 

@@ -30,14 +30,18 @@ Arrays = dict[str, tuple[list[float], list[float], Literal["binary", "continuous
 
 def paired_gates(arrays: Arrays, gate: ResolvedGate, seed: int, *, n_pairs: int) -> GateOutcome:
     """The suite's outcome over ``arrays`` (see the module contract); an empty pair is left
-    out, and a suite with none raises ``ValueError``. The outcome's ``n`` is ``n_pairs``, every
-    scored pair of the suite (the runner counts planned pairs missing from it as errors); a gate
-    over fewer of them (schema-valid calls: the items that expect one) keeps its own ``n`` in
+    out (a suite with none at all is inconclusive over no items). The outcome's ``n`` is
+    ``n_pairs``, every scored pair of the suite (the runner counts planned pairs missing from it
+    as errors); a gate over fewer of them (schema-valid calls: the items that expect one) keeps its own ``n`` in
     ``details["tool_gates"]``."""
     assert gate.margin is not None
     outcomes: dict[str, GateOutcome] = {}
+    # No scored pair at all (every answer of a side errored): the first gate is evaluated
+    # anyway, inconclusive over no items, and the runner's error budget says why (an exception
+    # here ended the whole run).
+    first = next(iter(arrays), None)
     for name, (b, c, kind) in arrays.items():
-        if not b:
+        if not b and (name != first or any(pair[0] for pair in arrays.values())):
             continue
         o = evaluate_gate(
             b, c, metric=name, kind=kind, margin=gate.margin, alpha=gate.alpha,
@@ -51,8 +55,6 @@ def paired_gates(arrays: Arrays, gate: ResolvedGate, seed: int, *, n_pairs: int)
             )
             o = apply_guard(o, guard)
         outcomes[name] = o
-    if not outcomes:
-        raise ValueError("no scored pair to gate")
     summary = {
         name: {"verdict": o.verdict, "baseline": o.baseline, "candidate": o.candidate,
                "delta": o.delta, "ci": list(o.ci), "p_value": o.p_value, "n": o.n,

@@ -22,7 +22,9 @@ Method:
   value, and no tool-call markup leaked into ``content``. ``data`` keeps each part, the calls,
   the markup that leaked into ``content`` and whether
   a call was dropped (``finish_reason`` ``tool_calls`` without a parsed call, or call markup in
-  the text with none parsed).
+  the text with none parsed). Scoring never raises on an answer: arguments that are not JSON,
+  or past the JSON budget (``_jsonschema``: size, values, depth), are a schema error; an answer
+  of more than ``MAX_CALLS`` calls is wrong (``too many calls``) with its first calls kept.
 - **Gated** (``Analysis.gate_test``) on two paired binary non-inferiority tests, both at the
   suite's margin and α: *trigger agreement* over every item and *schema-valid calls* over the
   items that expect a call (a dropped call is not a valid one); the suite fails when either
@@ -333,6 +335,16 @@ def scenario(
 
 # ---- scoring --------------------------------------------------------------------------------
 
+#: Calls of one answer that are scored and kept in its sample: an item expects at most two. An
+#: answer with more is wrong (``too many calls``, not schema-valid) and its first ones are kept
+#: to show what came (``calls_total`` counts them all): 60,000 calls in one 5 MB answer stored
+#: 7.4 MB per sample before (docs/security.md, "Hostile endpoints").
+MAX_CALLS = 16
+#: Characters of a call's name and of its argument text kept in the sample.
+MAX_NAME_CHARS = 200
+MAX_ARGUMENT_CHARS = 2000
+
+
 def leaked_markup(text: str) -> list[str]:
     """The tool-call markers that appear in an answer's text."""
     return [m for m in LEAK_MARKERS if m in (text or "")]
@@ -350,6 +362,8 @@ class Scored:
     leaked: list[str] = field(default_factory=list)
     dropped: bool = False
     faults: list[str] = field(default_factory=list)
+    calls_total: int = 0
+    """Every call of the answer; ``calls`` holds the first ``MAX_CALLS``."""
 
 
 def score_answer(
@@ -360,17 +374,21 @@ def score_answer(
     tool_calls: Sequence[Any] | None,
 ) -> Scored:
     """Score one answer (``tool_calls``: ``ToolCall``-like objects with ``name`` and
-    ``arguments``) against the expected calls of its item."""
+    ``arguments``) against the expected calls of its item. Never raises on what the endpoint
+    sent: arguments that cannot be parsed or are past the JSON budget (``_jsonschema``) are a
+    schema error, more than ``MAX_CALLS`` calls make the answer wrong unscored."""
     calls = list(tool_calls or [])
     leaked = leaked_markup(text)
-    out = Scored(triggered=bool(calls), leaked=leaked)
+    out = Scored(triggered=bool(calls), leaked=leaked, calls_total=len(calls))
     out.dropped = not calls and (finish_reason == "tool_calls" or bool(leaked))
+    too_many = len(calls) > MAX_CALLS
     valid = []
-    for call in calls:
-        entry: dict[str, Any] = {"name": call.name, "arguments": call.arguments[:2000]}
+    for call in calls[:MAX_CALLS]:
+        name = call.name[:MAX_NAME_CHARS]
+        entry: dict[str, Any] = {"name": name, "arguments": call.arguments[:MAX_ARGUMENT_CHARS]}
         errors: list[str]
         if call.name not in offered or call.name not in TOOLS:
-            errors = [f"{call.name!r} is not an offered tool"]
+            errors = [f"{name!r} is not an offered tool"]
             args: Any = None
         else:
             args, err, _ = parse_json(call.arguments or "{}")
@@ -383,10 +401,10 @@ def score_answer(
         out.calls.append(entry)
         valid.append(not errors)
     if calls:
-        out.schema_ok = all(valid)
+        out.schema_ok = all(valid) and not too_many
     want = [(str(n), dict(a)) for n, a in expected]
     got_names = sorted(c["name"] for c in out.calls)
-    out.names_ok = bool(want) and got_names == sorted(n for n, _ in want)
+    out.names_ok = bool(want) and not too_many and got_names == sorted(n for n, _ in want)
     if out.names_ok:
         # Each expected call matched by a distinct produced call with its values (order free:
         # parallel calls may come in either order).
@@ -403,7 +421,9 @@ def score_answer(
         out.faults.append("dropped call")
     if leaked:
         out.faults.append("leaked markup")
-    if calls and not out.schema_ok:
+    if too_many:
+        out.faults.append("too many calls")
+    elif calls and not out.schema_ok:
         out.faults.append("schema error")
     if want and not calls and not out.dropped:
         out.faults.append("no call")
@@ -618,9 +638,15 @@ class ToolCallSuite(Suite):
                 dropped=s.dropped, faults=s.faults,
                 valid_call=bool(expected) and s.triggered and bool(s.schema_ok),
             )
+            if s.calls_total > len(s.calls):
+                data["calls_total"] = s.calls_total
         output = out.text
         if out.tool_calls:
-            rendered = "; ".join(f"{c.name}({c.arguments[:300]})" for c in out.tool_calls)
+            rendered = "; ".join(f"{c.name[:MAX_NAME_CHARS]}({c.arguments[:300]})"
+                                 for c in out.tool_calls[:MAX_CALLS])
+            more = len(out.tool_calls) - MAX_CALLS
+            if more > 0:
+                rendered += f"; … {more:,} more calls"
             output = f"{output}\n[tool calls] {rendered}".strip()
         return Sample(
             suite=self.name, item_id=item.id, endpoint="", output=output, score=score,
@@ -717,7 +743,8 @@ class ToolCallSuite(Suite):
                      ", ".join(r.get("examples") or [])] for r in faults.get("rows") or []]
             worse = [r for r in faults.get("rows") or []
                      if r.get("candidate", 0) > r.get("baseline", 0)
-                     and r["fault"] in ("leaked markup", "dropped call", "schema error")]
+                     and r["fault"] in ("leaked markup", "dropped call", "schema error",
+                                        "too many calls")]
             said = ", ".join(
                 f"{r['fault']} on {r['tool']} ({r.get('candidate', 0)} items, baseline "
                 f"{r.get('baseline', 0)})" for r in worse[:6])
