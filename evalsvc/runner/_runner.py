@@ -257,12 +257,13 @@ _MAX_ERROR_CHARS = 1000
 
 
 def _cap_output(sample: Sample, cap: int) -> None:
-    """Truncate a sample's stored output to ``cap`` characters (``EVALSVC_MAX_OUTPUT_CHARS``)
-    and say so in ``data`` (``output_truncated``, ``output_chars``): the score was computed on
-    the whole answer, the store keeps a bounded prefix of it."""
-    if cap > 0 and len(sample.output) > cap:
-        sample.data = {**sample.data, "output_truncated": True, "output_chars": len(sample.output)}
-        sample.output = sample.output[:cap]
+    """Bound what a sample stores (``evalsvc.runner._bounds``): its output truncated to ``cap``
+    characters (``EVALSVC_MAX_OUTPUT_CHARS``) and said so in ``data`` (``output_truncated``,
+    ``output_chars``: the score was computed on the whole answer), every string of its ``data``
+    likewise (``data_truncated``), its texts valid Unicode, its error one bounded line."""
+    from evalsvc.runner._bounds import bound_sample  # noqa: PLC0415 - the bounds live there
+
+    bound_sample(sample, cap)
     if sample.error is not None and len(sample.error) > _MAX_ERROR_CHARS:
         sample.error = sample.error[:_MAX_ERROR_CHARS] + "…"
 
