@@ -290,7 +290,17 @@ def test_rest_attestation_and_the_worker(runs: Runs, monkeypatch: pytest.MonkeyP
         r = http.get(f"/runs/{queued.id}/attestation")
         assert r.status_code == 409 and "queued" in r.json()["detail"]
         assert http.get("/runs/0000nosuch/attestation").status_code == 404
+        gate = http.get(f"/runs/{runs.allowed}/gate").json()
+        assert "allowed_difference" in [r["code"] for r in gate["reasons"]]
+        assert gate["basis"]["allowed_differences"][0]["field"] == "chat_template"
         http.close()
+        # The dashboard's run page: the basis section, and the allowed difference in the banner.
+        page = httpx.get(f"{url}/runs/{runs.allowed}", cookies={"evalsvc_token": token},
+                         timeout=30)
+        assert page.status_code == 200, page.text[:500]
+        assert 'id="basis"' in page.text and "What the verdict rests on" in page.text
+        assert 'id="allowed-differences"' in page.text
+        assert "chat_template differs, as the run or its suites allow" in page.text
         # The worker attests each run it finishes, with the service's key.
         worker = Worker(store, executor=complete_with_report, after_run=default_after_run,
                         poll_seconds=0.05, lease_seconds=10)
