@@ -79,6 +79,9 @@ def suite_key(snapshot: dict[str, Any], options: RunOptions, prov: Provenance) -
     ``services.runs._execute`` records: ``{"name", "kind", "version", "spec"}``), its options
     and the baseline's probed provenance. Each part is kept so a mismatch names what changed."""
     spec = {k: v for k, v in (snapshot.get("spec") or {}).items() if k not in _NOT_KEYED}
+    kind = _snapshot_suite(snapshot)
+    if kind is not None:  # the kind's own form: specs that plan the same items key the same
+        spec = kind.reuse_spec(spec)
     data = prov.model_dump(mode="json")
     return {
         "suite": snapshot["name"],

@@ -490,6 +490,13 @@ class Suite(ABC):
         fingerprint, so a verdict can be traced to what judged it). Default: nothing."""
         return {}
 
+    @classmethod
+    def reuse_spec(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        """A run snapshot's spec in the form that keys blessed baselines
+        (``evalsvc.services.baselines.suite_key``): two specs that plan the same items must
+        read the same here. Default: the spec as it is."""
+        return spec
+
     @abstractmethod
     async def plan(self, client: EndpointClient, provenance: Provenance) -> Sequence[Item]:
         """Generate the items, deterministically from ``self.spec.seed``: a list, or a

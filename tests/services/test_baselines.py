@@ -191,3 +191,38 @@ def test_a_queued_run_reuses_it_too(db: Store, pair: Any, monkeypatch: pytest.Mo
     report = db.get_report(second)
     assert report is not None
     assert report["baseline_reuse"][0]["blessing_id"] == blessing["id"]
+
+
+def test_more_samples_than_a_dataset_has_rows_reuses_the_blessing_of_the_same_rows(
+    db: Store, tmp_path: Path
+) -> None:
+    """A 12-row dataset suite blessed as written; ``--samples 500`` (more than its rows: the
+    same 12 items) reuses that blessing, and ``--samples 6`` (other items) does not."""
+    import json
+
+    from evalsvc.domain import EndpointRef, RunOptions, RunSpec
+    from tests.fixtures.faults import base_url, fault_server
+
+    rows = [{"id": f"r{i}", "q": f"What is {i} + 1?", "a": str(i + 1)} for i in range(12)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    suite = tmp_path / "rows-qa.yaml"
+    suite.write_text("name: rows-qa\nkind: dataset\nparams:\n  path: rows.jsonl\n  id_column: id\n"
+                     "  prompt: {template: '{q}'}\n  reference: a\n  scorer: exact\n"
+                     "  max_tokens: 8\n")
+    with fault_server() as base, fault_server() as cand:
+        def run(samples: int | None) -> dict[str, Any]:
+            spec = RunSpec(baseline=EndpointRef(url=base_url(base, "ok")),
+                           candidates=[EndpointRef(url=base_url(cand, "ok"))],
+                           suites=[str(suite)],
+                           options=RunOptions(concurrency=4, samples=samples))
+            return runs.compare(spec, store=db)
+
+        first = run(None)
+        baselines.bless(db, [first["run_id"]], by="ci")
+        more = run(500)
+        [entry] = more["baseline_reuse"]
+        assert entry["status"] == "reused" and entry["items_reused"] == 12, entry
+        assert more["candidates"][0]["suites"][0]["n"] == 12
+        assert any("asks for more rows" in w for w in more["warnings"]), more["warnings"]
+        fewer = run(6)
+        assert fewer["baseline_reuse"][0]["status"] != "reused", fewer["baseline_reuse"]

@@ -100,9 +100,11 @@ def _suite_of(snapshot: dict[str, Any]) -> Suite | None:
     cls = suite_kinds().get(str(snapshot.get("kind")))
     if cls is None:
         return None
-    # The snapshot keeps the spec plus how it was gated (``resolved_gate``), which is not a
-    # field of SuiteSpec.
-    spec = {k: v for k, v in dict(snapshot.get("spec") or {}).items() if k != "resolved_gate"}
+    # The snapshot keeps the spec plus how it was gated (``resolved_gate``) and what the kind
+    # records besides (``Suite.snapshot_extra``: a judge, the rows a dataset holds), which are
+    # not fields of SuiteSpec (it forbids extra keys).
+    spec = {k: v for k, v in dict(snapshot.get("spec") or {}).items()
+            if k in SuiteSpec.model_fields}
     try:
         return cls(SuiteSpec.model_validate(spec))
     except (ValueError, TypeError, KeyError) as exc:

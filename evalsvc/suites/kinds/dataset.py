@@ -771,7 +771,29 @@ class DatasetSuite(Suite):
 
     def snapshot_extra(self) -> dict[str, Any]:
         p = self.params
-        return {"judge": p.judge.snapshot()} if p.judge is not None else {}
+        extra: dict[str, Any] = {"judge": p.judge.snapshot()} if p.judge is not None else {}
+        if self._total is not None:  # the rows the data holds (reuse_spec reads it)
+            extra["items_available"] = self._total
+        return extra
+
+    @classmethod
+    def reuse_spec(cls, spec: dict[str, Any]) -> dict[str, Any]:
+        # The items are a seeded shuffle of the rows cut at n: an n at or past the rows the
+        # data holds plans the same items as the spec without n when the default n covers them
+        # too (``--samples 500`` on a 45-row file changed the key, so the blessing of the same
+        # 45 items was not reused). Specs without a given n, or with an n below the rows, are
+        # left as they are, so existing blessings keep their keys.
+        out = {k: v for k, v in spec.items() if k != "items_available"}
+        rows, params = spec.get("items_available"), dict(spec.get("params") or {})
+        n = params.get("n")
+        if not isinstance(rows, int) or not isinstance(n, int) or n < rows:
+            return out
+        default = DatasetParams.model_fields["n"].default
+        if isinstance(default, int) and default >= rows:
+            params.pop("n")
+        else:
+            params["n"] = rows
+        return {**out, "params": params}
 
     async def after_pairs(
         self,
