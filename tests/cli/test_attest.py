@@ -327,3 +327,33 @@ def test_the_pipeline_examples_verify_before_they_deploy() -> None:
     assert gitlab["evalsvc-deploy"]["needs"] == ["evalsvc-gate"]
     assert deploy.index("evalsvc attest verify") < deploy.index("echo \"deploy")
     assert "--require pass" in deploy
+
+
+def test_max_reuse_age_refuses_a_pass_on_reused_blessed_samples(tmp_path: Path) -> None:
+    """A run that reused a blessed baseline says so in its basis (the blessing, where and when it
+    was measured); ``--max-reuse-age`` refuses the pass when the samples are older than it."""
+    db = f"sqlite:///{tmp_path / 'e.db'}"
+    suite = str(_suite(tmp_path))
+    with level_server(GOOD, [SEED], per_level=120) as base, \
+            level_server(GOOD, [SEED], per_level=120) as same:
+        first = run_cli("compare", base.url, same.url, "--suite", suite, "--database-url", db,
+                        "--json", str(tmp_path / "first.json"))
+        assert first.returncode == 0, first.stderr[-2000:]
+        run1 = json.loads((tmp_path / "first.json").read_text())["run_id"]
+        blessed = run_cli("baselines", "bless", run1, "--database-url", db)
+        assert blessed.returncode == 0, blessed.stderr
+        asked = len(base.seen)
+        again = run_cli("compare", base.url, same.url, "--suite", suite, "--database-url", db,
+                        "--json", str(tmp_path / "again.json"), "--max-reuse-age", "0s")
+        assert len(base.seen) == asked, "the blessed items were not sent to the baseline again"
+    report = json.loads((tmp_path / "again.json").read_text())
+    jsonschema.validate(report, report_schema())
+    side = report["basis"]["suites"][0]["sides"]["baseline"]
+    assert side["source"] == "blessing" and side["blessed_run"] == run1
+    assert side["items"] == 200 and side["endpoint"] and side["measured_at"]
+    assert report["verdict"] == "pass" and again.returncode == 1
+    said = " ".join(again.stderr.split())
+    assert "refused by policy: tiny-reasoning: the baseline's samples were reused from blessing" in said
+    assert "basis: tiny-reasoning: baseline reused from blessing" in said
+    ok = run_cli("runs", "gate", report["run_id"], "--max-reuse-age", "7d", "--database-url", db)
+    assert ok.returncode == 0, ok.stderr
