@@ -56,7 +56,8 @@ def _age_s(iso: Any, now: datetime) -> float | None:
 
 def _reused(entry: dict[str, Any] | None) -> bool:
     """A ``baseline_reuse`` entry whose blessed samples this run gated."""
-    return bool(entry) and entry.get("status") == "reused" and entry.get("applied") is not False
+    return (entry is not None and entry.get("status") == "reused"
+            and entry.get("applied") is not False)
 
 
 def _baseline_side(
@@ -121,11 +122,14 @@ def basis_of(report: dict[str, Any], *, now: datetime | None = None) -> dict[str
     for cand in report.get("candidates") or []:
         for s in cand.get("suites") or []:
             per_suite.setdefault(str(s.get("suite")), []).append((cand, s))
-    suites = []
+    suites: list[dict[str, Any]] = []
+    reused_ages: list[float] = []
     for name, pairs in per_suite.items():
         logs = any("log_pairs" in (s.get("details") or {}) for _, s in pairs)
-        sides: dict[str, Any] = {
-            "baseline": _baseline_side(reuse.get(name), logs, base_label, now)}
+        base_side = _baseline_side(reuse.get(name), logs, base_label, now)
+        if base_side["source"] == "blessing" and isinstance(base_side.get("age_s"), (int, float)):
+            reused_ages.append(float(base_side["age_s"]))
+        sides: dict[str, Any] = {"baseline": base_side}
         for cand, _ in pairs:
             sides[str(cand.get("role"))] = {"source": "logs" if logs else "measured",
                                             "endpoint": _label(cand)}
@@ -146,9 +150,6 @@ def basis_of(report: dict[str, Any], *, now: datetime | None = None) -> dict[str
                 # comparability) or the suites' own declarations.
                 "allowed_by": d.get("allowed_by") or ("run" if field in run_allow else "suites"),
             })
-    reused_ages = [float(s["sides"]["baseline"]["age_s"]) for s in suites
-                   if s["sides"]["baseline"]["source"] == "blessing"
-                   and isinstance(s["sides"]["baseline"].get("age_s"), (int, float))]
     return {
         "at": now.isoformat(),
         "suites": suites,
