@@ -122,12 +122,22 @@ def _finish(out: dict[str, Any], json_out: str | None) -> None:
     if out["error"]:
         err.print(f"[bold magenta]error:[/] {term(out['error'])}")
         raise typer.Exit(4)
-    err.print(
-        f"calibration {out['id']} stored for fingerprint {out['fingerprint']}: "
-        "`evalsvc plan --endpoint` and the gates of runs whose baseline has this fingerprint "
-        "use it",
-        highlight=False,
-    )
+    where = term(out.get("identity") or out["endpoint"])
+    if out.get("adopted", True):
+        err.print(
+            f"calibration {out['id']} stored for fingerprint {out['fingerprint']} on {where}: "
+            "`evalsvc plan --endpoint` and the gates of runs whose baseline is this endpoint "
+            "with this fingerprint use it",
+            highlight=False,
+        )
+    else:
+        err.print(
+            f"calibration {out['id']} stored for fingerprint {out['fingerprint']} on {where}, "
+            "not adopted: gates and `plan` use it once an admin adopts it (POST "
+            f"/api/v1/calibrations/{out['id']}/adopt, or `evalsvc calibrations adopt "
+            f"{out['id']}` on the server's database)",
+            highlight=False,
+        )
 
 
 def _table(out: dict[str, Any]) -> Table:

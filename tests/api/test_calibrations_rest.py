@@ -70,6 +70,10 @@ def test_calibrate_through_a_server(api: Api) -> None:
         assert floor["clusters"] == 8 and floor["pairs"] > 0  # 4 probes, 2 passes
         assert f"submitted calibration {out['id']}" in done.stderr
         assert f"calibration {out['id']} stored for fingerprint" in done.stderr
+        # A submit token's calibration waits for an admin before gates and plan use it.
+        assert out["adopted"] is False and out["submitted_by"] == "t-submit"
+        assert "not adopted: gates and `plan` use it once an admin adopts it" in " ".join(
+            done.stderr.split())
         with api.client("read") as reader:
             assert reader.get(f"/calibrations/{out['id']}").json() == out
         run = api.store.get_run(out["id"])
