@@ -137,6 +137,7 @@ def test_cancel(api: Api) -> None:
             "exit_code": 4,
             "reasons": [{"code": "infrastructure_error", "suite": None, "candidate": None,
                          "candidate_label": None, "message": "the run is cancelled"}],
+            "basis": None,  # no report: nothing a verdict could rest on
         }
         assert client.get(f"/runs/{run_id}/report").status_code == 409
 
@@ -180,6 +181,10 @@ def test_completed_run_report_and_gate(api: Api, verdict: str) -> None:
     assert report == api.store.get_report(run_id)
     assert report["run_id"] == run_id and report["verdict"] == verdict
     assert report["candidates"][0]["suites"][0]["suite"] == "needle-smoke"
+    # What the verdict rests on: derived from the report (this executor's writes no basis).
+    basis = gate.pop("basis")
+    assert [s["suite"] for s in basis["suites"]] == ["needle-smoke"]
+    assert basis["suites"][0]["sides"]["baseline"]["source"] == "measured"
     assert gate == {
         "run_id": run_id,
         "status": "completed",
