@@ -261,7 +261,9 @@ class RunRead(BaseModel):
     """Set when the run completed (or ended in error)."""
     error: str | None = None
     progress: dict[str, Any] = Field(default_factory=dict)
-    """Written by the worker: ``{"items": {suite: n}, "done": {suite: {role: n}}}``."""
+    """Written by the worker: ``{"items": {suite: n}, "done": {suite: {role: n}}}``, with
+    ``labels`` ``{role: label}`` (each role's endpoint as every view names it: its name, else
+    host:port, with the model)."""
     created_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -63,7 +63,8 @@ def export(
 
     store = open_store(database_url)
     try:
-        run_id = history.find_run(store, run_id).id  # an id or a unique prefix, as everywhere
+        found = history.find_run(store, run_id)  # an id or a unique prefix, as everywhere
+        run_id = found.id
         if mlflow is not None:
             for logged in exports.export_mlflow(
                 store, run_id, tracking_uri=mlflow, experiment=mlflow_experiment
@@ -80,7 +81,8 @@ def export(
             return
         path = out or Path(f"{run_id}.{format.value}")
         table: Literal["parquet", "csv", "jsonl"] = format.value  # type: ignore[assignment]  # eee returned above
-        rows = export_samples(store, run_id, format=table, out=path)
+        rows = export_samples(store, run_id, format=table, out=path,
+                              labels=history.role_labels(found))
     except (LookupError, ValueError) as err:  # unknown or ambiguous id: a usage error
         fail(str(err), exit_code(err))
     except StoreError as err:

@@ -1,4 +1,4 @@
-"""``evalsvc runs list|show|cancel|report|gate``: the stored runs, from the CLI.
+"""``evalsvc runs list|show|cancel|report|gate|resume``: the stored runs, from the CLI.
 
 Contract: every command reads through ``evalsvc.services.history`` (the same functions the REST
 routes call) and takes a run id or a unique id prefix (8+ characters, as ``runs list`` prints).
@@ -27,6 +27,7 @@ from evalsvc.services import history
 from ._dbcommon import EXIT_CONFIG, DatabaseUrlOption, fail, fail_store, fmt_time, open_store
 from ._exit import exit_code
 from ._policy import MaxReuseAgeOption, NoAllowedDifferencesOption, parse_age, refusals
+from ._report import JsonOutOption, JunitOption, MarkdownOption
 from ._safe import plain, term
 
 if TYPE_CHECKING:
@@ -155,7 +156,9 @@ def show(run: RunArg, as_json: JsonOption = False, database_url: DatabaseUrlOpti
     _out.print(f"{'finished':>11}: {fmt_time(info.finished_at)}")
     for p in history.progress(info):
         planned = "?" if p.planned is None else p.planned
-        _out.print(f"{'progress':>11}: {term(p.suite)} · {term(p.role)}: {p.done}/{planned}")
+        side = "baseline" if p.role == "baseline" else "candidate"
+        _out.print(f"{'progress':>11}: {term(p.suite)} · {side} {term(p.label)}: "
+                   f"{p.done}/{planned}")
     if info.error:
         _out.print(f"{'error':>11}: {term(s['error'])}")
 
@@ -271,3 +274,46 @@ def gate(
         if code != g.exit_code:
             typer.echo(f"run {g.run_id}: {g.verdict}, refused by policy (exit {code})", err=True)
     raise typer.Exit(code)
+
+
+@app.command("resume")
+def resume(
+    run: RunArg,
+    json_out: JsonOutOption = None,
+    junit: JunitOption = None,
+    markdown: MarkdownOption = None,
+    database_url: DatabaseUrlOption = None,
+) -> None:
+    """Resume a finished run in this process: send again only what errored or never ran (a
+    suite that ended in error, an errored request), keep every sample stored without error, and
+    gate the run anew. Exits with the new verdict's code (0 pass, 1 fail, 3 inconclusive,
+    4 error, 5 non-comparable); 2 for a run that is queued or running."""
+    import signal
+
+    from evalsvc.runner import CapabilityError, InfrastructureError
+    from evalsvc.services import runs as run_service
+
+    from ._common import describe, die, err, raise_interrupt
+    from ._progress import progress_view
+    from ._report import print_headlines, print_verdict, verdict_table, write_outputs
+
+    store, info = _with_run(database_url, run)
+    signal.signal(signal.SIGTERM, raise_interrupt)  # recorded as error, as `compare` does
+    labels = {"baseline": f"baseline {info.spec.baseline.name or 'baseline'}"}
+    labels.update({f"candidate:{i}": f"candidate {c.name or i}"
+                   for i, c in enumerate(info.spec.candidates)})
+    try:
+        with progress_view(err, labels) as bars:
+            report = run_service.resume(info.id, store=store, progress=bars)  # type: ignore[arg-type]
+    except (run_service.UsageError, CapabilityError, InfrastructureError, KeyboardInterrupt,
+            StoreError) as exc:
+        raise die(describe(exc), exit_code(exc)) from exc
+    finally:
+        store.close()
+    write_outputs(report, json_out, junit, markdown)
+    err.print(verdict_table(report))
+    print_headlines(report)
+    if report.get("error"):
+        err.print(f"[bold magenta]error:[/] {term(report['error'])}")
+    print_verdict(report["verdict"], report["run_id"])
+    raise typer.Exit(run_service.exit_code(report["verdict"]))

@@ -34,6 +34,7 @@ EXPORT_FORMATS: tuple[str, ...] = ("parquet", "csv", "jsonl")
 #: the role label.
 COLUMNS = [
     *SAMPLE_KEY[:2],
+    "role",
     "endpoint_url",
     "endpoint_model",
     *SAMPLE_KEY[2:],
@@ -42,8 +43,12 @@ COLUMNS = [
 ]
 
 
-def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
-    """The samples of ``run_id`` as a DataFrame (``data`` left as dicts)."""
+def samples_frame(store: Store, run_id: str, labels: dict[str, str] | None = None
+                  ) -> pd.DataFrame:
+    """The samples of ``run_id`` as a DataFrame (``data`` left as dicts). ``endpoint`` is each
+    role's label from ``labels`` (the services' ``history.role_labels``: the endpoint as people
+    name it), ``role`` the key it is stored under (``baseline``, ``candidate:N``); without
+    ``labels`` both are the role."""
     snapshots = store.get_endpoint_snapshots(run_id)
     records: list[dict[str, Any]] = []
     prompts: dict[tuple[str, str], str] = {}
@@ -56,6 +61,8 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
             {
                 "run_id": run_id,
                 **sample.model_dump(),
+                "endpoint": (labels or {}).get(sample.endpoint, sample.endpoint),
+                "role": sample.endpoint,
                 "error": redact_text(sample.error) if sample.error else None,
                 "endpoint_url": redact_url(endpoint[0].url) if endpoint else None,
                 "endpoint_model": endpoint[0].model if endpoint else None,
@@ -72,14 +79,16 @@ def samples_frame(store: Store, run_id: str) -> pd.DataFrame:
     return frame
 
 
-def export_samples(store: Store, run_id: str, *, format: ExportFormat, out: Path) -> int:
-    """Write the samples of ``run_id`` to ``out``; returns the number of rows.
+def export_samples(store: Store, run_id: str, *, format: ExportFormat, out: Path,
+                   labels: dict[str, str] | None = None) -> int:
+    """Write the samples of ``run_id`` to ``out`` (``labels``: as :func:`samples_frame`);
+    returns the number of rows.
 
     Raises LookupError when the run does not exist.
     """
     if store.get_run(run_id) is None:
         raise LookupError(f"no run {run_id!r}")
-    frame = samples_frame(store, run_id)
+    frame = samples_frame(store, run_id, labels)
     out.parent.mkdir(parents=True, exist_ok=True)
     if format == "jsonl":
         frame.to_json(out, orient="records", lines=True, force_ascii=False)

@@ -63,26 +63,45 @@ def find_run(store: Store, ref: str) -> RunInfo:
 
 @dataclass(frozen=True)
 class Progress:
-    """Items done / planned for one (suite, endpoint role) of a run."""
+    """Items done / planned for one (suite, endpoint role) of a run; ``label`` is the endpoint
+    as every view names it (``role_labels``)."""
 
     suite: str
     role: str
     done: int
     planned: int | None
+    label: str = ""
+
+
+def role_labels(run: RunInfo) -> dict[str, str]:
+    """``{role: label}`` of a run's endpoints: ``baseline`` and ``candidate:N`` (the keys of
+    stored progress and samples) as users name them: the registered name, else host:port,
+    with the model asked for (``reports.endpoint_label``; URLs redacted). A role is a key,
+    never what a person reads (``candidate:0`` showed in `runs show`, REST progress and
+    exports)."""
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    refs = [("baseline", run.spec.baseline),
+            *((f"candidate:{i}", c) for i, c in enumerate(run.spec.candidates))]
+    return {role: endpoint_label({"name": r.name, "url": redact_url(r.url), "model": r.model})
+            for role, r in refs}
 
 
 def progress(run: RunInfo) -> list[Progress]:
     """The run's progress as the runner's reporter stores it (``{"items": {suite: n},
-    "done": {suite: {role: n}}}``), sorted by suite then role."""
+    "done": {suite: {role: n}}}``), sorted by suite then role, each with its label."""
     raw = run.progress or {}
     items = raw.get("items") or {}
     done = raw.get("done") or {}
+    labels = role_labels(run)
     rows = []
     for suite in sorted(set(items) | set(done)):
         planned = items.get(suite)
         for role, n in sorted((done.get(suite) or {"baseline": 0}).items()):
             rows.append(
-                Progress(suite, role, int(n), int(planned) if planned is not None else None)
+                Progress(suite, role, int(n), int(planned) if planned is not None else None,
+                         labels.get(role, role))
             )
     return rows
 

@@ -233,9 +233,16 @@ def test_uploads_wait_for_a_worker_cancellable_bounded_and_with_progress(
             api.store.delete_run(run_id)  # their files go with them
         run, report = gate_upload(api, client, files)
         assert report is not None and run.status.value == "completed"
-        progress = client.get(f"/runs/{run.id}").json()["progress"]
+        shown = client.get(f"/runs/{run.id}").json()
+        progress = shown["progress"]
         assert progress["stage"] == "done" and progress["items"] == {"toy": 60}
         assert progress["done"]["toy"] == {"baseline": 60, "candidate:0": 60}
+        # Each role key with the name people read (the uploaded logs' names here).
+        spec = shown["spec"]
+        assert progress["labels"] == {
+            "baseline": f"{spec['baseline']['name']} ({spec['baseline']['model']})",
+            "candidate:0": f"{spec['candidates'][0]['name']} ({spec['candidates'][0]['model']})",
+        }
 
 
 def test_parallel_uploads_of_one_token_never_pass_the_quota(api: Api, tmp_path: Path) -> None:

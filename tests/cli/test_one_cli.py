@@ -42,6 +42,14 @@ def test_bless_and_plan_take_a_run_id_prefix(tmp_path: Path) -> None:
     short = run_cli("plan", "-s", str(suite), "--pilot-run", run_id[:5], env=env)
     assert short.returncode == 2 and "at least 8 characters" in short.stderr, short.stderr
 
+    # Labels, not roles: `runs show` names each side as every view does.
+    shown = run_cli("runs", "show", run_id[:8], env={**env, "COLUMNS": "200"})
+    assert shown.returncode == 0, shown.stderr
+    progress = [line for line in shown.stdout.splitlines() if "progress:" in line]
+    assert len(progress) == 2 and "candidate:0" not in shown.stdout, shown.stdout
+    assert "tiny-prefix · baseline 127.0.0.1:" in progress[0]
+    assert "tiny-prefix · candidate 127.0.0.1:" in progress[1] and "10/10" in progress[1]
+
     bless = run_cli("baselines", "bless", run_id[:8], "--json", env=env)
     assert bless.returncode == 0, bless.stderr
     (made,) = json.loads(bless.stdout)

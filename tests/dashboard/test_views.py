@@ -54,6 +54,8 @@ def test_one_label_per_endpoint_in_every_view(dash_store: Store, loop_runs: Loop
     assert {g["candidate"] for g in page["gate_table"]["rows"]} == {cand}
     assert {g["candidate"] for g in page["gates"]} == {cand}
     assert [c["label"] for c in page["provenance"]["columns"]] == [base, cand]
+    # Their subtitles say the side, never the role key ("candidate:0").
+    assert [c["side"] for c in page["provenance"]["columns"]] == ["baseline", "candidate"]
     assert page["candidates"] == [{"role": "candidate:0", "label": cand}]
     # Suite page and flips.
     view = svc.suite_view(dash_store, run, "reasoning-smoke", "candidate:0")

@@ -227,7 +227,10 @@ def test_export_formats(store: Store, db_url: str, tmp_path: Path, fmt: str) -> 
     else:
         frame = pd.read_json(out, lines=True)
     assert len(frame) == 3
-    assert list(frame["endpoint"]) == ["baseline", "baseline", "candidate:0"]
+    # Labels as people name the endpoints; the role is the key they are stored under.
+    assert list(frame["endpoint"]) == ["127.0.0.1:9001 (smollm2-bf16)"] * 2 + [
+        "127.0.0.1:9002 (smollm2-fp8)"]
+    assert list(frame["role"]) == ["baseline", "baseline", "candidate:0"]
     assert frame["endpoint_url"].iloc[0] == "http://b/v1"
     assert frame["error"].iloc[1] == "boom"
     data = frame["data"].iloc[0]

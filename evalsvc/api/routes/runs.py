@@ -70,6 +70,8 @@ def _read(run: RunInfo) -> RunRead:
             ],
         }
     )
+    if fields.get("progress"):  # the roles it is keyed by, as people name the endpoints
+        fields["progress"] = {**fields["progress"], "labels": history.role_labels(run)}
     return RunRead.model_validate({**fields, "spec": spec})
 
 

@@ -306,7 +306,11 @@ def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> d
     for i, role in enumerate(roles):
         ref = run.spec.baseline if i == 0 else run.spec.candidates[i - 1]
         prov = snapshots[role][1].model_dump(mode="json") if role in snapshots else {}
-        columns.append({"role": role, "label": labels[role], "url": ref.url, "values": prov})
+        # The subtitle people read: the side, never the role key (``candidate:0``).
+        side = "baseline" if i == 0 else (
+            "candidate" if len(roles) == 2 else f"candidate {i} of {len(roles) - 1}")
+        columns.append({"role": role, "label": labels[role], "url": ref.url, "values": prov,
+                        "side": side})
     rows = []
     for name in PROVENANCE_FIELDS:
         vals = [c["values"].get(name) for c in columns]
@@ -319,7 +323,7 @@ def _provenance(snapshots: dict[str, tuple[Any, Provenance]], run: RunInfo) -> d
         shown = [str((c["values"].get("capabilities") or {}).get(cap, "—")) for c in columns]
         rows.append({"field": f"capability: {cap}", "values": shown,
                      "differs": len(set(shown)) > 1})
-    return {"columns": [{k: c[k] for k in ("role", "label", "url")} for c in columns],
+    return {"columns": [{k: c[k] for k in ("role", "label", "url", "side")} for c in columns],
             "rows": rows}
 
 
