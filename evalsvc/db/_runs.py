@@ -211,6 +211,29 @@ class RunStore:
                 _queue.drop_uploads(session, [run_id])
             return cancelled
 
+    def reopen_run(self, run_id: str, *, lease_owner: str, lease_seconds: float) -> bool:
+        """Take a finished run (completed, error or cancelled) back to ``running`` under
+        ``lease_owner``'s lease, its verdict and error cleared, to resume it in this process
+        (``evalsvc runs resume``); False when it is queued or running (or absent). Its samples,
+        snapshots and report stay until the resumed attempt replaces them."""
+        now = utcnow()
+        with self._db.session() as session:
+            result = session.execute(
+                sa.update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status.in_(TERMINAL))
+                .values(
+                    status=RunStatus.running.value,
+                    verdict=None,
+                    error=None,
+                    finished_at=None,
+                    updated_at=now,
+                    lease_owner=lease_owner,
+                    lease_expires_at=now + timedelta(seconds=lease_seconds),
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return _queue.rowcount(result) == 1
+
     def delete_run(self, run_id: str) -> bool:
         """Delete a run and everything stored with it (samples, snapshots, gates, report)."""
         with self._db.session() as session:

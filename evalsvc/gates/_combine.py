@@ -13,18 +13,24 @@ The rule (docs/statistics.md §1, "Several gates"), in one place:
   ``inconclusive`` with ``verdict_before_holm: "fail"`` and a ``holm_adjusted`` reason. Raising
   p-values never adds Holm rejections, so the family-wise rate of wrongly failed suites stays
   ≤ α; and an undecided gate's p-value, which its own test did not trust, is never used.
-* The **candidate** is ``fail`` if any of its suites is (after Holm), else ``pass`` if every
-  gated suite passes (an intersection–union test, Berger 1982, Technometrics 24:295–300: each
-  gate at level α already bounds the chance of passing a candidate too bad on that metric), else
-  ``inconclusive`` (also when nothing is gated).
+* A suite that **ended in error** (``errored``: its requests errored past the budget, or its
+  pilot, planning or run failed; ``evalsvc.runner._isolation``) has no verdict: it makes no
+  fail call (p = 1 in the Holm family, whatever its partial numbers say) and cannot pass.
+* The **candidate** is ``fail`` if any of its suites is (after Holm) — a fail is certain
+  whatever an errored suite would have said, since an errored suite only ever counts as p = 1
+  —, else ``error`` if a gated suite ended in error (its evidence is incomplete: no pass),
+  else ``pass`` if every gated suite passes (an intersection–union test, Berger 1982,
+  Technometrics 24:295–300: each gate at level α already bounds the chance of passing a
+  candidate too bad on that metric), else ``inconclusive`` (also when nothing is gated).
 * A candidate the comparability guard (``_comparability``) finds **non-comparable** (it differs
   from the baseline in more than the quantization) reads ``non-comparable`` whatever its gates
   say: it never passes, and a fail of its gates is no evidence about quantization either.
 * The **run** summarises its candidates: ``non-comparable`` if any candidate is, else ``fail``
-  if any fails, else ``inconclusive`` if any is, else ``pass``. A non-comparable candidate ranks
-  above a failing one as the run's infrastructure ``error`` does (set by the runner, above all
-  four): both say that part of the run answers no quantization question, and the fix (compare
-  the right endpoints, or allow the difference) comes before reading any verdict of the run.
+  if any fails, else ``error`` if any is, else ``inconclusive`` if any is, else ``pass``. A
+  non-comparable candidate ranks above a failing one as a run-level infrastructure ``error``
+  (an endpoint unreachable at the probe: no candidate was gated at all) does: both say that
+  part of the run answers no quantization question, and the fix (compare the right endpoints,
+  or allow the difference) comes before reading any verdict of the run.
   Each candidate is its own release decision, so its verdict does not depend on which other
   candidates shared the run.
 
@@ -33,7 +39,7 @@ Every verdict carries :class:`Reason` objects saying why, passes included.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
@@ -72,6 +78,7 @@ ReasonCode = Literal[
     "skipped",  # a suite of the run that could not run on these endpoints: not covered
     "no_gated_suites",  # nothing was gated, so nothing can pass
     "error_budget",  # too many items errored: no verdict (run verdict ``error``)
+    "suite_error",  # the suite could not finish (its pilot, planning or run failed): no verdict
     "infrastructure_error",  # the run reached no verdict (endpoint unreachable, cancelled, ...)
     "allowed_difference",  # a difference beyond quantization the run or its suites allowed
 ]
@@ -121,7 +128,7 @@ class SuiteDecision:
 
 
 #: A candidate's (and the run's) verdict: a suite's, or ``non-comparable`` (``_comparability``).
-CandidateVerdict = Literal["pass", "fail", "inconclusive", "non-comparable"]
+CandidateVerdict = Literal["pass", "fail", "inconclusive", "error", "non-comparable"]
 
 
 @dataclass(frozen=True)
@@ -291,20 +298,31 @@ def _pct(x: Any) -> str:
     return "—" if not isinstance(x, (int, float)) else f"{x:.0%}"
 
 
-def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> CandidateDecision:
+def decide(
+    gates: Sequence[SuiteGate],
+    *,
+    alpha: float | None = None,
+    errored: Mapping[str, Reason] | None = None,
+) -> CandidateDecision:
     """One candidate's verdict over its suites by the module's rule, with reasons.
 
     Returns the suites in input order with their final outcome: a ``fail`` that does not survive
     Holm becomes ``inconclusive`` (``details.verdict_before_holm``); every gated fail call gets
-    ``details.p_inferiority_holm`` and ``details.holm_family`` (the family size).
+    ``details.p_inferiority_holm`` and ``details.holm_family`` (the family size). ``errored``:
+    the suites that ended in error, by name, each with the reason that says why (its outcome is
+    returned as given, its reasons are that one).
     """
+    errored = errored or {}
     family = [i for i, g in enumerate(gates) if g.gated]
     fam_alpha = _family_alpha([gates[i].outcome for i in family], alpha) if family else None
     # A suite that made no fail call contributes p = 1: it cannot fail the candidate, and its
     # own p-value (maybe from a test that declined to decide) never helps another suite fail.
+    # An errored suite makes none either, whatever its partial numbers say.
     raw = [
-        (o.p_inferiority if o.p_inferiority is not None else 1.0) if o.verdict == "fail" else 1.0
-        for o in (gates[i].outcome for i in family)
+        (o.p_inferiority if o.p_inferiority is not None else 1.0)
+        if o.verdict == "fail" and gates[i].suite not in errored
+        else 1.0
+        for i, o in ((i, gates[i].outcome) for i in family)
     ]
     adjusted = dict(zip(family, (float(p) for p in holm(raw)) if raw else [], strict=True))
     m = len(family)
@@ -312,6 +330,9 @@ def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> Candida
     suites: list[SuiteDecision] = []
     for index, g in enumerate(gates):
         o = g.outcome
+        if g.suite in errored:
+            suites.append(SuiteDecision(g.suite, o, g.gated, (errored[g.suite],)))
+            continue
         if not g.gated:
             own = _own_reasons(g.suite, o)
             msg = f"{_what(o)}: reported, not gated (reads {o.verdict}); it never changes the verdict"
@@ -348,22 +369,33 @@ def decide(gates: Sequence[SuiteGate], *, alpha: float | None = None) -> Candida
                 ]
         suites.append(SuiteDecision(g.suite, o, True, tuple(reasons)))
 
-    gated = [s for s in suites if s.gated]
+    gated = [s for s in suites if s.gated and s.suite not in errored]
     informational = [r for s in suites if not s.gated for r in s.reasons if r.code == "not_gated"]
-    verdict: Verdict
-    if not gated:
+    failed_in_error = [s.reasons[0] for s in suites if s.suite in errored and s.gated]
+    informational += [s.reasons[0] for s in suites if s.suite in errored and not s.gated]
+    verdict: CandidateVerdict
+    if any(s.verdict == "fail" for s in gated):
+        # Certain whatever the errored suites would say: they count as p = 1 in the family.
+        verdict = "fail"
+        failing = [s for s in gated if s.verdict == "fail"]
+        others = [s for s in gated if s.verdict == "inconclusive"]
+        reasons_out = [r for s in failing for r in s.reasons if r.code != "holm_adjusted"]
+        reasons_out += failed_in_error
+        reasons_out += [r for s in others for r in s.reasons]
+        reasons_out += informational
+    elif failed_in_error:
+        # No pass rests on incomplete evidence; the other suites' reasons still say theirs.
+        verdict = "error"
+        reasons_out = [*failed_in_error]
+        reasons_out += [r for s in gated if s.verdict != "pass" for r in s.reasons]
+        reasons_out += [r for s in gated if s.verdict == "pass" for r in s.reasons]
+        reasons_out += informational
+    elif not gated:
         verdict = "inconclusive"
         reasons_out = [
             Reason("no_gated_suites", "no suite is gated, so nothing can pass"),
             *informational,
         ]
-    elif any(s.verdict == "fail" for s in gated):
-        verdict = "fail"
-        failing = [s for s in gated if s.verdict == "fail"]
-        others = [s for s in gated if s.verdict == "inconclusive"]
-        reasons_out = [r for s in failing for r in s.reasons if r.code != "holm_adjusted"]
-        reasons_out += [r for s in others for r in s.reasons]
-        reasons_out += informational
     elif all(s.verdict == "pass" for s in gated):
         verdict = "pass"
         names = ", ".join(s.suite for s in gated)
@@ -386,11 +418,12 @@ def combine_candidates(
     decisions: Sequence[tuple[str, CandidateDecision]],
 ) -> tuple[CandidateVerdict, tuple[Reason, ...]]:
     """The run's verdict over ``(role, decision)`` pairs: non-comparable if any candidate is,
-    else fail if any fails, else inconclusive if any is (or there is none), else pass; the
+    else fail if any fails, else error if any suite of a candidate ended in error, else
+    inconclusive if any is (or there is none), else pass; the
     reasons are the candidates', labelled with their role (the worst candidate's first)."""
     if not decisions:
         return "inconclusive", (Reason("no_gated_suites", "no candidate was compared"),)
-    order = {"non-comparable": 0, "fail": 1, "inconclusive": 2, "pass": 3}
+    order = {"non-comparable": 0, "fail": 1, "error": 2, "inconclusive": 3, "pass": 4}
     ranked = sorted(decisions, key=lambda rd: order[rd[1].verdict])
     verdict = ranked[0][1].verdict
     reasons = tuple(replace(r, candidate=role) for role, d in ranked for r in d.reasons)
@@ -401,5 +434,6 @@ def combine_verdicts(outcomes: Sequence[GateOutcome], *, alpha: float | None = N
     """The verdict of :func:`decide` over gated ``outcomes`` (one candidate's suites × metrics)."""
     gates = [SuiteGate(f"gate {i}", o) for i, o in enumerate(outcomes)]
     verdict = decide(gates, alpha=alpha).verdict
-    assert verdict != "non-comparable"  # decide() never says it: only the comparability guard
+    # decide() says neither without errored suites or the comparability guard.
+    assert verdict != "non-comparable" and verdict != "error"
     return verdict

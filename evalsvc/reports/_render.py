@@ -101,6 +101,9 @@ def build_report(result: RunResult) -> dict[str, Any]:
                     # Which method decided (asymptotic or its exact fallback); None if one.
                     "method": o.get("method"),
                     "reasons": [r.to_dict() for r in s.reasons],
+                    # Why the suite ended in error (its cause, fix and errors by kind); None
+                    # when it has a verdict.
+                    "error": s.error.to_dict() if s.error is not None else None,
                     "details": {**o.get("details", {}), **s.details},
                     # The suite's helper endpoints as probed in this run (absent: none).
                     **({"helpers": helpers[s.suite]} if s.suite in helpers else {}),

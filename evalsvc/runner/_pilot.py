@@ -11,19 +11,20 @@ gate reads samples by the suite's own name, so they never enter it. A resumed ru
 pilot samples stored and does not resend them, and reaches the same choice.
 
 A rung whose pilot errored beyond the run's error budget (``max_error_rate``) raises
-``InfrastructureError``: the choice of levels, like a verdict, never rests on silently errored
-items.
+``SuiteFailed`` (an ``InfrastructureError`` carrying the errored samples' errors and the rung):
+the choice of levels, like a verdict, never rests on silently errored items, and the runner
+ends that suite alone as ``error`` with its cause and fix (``_isolation``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from evalsvc.domain import Provenance, RunOptions, Sample
 from evalsvc.endpoints import EndpointClient, EndpointError
 from evalsvc.runner._common import InfrastructureError, suite_concurrency
+from evalsvc.runner._isolation import SuiteFailed, gather_or_cancel
 from evalsvc.suites import (
     CalibrationPolicy,
     Rung,
@@ -93,10 +94,14 @@ async def calibrate(
         scores = [s.score for s in mine.values() if s.score is not None and s.error is None]
         errors = len(items) - len(scores)
         if items and errors / len(items) > options.max_error_rate:
-            raise InfrastructureError(
+            raise SuiteFailed(
                 f"calibration pilot of {suite.name}: {errors} of {len(items)} baseline items at "
                 f"{rung.label} errored (budget {options.max_error_rate:.0%}); no choice of "
-                "levels rests on them"
+                "levels rests on them",
+                errors=[s.error for s in mine.values() if s.error],
+                failed=errors,
+                n=len(items),
+                where=rung.label,
             )
         result = RungScore(rung, len(scores), float(sum(scores)), errors)
         results[rung.key] = result
@@ -105,7 +110,7 @@ async def calibrate(
         )
 
     while todo := next_rungs(ladder, results, policy.band):
-        await asyncio.gather(*(pilot(r) for r in todo))
+        await gather_or_cancel(*(pilot(r) for r in todo))
     keep = policy.max_rungs or suite.calibration_keep()
     choices = choose(ladder, results, policy.band, max_rungs=keep)
     chosen = [r for c in choices for r in c.chosen]

@@ -85,6 +85,16 @@ from evalsvc.runner._common import (
     suite_concurrency,
 )
 from evalsvc.runner._comparable import Comparability, allowed_reasons, incomparable, refusals
+from evalsvc.runner._isolation import (
+    Stage,
+    SuiteFailure,
+    count_kinds,
+    describe,
+    error_kind,
+    failure_of,
+    gather_or_cancel,
+    resume_hint,
+)
 from evalsvc.runner._pilot import calibrate
 from evalsvc.settings import Settings
 from evalsvc.suites import Analysis, PairedColumns, Suite, flips, pilot_name
@@ -134,13 +144,18 @@ class SuiteResult:
     details: dict[str, Any] = field(default_factory=dict)
     #: Why the suite reads what it reads (``evalsvc.gates.Reason``), after the Holm correction.
     reasons: list[Reason] = field(default_factory=list)
+    #: Why the suite ended in error (``_isolation``): its pilot, planning or run failed, or its
+    #: requests errored past the budget; None when it has a verdict.
+    error: SuiteFailure | None = None
 
     @property
     def verdict(self) -> str:
-        """The gate's verdict, or ``error`` when too many of its items errored: the gate's
-        numbers stand, but no verdict rests on them (the candidate's and the run's read
-        ``error`` too, and every view's row must agree with them)."""
-        if any(r.code == "error_budget" for r in self.reasons):
+        """The gate's verdict, or ``error`` when the suite ended in error (``error``: too many
+        of its items errored, or it could not finish): any numbers stand, but no verdict rests
+        on them (docs/statistics.md §1 says how the candidate's and the run's read it)."""
+        if self.error is not None or any(
+            r.code in ("error_budget", "suite_error") for r in self.reasons
+        ):
             return "error"
         return self.outcome.verdict
 
@@ -576,6 +591,12 @@ async def execute(
         collected: list[Sample] = []
         columns: dict[str, PairedColumns] = {}
 
+        # This attempt's errored samples' kinds by (role, suite) and key (later wins), for the
+        # cause of a suite that errors past the budget (a streaming suite keeps no errors).
+        error_kinds: dict[tuple[str, str], dict[tuple[Any, ...], str]] = {}
+        # A failure of the sink (the store) is the run's, never one suite's (_isolation).
+        sink_failed: list[BaseException] = []
+
         async def emit(sample: Sample) -> None:
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
@@ -585,7 +606,16 @@ async def execute(
                 cols.add(sample)
             else:
                 collected.append(sample)
-            await sink(sample)
+            kinds = error_kinds.setdefault((sample.endpoint, sample.suite), {})
+            if sample.error:
+                kinds[tuple(sample.key)] = error_kind(sample.error)
+            else:
+                kinds.pop(tuple(sample.key), None)
+            try:
+                await sink(sample)
+            except BaseException as exc:
+                sink_failed.append(exc)
+                raise
             progress.advance(sample.suite, sample.endpoint)
 
         async def emit_again(sample: Sample) -> None:
@@ -629,10 +659,19 @@ async def execute(
         staged: dict[str, dict[str, Any]] = {}
         calibrations: dict[str, dict[str, Any]] = {}
         suites = list(suites)
-        for index, suite in enumerate(suites if len(roles) > 1 else []):
+        # Suites ended by an infrastructure failure of their own (_isolation): the others run.
+        failures: dict[str, SuiteFailure] = {}
+        stage: list[Stage] = ["planning"]
+        failing_role: list[str] = []
+        labels = {r: _label(x, p) for r, x, p in zip(
+            ["baseline", *(role_of(i) for i in range(len(candidates)))], refs, provs, strict=True
+        )}
+
+        async def one_suite(index: int, suite: Suite) -> None:
             policy = suite.calibration(options.calibrate)
             if policy is not None:
                 # The pilot on the baseline alone picks the levels; the suite runs there.
+                stage[0] = "pilot"
                 progress.message(f"calibrating {suite.name} on the baseline")
                 suite, calibrations[suite.name] = await calibrate(
                     suite,
@@ -651,6 +690,7 @@ async def execute(
                     progress=progress,
                 )
                 suites[index] = suite
+            stage[0] = "planning"
             progress.message(f"planning {suite.name}")
             try:
                 items = await suite.plan(clients[0], provs[0])
@@ -659,6 +699,7 @@ async def execute(
                     f"planning {suite.name} on the baseline failed: {exc}"
                 ) from exc
             plans[suite.name] = items
+            stage[0] = "requests"
             current[0] = suite.name
             if suite.streams_samples:
                 cols = columns[suite.name] = suite.sample_columns(roles)
@@ -688,21 +729,25 @@ async def execute(
                 s: Suite = suite,
                 d: dict[str, set[tuple[str, int]]] = done_by_role,
             ) -> None:
-                await s.run(
-                    its,
-                    client,
-                    role=role,
-                    emit=emit,
-                    done=d[role],
-                    concurrency=suite_concurrency(s, options),
-                )
+                try:
+                    await s.run(
+                        its,
+                        client,
+                        role=role,
+                        emit=emit,
+                        done=d[role],
+                        concurrency=suite_concurrency(s, options),
+                    )
+                except EndpointError:
+                    failing_role.append(role)  # the fix names this endpoint
+                    raise
 
             async def run_batch(its: Sequence[Item], s: Suite = suite) -> None:
                 if s.exclusive:
                     for role, client in zip(roles, live, strict=True):
                         await run_on(role, client, its)
                 else:
-                    await asyncio.gather(
+                    await gather_or_cancel(
                         *(run_on(r, c, its) for r, c in zip(roles, live, strict=True))
                     )
                 if s.wants_after_pairs():  # scoring that needs both sides' answers
@@ -727,6 +772,24 @@ async def execute(
                 plans[suite.name] = items[: sequential[suite.name]["items_used"]]
             else:
                 await run_batch(items)
+
+        for index, suite in enumerate(suites if len(roles) > 1 else []):
+            try:
+                await one_suite(index, suite)
+            except (CancelledRun, CapabilityError):
+                raise
+            except Exception as exc:
+                if sink_failed or (cancel is not None and cancel.is_set()):
+                    raise  # the store failed, or the run was cancelled: not this suite's
+                # This suite ends as error with its cause and fix; the next one runs.
+                who = failing_role[-1] if failing_role else "baseline"
+                failures[suite.name] = failure_of(
+                    exc, suite.name, stage[0], options,
+                    endpoint=f"{who.partition(':')[0]} {labels[who]}", run_id=run_id,
+                )
+                failing_role.clear()
+                plans.setdefault(suites[index].name, [])
+                progress.message(f"{suite.name} ended in error: {failures[suite.name].message}")
             if cancel is not None and cancel.is_set():
                 raise CancelledRun("run cancelled")
 
@@ -743,7 +806,8 @@ async def execute(
         del previous, by_key
         result = _gate_all(
             run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns,
-            skipped=skipped, guard=guard,
+            skipped=skipped, guard=guard, failures=failures,
+            error_kinds={k: count_kinds_of(v) for k, v in error_kinds.items()},
         )
         result.warnings = warnings
         result.helpers = probed_helpers
@@ -1025,9 +1089,23 @@ def _gate_all(
     columns: dict[str, PairedColumns] | None = None,
     skipped: Sequence[SkippedSuite] = (),
     guard: dict[str, Comparability] | None = None,
+    failures: dict[str, SuiteFailure] | None = None,
+    error_kinds: dict[tuple[str, str], dict[str, int]] | None = None,
+    sent: bool = True,
 ) -> RunResult:
+    """Gate every candidate's suites and combine the verdicts (``evalsvc.gates``).
+
+    ``failures``: suites ended by an infrastructure failure in ``execute`` (every candidate's
+    reads ``error`` with its cause and fix). A suite whose requests errored past the budget
+    ends so too, its cause counted by kind from the samples' errors (``error_kinds``, by
+    ``(role, suite)``, for a streaming suite that keeps none). ``sent=False``: the samples
+    are logs gated as they are (``gate_samples``), not requests this run sent."""
     columns = columns or {}
     guard = guard or {}
+    failures = failures or {}
+    error_kinds = error_kinds or {}
+    labels = {"baseline": _label(baseline, provs[0])}
+    labels.update({role_of(i): _label(c, provs[i + 1]) for i, c in enumerate(candidates)})
     # A skipped suite is in no gate, so it can neither pass nor fail: every candidate's reasons
     # say it was not run and why, so a pass is never read as covering it.
     skip_reasons = [
@@ -1039,7 +1117,6 @@ def _gate_all(
         by.setdefault((s.endpoint, s.suite), []).append(s)
     results: list[CandidateResult] = []
     infra_errors: list[str] = []
-    budget: list[Reason] = []
     decisions = []
     for i, cand in enumerate(candidates):
         role = role_of(i)
@@ -1059,7 +1136,13 @@ def _gate_all(
             results.append(cres)
             continue
         refused: list[Difference] = []
+        errored: dict[str, SuiteFailure] = {}
         for suite in suites:
+            if suite.name in failures:
+                # Ended before a gate could stand (its pilot, planning or run failed).
+                errored[suite.name] = failures[suite.name]
+                cres.suites.append(_failed_result(suite, failures[suite.name], plans))
+                continue
             base_s = by.get(("baseline", suite.name), [])
             cand_s = by.get((role, suite.name), [])
             cols = columns.get(suite.name)
@@ -1096,17 +1179,32 @@ def _gate_all(
                     n_cand = sum(1 for s in cand_s if s.error)
                 sides = f"samples errored: baseline {n_base}, candidate {n_cand}"
                 text = (
-                    f"{res.n_errors} of {planned} items errored ({sides}; budget "
-                    f"{options.max_error_rate:.0%}): no verdict rests on them"
+                    f"{res.n_errors} of {planned} items errored ({sides}; error budget "
+                    f"{options.max_error_rate:.0%}), so no verdict rests on them"
                 )
-                infra_errors.append(f"{suite.name} on {cand.name or redact_url(cand.url)}: {text}")
-                budget.append(Reason("error_budget", text, suite.name, role))
+                errored[suite.name] = _budget_failure(
+                    suite.name, role, options, run_id if sent else None, labels, text,
+                    {side: _kinds_of(side, suite.name, by, cols, error_kinds)
+                     for side in ("baseline", role)},
+                    {"baseline": n_base, role: n_cand}, planned,
+                )
         # The one combination rule (evalsvc.gates._combine): suites' final verdicts after the
         # candidate-level Holm correction, the candidate's verdict, and the reasons for each.
         _answers_per_second(suites, cres.suites)
-        decision = decide([SuiteGate(r.suite, r.outcome, r.gated) for r in cres.suites])
+        decision = decide(
+            [SuiteGate(r.suite, r.outcome, r.gated) for r in cres.suites],
+            errored={
+                name: Reason("error_budget" if f.stage == "requests" else "suite_error",
+                             f.message, name)
+                for name, f in errored.items()
+            },
+        )
         for sres, sdec in zip(cres.suites, decision.suites, strict=True):
-            sres.outcome = sdec.outcome
+            if sres.suite in errored:
+                # Its numbers stand as measured; its verdict is error (SuiteResult.verdict).
+                sres.error = errored[sres.suite]
+            else:
+                sres.outcome = sdec.outcome
             sres.reasons = list(sdec.reasons)
         if skip_reasons:
             decision = replace(decision, reasons=(*decision.reasons, *skip_reasons))
@@ -1121,23 +1219,13 @@ def _gate_all(
         cres.reasons = list(decision.reasons)
         decisions.append((role, decision))
         results.append(cres)
+        infra_errors += [f"{name} on {labels[role]}: {f.cause}" for name, f in errored.items()]
     combined, run_reasons = combine_candidates(decisions)
     verdict: str = combined
     reasons = list(run_reasons)
-    error = None
-    if infra_errors:
-        verdict, error = "error", "error budget exceeded: " + "; ".join(infra_errors)
-        reasons = budget + reasons
-        for cres in results:
-            mine = [r for r in budget if r.candidate == cres.role]
-            if mine:
-                # The candidate's verdict is no verdict either: its evidence is incomplete.
-                cres.verdict = "error"
-                cres.reasons = [replace(r, candidate=None) for r in mine] + cres.reasons
-            for sres in cres.suites:
-                sres.reasons = [
-                    replace(r, candidate=None) for r in mine if r.suite == sres.suite
-                ] + sres.reasons
+    # The run finished; ``error`` names the suites that did not and why (every list of runs
+    # shows it); each suite's reason and ``error`` add the fix.
+    error = "suites ended in error: " + "; ".join(infra_errors) if infra_errors else None
     return RunResult(
         run_id=run_id,
         verdict=verdict,
@@ -1148,6 +1236,88 @@ def _gate_all(
         options=options,
         reasons=reasons,
         skipped=list(skipped),
+    )
+
+
+def count_kinds_of(kinds: dict[tuple[Any, ...], str]) -> dict[str, int]:
+    """``{kind: count}`` of one (role, suite)'s errored samples (``execute``'s record)."""
+    out: dict[str, int] = {}
+    for kind in kinds.values():
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def _kinds_of(
+    role: str,
+    suite: str,
+    by: dict[tuple[str, str], list[Sample]],
+    cols: PairedColumns | None,
+    error_kinds: dict[tuple[str, str], dict[str, int]],
+) -> dict[str, int]:
+    """Errored samples of ``role`` in ``suite`` by kind: from its samples, else (a streaming
+    suite keeps none) from what ``execute`` counted."""
+    if cols is None:
+        return count_kinds(s.error for s in by.get((role, suite), []) if s.error)
+    return dict(error_kinds.get((role, suite), {}))
+
+
+def _budget_failure(
+    suite: str,
+    role: str,
+    options: RunOptions,
+    run_id: str | None,
+    labels: dict[str, str],
+    budget_text: str,
+    kinds: dict[str, dict[str, int]],
+    n_errors: dict[str, int],
+    planned: int,
+) -> SuiteFailure:
+    """A suite whose requests errored past the budget for candidate ``role``: the side(s) that
+    errored, their errors by kind, and the fix naming that endpoint. ``run_id`` None: the
+    samples are logs (``gate_samples``), nothing this run sent or could send again."""
+    if run_id is None:
+        counts = {}
+        for side in ("baseline", role):
+            for kind, k in kinds[side].items():
+                counts[kind] = counts.get(kind, 0) + k
+        return SuiteFailure(
+            suite, "requests", budget_text,
+            "the logs hold errored or unpaired documents: evaluate them again and gate the new "
+            "logs, or raise the error budget (`--max-error-rate`)", counts,
+            side="baseline" if n_errors[role] == 0 else role,
+        )
+    sides = [side for side in ("baseline", role) if n_errors[side]] or [role]
+    endpoint = " and ".join(f"{side.partition(':')[0]} {labels[side]}" for side in sides)
+    counts: dict[str, int] = {}
+    for side in sides:
+        for kind, k in kinds[side].items():
+            counts[kind] = counts.get(kind, 0) + k
+    total = max(sum(n_errors[side] for side in sides), sum(counts.values()))
+    cause, fix = describe(counts, total, planned * len(sides), options, endpoint=endpoint)
+    return SuiteFailure(
+        suite, "requests", f"{cause}; {budget_text}", f"{fix}; {resume_hint(run_id)}", counts,
+        side="baseline" if sides == ["baseline"] else role,
+    )
+
+
+def _failed_result(
+    suite: Suite, failure: SuiteFailure, plans: dict[str, Sequence[Item]]
+) -> SuiteResult:
+    """The result of a suite that ended before its gate (``failure``): no numbers, verdict
+    ``error``."""
+    gate = suite.gate
+    nan = float("nan")
+    outcome = GateOutcome(
+        verdict="inconclusive", metric=gate.metric, baseline=nan, candidate=nan, delta=nan,
+        ci=(nan, nan), p_value=None, margin=gate.margin if gate.margin is not None else nan,
+        alpha=gate.alpha, n=0, mde=None, test="none",
+        details={"reason": f"ended in error: {failure.message}"},
+    )
+    planned = suite.gated_pairs(plans.get(suite.name, []))
+    return SuiteResult(
+        suite=suite.name, kind=suite.kind, version=suite.version, outcome=outcome,
+        n_errors=planned, n_planned=planned, gated=gate.gated,
+        details={"gate": gate.to_dict()}, error=failure,
     )
 
 
@@ -1367,4 +1537,6 @@ def gate_samples(
 ) -> RunResult:
     """Gate samples that exist already (``evalsvc gate-logs``): the same per-suite gates,
     slices, error budget and verdict combination as :func:`execute`, without sending anything."""
-    return _gate_all(run_id, baseline, candidates, provs, suites, plans, samples, options)
+    return _gate_all(
+        run_id, baseline, candidates, provs, suites, plans, samples, options, sent=False
+    )

@@ -336,7 +336,13 @@ def _next_step(
     if code == "holm_adjusted" and suite:
         return {"text": f"{suite} failed on its own but not after the correction across suites: "
                         "re-run it alone, or with more items, to confirm", "command": None}
-    if code == "error_budget":
+    if code in ("error_budget", "suite_error"):
+        # The runner's own cause and fix (evalsvc.runner._isolation), then the resume that
+        # re-sends only what errored.
+        failure = (s or {}).get("error") or {}
+        if failure.get("fix"):
+            return {"text": f"{suite}: {failure['fix']}",
+                    "command": f"evalsvc runs resume {short}"}
         return {"text": "too many requests errored: fix the endpoint (see the suite's error "
                         "examples) and re-run", "command": None}
     if code == "no_gated_suites":
@@ -444,7 +450,7 @@ def banner(store: Store, run: RunInfo, report: dict[str, Any] | None) -> dict[st
             out["allowed"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
         elif code in ("passed", "not_gated", "skipped"):
             out["info"].append({**r, "candidate_label": labels.get(r.get("candidate"))})
-        elif code in ("error_budget", "no_gated_suites", "infrastructure_error"):
+        elif code in ("error_budget", "suite_error", "no_gated_suites", "infrastructure_error"):
             if any(b["role"] == r.get("candidate") and b["suite"] == r.get("suite")
                    and b["suite"] is not None for b in out["blocking"]):
                 continue  # that suite is listed already, with this reason among its own

@@ -374,8 +374,13 @@ def compare(
     egress: EgressPolicy | None = None,
     allow_paths: bool = True,
     on_created: Callable[[str], None] | None = None,
+    resuming: RunInfo | None = None,
 ) -> dict[str, Any]:
     """Run ``spec`` in-process (``evalsvc compare``) and return the JSON report.
+
+    ``resuming`` (a finished run whose spec is ``spec``; :func:`resume`): that run is taken
+    back to ``running`` and executed again instead of a new one, skipping every item it
+    stored without error.
 
     ``on_created(run_id)`` is called once the run is recorded: a caller that ends without a
     report (an error, Ctrl-C) still names the run in what it writes.
@@ -399,7 +404,14 @@ def compare(
         store.reap_expired(max_attempts=settings.max_attempts)
     owner = f"{IN_PROCESS_PREFIX}{socket.gethostname()}:{os.getpid()}"
     lease = settings.lease_seconds
-    run = store.create_run(spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease)
+    if resuming is None:
+        run = store.create_run(
+            spec, status=RunStatus.running, lease_owner=owner, lease_seconds=lease
+        )
+    elif store.reopen_run(resuming.id, lease_owner=owner, lease_seconds=lease):
+        run = store.get_run(resuming.id) or resuming
+    else:
+        raise UsageError(f"run {resuming.id} is queued or running: only a finished run resumes")
     # The lease is renewed like a worker's (``Leases``), so if this process is killed (SIGKILL,
     # OOM, power) the next reaper (a worker's, or the next compare's) marks the run ``error``
     # instead of leaving it "running" for ever. A refused renewal (the run was cancelled or
@@ -447,6 +459,38 @@ def compare(
         from evalsvc.services import alerts
 
         alerts.after_run(store, run.id)
+
+
+def resume(
+    run_id: str,
+    *,
+    store: Store,
+    progress: Progress | None = None,
+    on_created: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Resume a finished run in this process (``evalsvc runs resume``) and return its new
+    report: the same spec, endpoints and suites, the same run id; every item stored without
+    error is skipped (``Store.done_keys``), so what is sent again is what errored (a suite that
+    ended in error, an errored request) or never ran (an interrupted run). The gates and the
+    report are computed anew over all the run's samples.
+
+    ``UsageError`` (exit 2) for a run that is queued or running (a worker's), or that gated
+    uploaded logs (nothing to send again)."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise UsageError(f"no run {run_id}")
+    if run.status in (RunStatus.queued, RunStatus.running):
+        raise UsageError(
+            f"run {run.id} is {run.status.value}: only a finished run resumes (a worker "
+            "resumes a queued or running one by itself; cancel it first to resume it here)"
+        )
+    if run.spec.labels.get("source") == "gate-logs":
+        raise UsageError(
+            f"run {run.id} gated uploaded logs: it sent nothing, so nothing can be sent again; "
+            "gate the logs again with `evalsvc gate-logs`"
+        )
+    return compare(run.spec, store=store, progress=progress, on_created=on_created,
+                   resuming=run)
 
 
 def execute_stored_run(

@@ -14,6 +14,10 @@ way (the kind of fake the house rules allow: "a server with known behaviour").
 
 ``server.prompts`` counts chat requests, ``server.seen`` keeps each reasoning (family, level).
 
+A slow engine on long prompts: a chat whose message has more than ``slow_words`` words is
+answered only after ``slow_s`` seconds (an overloaded endpoint's long requests; set both on the
+server to change it mid-test), ``server.long_prompts`` counts them.
+
 What the comparability guard reads is shaped like vLLM's: ``/tokenize`` with ``messages``
 renders them with the server's ``chat_template`` (a name: two servers with different names
 render differently) and ``/detokenize`` gives the rendered text back; ``tokenizer_offset``
@@ -25,8 +29,9 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from evalsvc.suites.kinds.reasoning import GENERATORS, _display, generate
@@ -63,15 +68,20 @@ class _Handler(JSONHandler):
             return
         if self.path.endswith("/chat/completions"):
             content = str(body["messages"][-1]["content"])
+            if self.server.slow_words is not None and len(content.split()) > self.server.slow_words:
+                with self.server.lock:
+                    self.server.long_prompts += 1
+                time.sleep(self.server.slow_s)
             if self.server.refuses(content):
                 self._reply({"error": {"message": "maximum context length exceeded"}}, 400)
                 return
             text = self.server.answer(content)
-            self._reply({
-                "choices": [{"message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5},
-            })
+            with suppress(OSError):  # a slow answer's client may have given up (its timeout)
+                self._reply({
+                    "choices": [{"message": {"role": "assistant", "content": text},
+                                 "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+                })
             return
         self._reply({})
 
@@ -92,8 +102,11 @@ class LevelServer(LoopbackHTTPServer):
         chat_template: str = "chatml",
         tokenizer_offset: int = 0,
         refuse: float = 0.0,
+        slow_words: int | None = None,
+        slow_s: float = 0.0,
     ) -> None:
         super().__init__(_Handler)
+        self.slow_words, self.slow_s, self.long_prompts = slow_words, slow_s, 0
         self.accuracy, self.max_len = accuracy, max_len
         self.chat_template, self.tokenizer_offset, self.refuse = chat_template, tokenizer_offset, refuse
         self.rendered: dict[tuple[int, ...], str] = {}

@@ -130,7 +130,9 @@ def test_refusals_on_one_side_past_the_budget_are_non_comparable() -> None:
     assert "HTTP 400" in diff.message
     assert result.error is None  # not an outage: nothing to retry
     # Allowed, the refusals are errors again, and past the budget no verdict rests on them.
-    assert allowed.verdict == "error" and allowed.error and "6 of 20 items errored" in allowed.error
+    failure = allowed.candidates[0].suites[0].error
+    assert allowed.verdict == "error" and failure is not None
+    assert "6 of 20 items errored" in failure.cause and failure.counts == {"refused": 6}
 
 
 def test_a_candidate_context_shorter_than_a_suite_needs() -> None:

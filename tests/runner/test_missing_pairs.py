@@ -73,7 +73,8 @@ def test_missing_pairs_are_errors_and_break_the_budget() -> None:
     res = result.candidates[0].suites[0]
     assert res.outcome.n == 10 and res.n_planned == 20
     assert res.n_errors == 10 and res.details["missing_pairs"] == 10
-    assert result.verdict == "error" and result.error and "10 of 20" in result.error
+    assert result.verdict == "error" and result.error and "lossy" in result.error
+    assert res.verdict == "error" and res.error is not None and "10 of 20" in res.error.cause
 
 
 class BaselineErrorsSuite(LossySuite):
@@ -106,4 +107,10 @@ def test_the_error_budget_names_the_side_that_errored() -> None:
     )
     result = _run_against_ok_server(suite)
     assert result.verdict == "error" and result.error
-    assert "8 of 8 items errored (samples errored: baseline 8, candidate 0;" in result.error
+    failure = result.candidates[0].suites[0].error
+    assert failure is not None and failure.side == "baseline"
+    assert "8 of 8 items errored (samples errored: baseline 8, candidate 0;" in failure.cause
+    # Counted by kind and blamed on the endpoint that failed: the baseline's.
+    assert failure.counts == {"connection": 8}
+    assert failure.cause.startswith("8 of 8 requests lost their connection to baseline ")
+    assert "check that baseline " in failure.fix
