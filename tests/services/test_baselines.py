@@ -12,7 +12,11 @@ Real runs through ``evalsvc.services.runs.compare`` against loopback servers of 
   run of another seed, an unfinished run and a determinism suite are refused with the fix;
 - a queued run a worker executes (server mode: a catalog suite) reuses a blessing as ``compare``
   does;
-- a determinism suite is never given a blessed baseline's samples, even under a matching key.
+- a determinism suite is never given a blessed baseline's samples, even under a matching key;
+- a blessing belongs to the endpoint it was measured on (issue 47): a registered name keeps it
+  when the name moves to another host, the old host by its URL measures its own baseline
+  (``other-endpoint``, with the fix), and blessings or runs without a recorded endpoint are
+  never reused or blessed.
 """
 
 from __future__ import annotations
@@ -226,3 +230,67 @@ def test_more_samples_than_a_dataset_has_rows_reuses_the_blessing_of_the_same_ro
         assert any("asks for more rows" in w for w in more["warnings"]), more["warnings"]
         fewer = run(6)
         assert fewer["baseline_reuse"][0]["status"] != "reused", fewer["baseline_reuse"]
+
+
+def test_a_blessing_follows_its_registered_name_not_its_host(
+    db: Store, pair: Any, suite_file: Path
+) -> None:
+    """A blessing belongs to the endpoint it was measured on (issue 47): a registered name, which
+    may move between hosts (a redeployment the operator names), keeps it; the same server by its
+    URL, or a run blessed with another, is another endpoint."""
+    base, cand = pair
+    db.upsert_endpoint(name="gpu-a", url=base.url)
+    named = runs.compare(run_spec(suite_file, base.url, cand.url, base_name="gpu-a"), store=db)
+    [blessing] = baselines.bless(db, [named["run_id"]])
+    assert blessing["endpoint"] == "gpu-a"
+
+    by_url, sent_b, _ = _run(db, pair, suite_file)  # the same host, not by its name
+    assert sent_b == 0  # the URL of a registered endpoint is that endpoint
+    assert by_url["baseline_reuse"][0]["endpoint"] == "gpu-a"
+
+    db.upsert_endpoint(name="gpu-a", url=cand.url)  # gpu-a moved to the other host
+    b0, c0 = len(base.seen), len(cand.seen)
+    moved = runs.compare(run_spec(suite_file, cand.url, base.url, base_name="gpu-a"), store=db)
+    assert len(cand.seen) - c0 == 0 and len(base.seen) - b0 == N  # reused on gpu-a's new host
+    [entry] = moved["baseline_reuse"]
+    assert entry["status"] == "reused" and entry["applied"] is True
+    assert entry["endpoint"] == entry["baseline_endpoint"] == "gpu-a"
+    assert "blessed on gpu-a" in entry["reason"] and entry["measured_at"]
+
+    # The old host by its URL is no longer gpu-a: another endpoint, which measures its own.
+    other, sent_b, _ = _run(db, pair, suite_file)
+    assert sent_b == N
+    [entry] = other["baseline_reuse"]
+    assert entry["status"] == "other-endpoint" and entry["applied"] is False
+    assert entry["reason"].startswith(
+        f"blessed on gpu-a; this run's baseline is {base.url.split('//')[1].removesuffix('/v1')}")
+    assert f"evalsvc baselines bless {other['run_id']}" in entry["reason"]
+    assert any("blessed on gpu-a" in line for line in reuse_lines(other))
+    jsonschema.validate(other, report_schema())
+    with pytest.raises(baselines.UsageError, match="different endpoints"):
+        baselines.bless(db, [named["run_id"], other["run_id"], moved["run_id"]])
+
+
+def test_blessings_and_runs_without_an_endpoint_are_never_reused(
+    db: Store, pair: Any, suite_file: Path
+) -> None:
+    """A blessing from before endpoints were recorded (migration 0009 leaves NULL) is not
+    reused, and says to bless again; a run recorded without one cannot be blessed."""
+    first, _, _ = _run(db, pair, suite_file)
+    [blessing] = baselines.bless(db, [first["run_id"]])
+    baselines.revoke(db, blessing["id"])
+    legacy = db.blessed.add(
+        fingerprint=blessing["fingerprint"], suite=blessing["suite"],
+        endpoint_url=blessing["endpoint_url"], endpoint=None, key=blessing["key"],
+        run_ids=blessing["run_ids"], items=blessing["items"], noise=None, note=None,
+        blessed_by=None)
+    again, sent_b, _ = _run(db, pair, suite_file)
+    assert sent_b == N
+    [entry] = again["baseline_reuse"]
+    assert entry["status"] == "unbound" and entry["blessing"] == legacy["id"]
+    assert entry["applied"] is False and "bless again" in entry["reason"]
+
+    ref, prov = db.get_endpoint_snapshots(first["run_id"])["baseline"]
+    db.save_endpoint_snapshot(first["run_id"], role="baseline", endpoint=ref, provenance=prov)
+    with pytest.raises(baselines.UsageError, match="no recorded baseline endpoint"):
+        baselines.bless(db, [first["run_id"]])
