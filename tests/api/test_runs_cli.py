@@ -84,9 +84,13 @@ def test_runs_commands_round_trip(api: Api, tmp_path: Path) -> None:
     assert json.loads(shown.stdout)["id"] == done
     gate = evalsvc("runs", "gate", prefix, "--json", *db)
     assert gate.returncode == 1  # the gate's own exit code: fail
-    assert json.loads(gate.stdout) == {
+    gated = json.loads(gate.stdout)
+    # What the verdict rests on (derived from the report), and no policy asked to refuse it.
+    assert gated.pop("basis")["suites"][0]["sides"]["baseline"]["source"] == "measured"
+    assert gated == {
         "run_id": done, "status": "completed", "verdict": "fail", "exit_code": 1,
         "reasons": [],  # the test executor's report gives none
+        "refused_by_policy": [],
     }
     md = tmp_path / "report.md"
     report = evalsvc("runs", "report", prefix, "-f", "markdown", "-o", str(md), *db)
