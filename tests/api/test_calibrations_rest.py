@@ -47,6 +47,20 @@ def test_a_queued_calibration_stores_its_floor(api: Api) -> None:
             assert typo.status_code == 422 and "takes limit" in typo.json()["detail"]
             missing = reader.get(f"/calibrations/{'0' * 32}")
             assert missing.status_code == 404 and "no calibration" in missing.json()["detail"]
+        assert done["adopted"] is False and listed[0]["adopted"] is False
+
+    # The operator adopts it on the server's database (as POST /calibrations/{id}/adopt does).
+    env = {"EVALSVC_DATABASE_URL": api.db_url}
+    shown = run_cli("calibrations", "list", "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    (row,) = json.loads(shown.stdout)
+    assert row["id"] == cal_id and row["adopted"] is False and row["submitted_by"] == "t-submit"
+    adopted = run_cli("calibrations", "adopt", cal_id, env=env)
+    assert adopted.returncode == 0 and f"calibration {cal_id} adopted (by local)" in adopted.stderr
+    shown = run_cli("calibrations", "show", cal_id, env=env)
+    assert json.loads(shown.stdout)["adopted_by"] == "local"
+    unknown = run_cli("calibrations", "adopt", "0" * 32, env=env)
+    assert unknown.returncode == 2 and "evalsvc calibrations list" in unknown.stderr
 
 
 def test_calibrate_through_a_server(api: Api) -> None:
