@@ -56,13 +56,19 @@ from evalsvc.suites._registry import (
     suite_kinds,
 )
 from evalsvc.suites._sampling import SamplingPolicy, sampling_finding, sampling_headline
-from evalsvc.suites._thinking_view import thinking_charts, thinking_finding, thinking_headline
+from evalsvc.suites._thinking_view import (
+    thinking_charts,
+    thinking_finding,
+    thinking_headline,
+    thinks,
+)
 
 __all__ = [
     "SamplingPolicy",
     "sampling_finding",
     "sampling_headline",
     "thinking_charts",
+    "thinks",
     "thinking_finding",
     "thinking_headline",
     "PILOT_SUFFIX",

@@ -72,8 +72,11 @@ def thinking_finding(details: dict[str, Any]) -> Finding | None:
     if not isinstance(t, dict) or not _has_signal(t):
         return None
     length = t.get("length") or {}
-    lines = [f"**Thinking traces** ({t.get('n', 0)} pairs scored on the answer alone):", ""]
-    if isinstance(length.get("ratio"), int | float):
+    thought = thinks(details)
+    # A model that never thinks: its answers' own cuts and loops, not "thinking traces".
+    lines = [f"**Thinking traces** ({t.get('n', 0)} pairs scored on the answer alone):"
+             if thought else f"**Answers cut, looping or leaking** ({t.get('n', 0)} pairs):", ""]
+    if thought and isinstance(length.get("ratio"), int | float):
         src = ", ".join(length.get("tokens_source") or []) or "—"
         lines.append(
             f"- thinking tokens per answer {length.get('baseline_mean', 0):.0f} → "
@@ -81,7 +84,7 @@ def thinking_finding(details: dict[str, Any]) -> Finding | None:
             f"{_ci(length.get('ci'))} (candidate ÷ baseline, paired by item; "
             f"{length.get('method', '')}; tokens: {src})"
         )
-    elif length.get("note"):
+    elif thought and length.get("note"):
         lines.append(f"- thinking length: no ratio ({length['note']})")
     for key, what in (("truncation", "cut at the token budget"), ("loops", "looping (seq-rep-4 ≥ 0.5 in the tail)")):
         row = t.get(key) or {}
@@ -126,13 +129,25 @@ def thinking_finding(details: dict[str, Any]) -> Finding | None:
     severity: Severity = (
         "fail" if any(b.get("verdict") == "fail" for b in bounds) else "warn" if worse else "info"
     )
-    return Finding(title="thinking traces", markdown=lines, severity=severity, data=dict(t))
+    return Finding(title="thinking traces" if thought else "answers cut or looping",
+                   markdown=lines, severity=severity, data=dict(t))
+
+
+def thinks(details: dict[str, Any]) -> bool:
+    """Whether either side of a suite entry gave thinking traces (the dashboard's section is
+    "Thinking traces" then, else only the answers' own problems)."""
+    t = details.get("thinking")
+    length = (t.get("length") or {}) if isinstance(t, dict) else {}
+    return bool((length.get("baseline_thinking_items") or 0)
+                + (length.get("candidate_thinking_items") or 0))
 
 
 def thinking_charts(details: dict[str, Any]) -> list[dict[str, Any]]:
     """The dashboard's charts of a suite entry's thinking (``Chart.to_dict()``): tokens per
     answer (thinking and in all) and the rates of answers cut at the budget, looping and
-    leaking markup, baseline beside candidate; none when there is nothing to say."""
+    leaking markup, baseline beside candidate; none when there is nothing to say. A model that
+    never thinks gets the rates only (no thinking-token bars of zeros: that panel, larger than
+    the findings, read as if the model had thought)."""
     from evalsvc.suites._present import Chart
 
     t = details.get("thinking")
@@ -152,11 +167,14 @@ def thinking_charts(details: dict[str, Any]) -> list[dict[str, Any]]:
         {"name": s, "color": s, "data": [length.get(f"{s}_mean"), tpa.get(s)]}
         for s in ("baseline", "candidate")
     ]
+    rates = Chart("thinking-rates", "bar", "Answers cut at the budget, looping, leaking markup (%)",
+                  ["cut at budget", "looping", "leaked markup"],
+                  [{"name": s, "color": s, "data": side(s)} for s in ("baseline", "candidate")],
+                  y_name="%").to_dict()
+    if not thinks(details):
+        return [rates]
     return [
         Chart("thinking-tokens", "bar", "Tokens per answer (mean)", ["thinking", "thinking + answer"],
               tokens, y_name="tokens").to_dict(),
-        Chart("thinking-rates", "bar", "Answers cut at the budget, looping, leaking markup (%)",
-              ["cut at budget", "looping", "leaked markup"],
-              [{"name": s, "color": s, "data": side(s)} for s in ("baseline", "candidate")],
-              y_name="%").to_dict(),
+        rates,
     ]

@@ -73,3 +73,37 @@ def test_suite_page_shows_the_thinking_finding(db_url: str, tmp_path: Path) -> N
     base_mean, cand_mean = (s["data"][0] for s in charts["thinking-tokens"]["series"])
     assert 1.7 < cand_mean / base_mean < 2.3
     assert charts["thinking-rates"]["series"][1]["data"] == [0.0, 0.0, 100.0]  # every answer leaks
+
+
+def test_a_model_that_never_thinks_gets_no_thinking_panel(db_url: str, tmp_path: Path) -> None:
+    """Two plain servers (no trace) whose wrong answers end at the token budget: the suite page
+    has no "Thinking traces" panel of zero-token bars, only the answers' cuts, after the
+    findings (it was larger than them, for a model that never thinks)."""
+    from fastapi.testclient import TestClient
+
+    from evalsvc.services import runs
+    from evalsvc.webapp import create_app
+
+    path = tmp_path / "thinking-r.yaml"
+    path.write_text(SUITE)
+    acc = dict.fromkeys(range(1, 6), 0.7)
+    with (
+        thinking_server(acc, [5], think_words=0, truncate_wrong=True) as base,
+        thinking_server(acc, [5], think_words=0, truncate_wrong=True) as cand,
+        Store.from_url(db_url) as store,
+    ):
+        spec = RunSpec(baseline=EndpointRef(url=base.url, name="bf16"),
+                       candidates=[EndpointRef(url=cand.url, name="int8")],
+                       suites=[str(path)], options=RunOptions(concurrency=4))
+        run_id = in_thread(runs.compare, spec, store=store)["run_id"]
+        stored = store.get_samples(run_id, suite="thinking-r")
+    assert not any((s.data.get("thinking") or {}).get("tokens") for s in stored)
+    with TestClient(create_app(db_url, auth=False)) as client:
+        page = client.get(f"/runs/{run_id}/suites/thinking-r?candidate=candidate:0")
+    assert page.status_code == 200
+    text = html.unescape(page.text)
+    assert "Thinking traces" not in text and "Answers cut, looping or leaking" in text
+    assert 'data-chart="thinking-tokens"' not in page.text
+    assert text.index("Answers cut, looping or leaking") > text.index("Findings")
+    data = json.loads(html.unescape(page.text.split('id="page-data">', 1)[1].split("</script>")[0]))
+    assert [c["id"] for c in data["thinking_charts"]] == ["thinking-rates"]

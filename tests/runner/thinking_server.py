@@ -5,7 +5,7 @@
   of the streamed deltas, as vLLM and SGLang with a reasoning parser send it), or ``markers``
   (``<think>…</think>`` in ``content``, as an engine without a parser sends it);
 - ``think_words``: words of thinking per answer on average (0.5 to 1.5 times it by item, the
-  same on every server, with ±10% noise per server), all distinct (no repetition);
+  same on every server, with ±10% noise per server), all distinct (no repetition); 0: none;
 - ``truncate_wrong``: items the server gets wrong end at the token budget instead
   (``finish_reason: length``, the trace unclosed, no answer): the accuracy is unchanged, the
   truncation rate is the share of wrong items;
@@ -136,7 +136,9 @@ class ThinkingServer(LevelServer):
         # difficulty), times this server's ±10% noise: paired lengths with a real spread.
         noise = zlib.crc32(f"{content}|{self.think_words}".encode()) % 21 - 10
         words = max(1, round(self.think_words * (0.5 + tag % 101 / 100) * (1 + noise / 100)))
-        if self.loop:
+        if self.think_words <= 0:  # a model that never thinks: no trace at all
+            thinking = ""
+        elif self.loop:
             thinking = " ".join(["Wait, let me check that again."] * (words // 6 + 1))
         else:
             thinking = " ".join(f"t{tag}w{i}" for i in range(words))

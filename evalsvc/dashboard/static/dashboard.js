@@ -78,8 +78,11 @@
     var range = t.y_range || [null, null];
     var lo = range[0], hi = range[1];
     var tmin = Math.min.apply(null, ms), tmax = Math.max.apply(null, ms);
-    // One run (or runs seconds apart): half a day either side, so the point is not on the edge.
-    var tpad = Math.max((tmax - tmin) * 0.05, 12 * 3600 * 1000);
+    // A margin of 8% of the runs' span (at least 30 s) either side, so no point sits on the
+    // edge; one run, half an hour either side. A fixed half day spread two runs ten minutes
+    // apart into one column in the middle of a day-wide axis.
+    var span = tmax - tmin;
+    var tpad = span > 0 ? Math.max(span * 0.08, 30 * 1000) : 30 * 60 * 1000;
     var boundary = pts[pts.length - 1].boundary;
     var fg = dark ? "#e6edf3" : "#1f2328";
     var ci = pts.map(function (p, i) {

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from evalsvc.db import Store
-from evalsvc.suites import ViewInput, thinking_charts
+from evalsvc.suites import ViewInput, thinking_charts, thinks
 
 from ._common import (
     NotFound,
@@ -68,4 +68,5 @@ def suite_view(store: Store, run_id: str, suite: str, role: str) -> dict[str, An
         "kind_view": kind_view,
         # Any kind that scores answers: its thinking, drawn beside the kind's own view.
         "thinking_charts": thinking_charts(details),
+        "thinking_title": "Thinking traces" if thinks(details) else "Answers cut, looping or leaking",
     }
