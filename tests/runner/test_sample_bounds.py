@@ -1,7 +1,7 @@
 """What one sample may store (``evalsvc.runner._bounds``, issue 48 item 2): every string of its
 ``data`` bounded like its output, valid Unicode, nesting kept to 64 levels, the cut listed.
 The runner calls it on every sample (``_cap_output``); a real run with hostile answers is in
-``tests/security/test_round4_answers.py``."""
+``tests/security/test_round5_answers.py``."""
 
 from __future__ import annotations
 

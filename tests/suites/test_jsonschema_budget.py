@@ -1,7 +1,7 @@
 """The JSON scoring of ``toolcalls`` and ``structured`` (``evalsvc.suites.kinds._jsonschema``)
 never raises on an answer: what cannot be parsed, or is past the budget, is an invalid answer
 with its reason (issue 48, item 2). Pure functions, checked directly; the same payloads go
-through a real run in ``tests/security/test_round4_answers.py``."""
+through a real run in ``tests/security/test_round5_answers.py``."""
 
 from __future__ import annotations
 

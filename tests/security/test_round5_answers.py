@@ -14,7 +14,7 @@ Before (HEAD of the issue, the same payloads, 6 items): ``[`` × 5,000 ended the
 ``RecursionError`` traceback; 60,000 calls stored 12.4 MB of ``data`` per sample (62.9 MB of
 database), peak RSS 770 MB and 18.9 CPU-s; the 8 MB structured answer cost 31 CPU-s and 754 MB.
 After: 4.3 KB of ``data`` per sample, 0.34 MB of database, 195 MB and 4.4 CPU-s; 178 MB and
-2.7 CPU-s (docs/security.md, "Round 4 probes").
+2.7 CPU-s (docs/security.md, "Round 5 probes").
 """
 
 from __future__ import annotations
