@@ -4,7 +4,7 @@ Contract:
 - ``execute(...)`` knows nothing of the database. It takes a ``SampleSink`` (the service layer
   gives it one that writes to the store as samples complete) and the set of sample keys already
   stored (so a resumed run skips finished items).
-- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable, and
+- It raises ``InfrastructureError`` (exit 4) when an endpoint is unreachable at the probe, and
   ``EndpointUrlError`` (a ``CapabilityError``, exit 2) naming the corrected URL when a server
   answers but not at the given base URL (``/v1`` missing). A suite that
   cannot run on these endpoints (a capability an endpoint lacks, or the suite's own
@@ -15,8 +15,11 @@ Contract:
   instead, and a run none of whose suites can run is refused either way: ``CapabilityError``
   (exit 2), naming each missing capability once with the endpoints that lack it, its fix and
   the suites that would run (:func:`runnable_suites`). Everything after that is recorded, never
-  raised: errored requests are samples with ``error`` set, counted per suite; too many make the
-  run's verdict ``error``.
+  raised: errored requests are samples with ``error`` set, counted per suite, and one suite's
+  infrastructure failure ends that suite alone (``_isolation``): its calibration pilot or its
+  requests erroring past the error budget, planning it failing, an exception out of its run
+  make it read ``error`` with its cause and fix (``SuiteResult.error``) while the other suites
+  run on; only the sink's (the store's) failures and cancellation end the run.
 - After the probe, before any item, the comparability guard (``_comparable.incomparable``)
   compares each candidate's provenance with the baseline's: a candidate that differs in more
   than the quantization (tokenizer, chat template, model family, generation defaults,
@@ -1275,23 +1278,19 @@ def _budget_failure(
     """A suite whose requests errored past the budget for candidate ``role``: the side(s) that
     errored, their errors by kind, and the fix naming that endpoint. ``run_id`` None: the
     samples are logs (``gate_samples``), nothing this run sent or could send again."""
-    if run_id is None:
-        counts = {}
-        for side in ("baseline", role):
-            for kind, k in kinds[side].items():
-                counts[kind] = counts.get(kind, 0) + k
-        return SuiteFailure(
-            suite, "requests", budget_text,
-            "the logs hold errored or unpaired documents: evaluate them again and gate the new "
-            "logs, or raise the error budget (`--max-error-rate`)", counts,
-            side="baseline" if n_errors[role] == 0 else role,
-        )
     sides = [side for side in ("baseline", role) if n_errors[side]] or [role]
-    endpoint = " and ".join(f"{side.partition(':')[0]} {labels[side]}" for side in sides)
     counts: dict[str, int] = {}
     for side in sides:
         for kind, k in kinds[side].items():
             counts[kind] = counts.get(kind, 0) + k
+    if run_id is None:
+        return SuiteFailure(
+            suite, "requests", budget_text,
+            "the logs hold errored or unpaired documents: evaluate them again and gate the new "
+            "logs, or raise the error budget (`--max-error-rate`)", counts,
+            side="baseline" if sides == ["baseline"] else role,
+        )
+    endpoint = " and ".join(f"{side.partition(':')[0]} {labels[side]}" for side in sides)
     total = max(sum(n_errors[side] for side in sides), sum(counts.values()))
     cause, fix = describe(counts, total, planned * len(sides), options, endpoint=endpoint)
     return SuiteFailure(
