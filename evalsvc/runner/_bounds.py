@@ -38,6 +38,9 @@ MAX_DATA_DEPTH = 64
 MAX_LISTED = 10
 _DEEP_NOTE = f"[nested deeper than {MAX_DATA_DEPTH} levels: not kept]"
 
+#: ASCII JSON (non-ASCII and lone surrogates as \u escapes), without the cycle check: a sample
+#: is a tree, and a cycle recurses past the limit, which is read as "walk it" like any depth.
+_encode = json.JSONEncoder(check_circular=False).encode
 # A surrogate as ``json.dumps`` escapes it: a pair is a high escape then a low one.
 _SURROGATE = re.compile(r"\\ud[89a-f][0-9a-f]{2}")
 
@@ -61,7 +64,7 @@ def bound_sample(sample: Sample, cap: int) -> None:
 
 def _needs_walk(data: dict[str, Any], cap: int) -> bool:
     try:
-        text = json.dumps(data)  # ASCII: non-ASCII and lone surrogates as \u escapes
+        text = _encode(data)
     except RecursionError:
         return True
     except (TypeError, ValueError):
