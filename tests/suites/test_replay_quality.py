@@ -178,6 +178,25 @@ def test_injected_wrong_answers_never_pass(tmp_path: Path) -> None:
                                    for n in samples["rows"][0]["candidate"]["notes"])
 
 
+def test_injected_answers_at_a_size_where_ties_would_pass(tmp_path: Path) -> None:
+    """At 80 items all-tie pairs would pass a 0.10 margin: the injected wrong answers (counted
+    ties) must not carry that pass, neither in ``compare: judge`` nor in ``compare: quality``."""
+    from evalsvc.gates import SuiteGate, decide
+
+    with judge_server(worse_tenths=10) as srv:
+        for compare in ("judge", "quality"):
+            path = write_suite(tmp_path, 80, compare=compare,
+                               judge={"endpoint": "obey", "controls": 5})
+            res, _ = run(srv.url("base"), srv.url("cand-injected"), path,
+                         {"judge": srv.url("obey")})
+            o = res.outcome
+            assert res.verdict == "inconclusive", (compare, o)
+            assert "80 of 80 judged pairs" in o.details["judge_addressed"]
+            [suite] = decide([SuiteGate("rf", o)]).suites
+            assert [r.code for r in suite.reasons][0] == "judge_addressed", suite.reasons
+            assert res.details["judge"]["addressed"]["n"] == 80
+
+
 def test_a_pass_survives_only_if_flagged_pairs_could_not_flip_it() -> None:
     """The judge gate's second guard, exactly: with every flagged pair counted worse the
     interval must still pass; a few flagged pairs in a clear pass leave it a pass."""
