@@ -35,7 +35,12 @@ construction, so without the second pass an unstable but unchanged model (bf16 b
 docs/statistics.md) would read as a regression; with it, a candidate identical to the baseline
 is exchangeable with the second pass and Δ is centred on 0. Two answers that both yield no
 number/option/match agree. In this mode a sample's own ``score`` is 1 when the scorer found an
-answer in it (always for ``exact``/``normalized``); ``analyze`` computes the agreement.
+answer in it (always for ``exact``/``normalized``); ``analyze`` computes the agreement. What
+the gate tests is ``params.compare``: ``quality`` (the default without a judge: degenerate
+answers, ``_degeneration``, against the baseline's, and meaning by the judge or by identical
+answers, ``_quality``: a rewording is never a fail), ``judge`` (the default with one,
+``_judge``), ``similarity`` (wording) or ``agreement``; every answer carries its degeneration
+signals (``data["degeneration"]``) whatever is gated.
 
 Contract: everything is read and checked when the suite is loaded (a missing file or column,
 an unreadable file, a bad template, a reference that cannot be scored, an unknown scorer):
