@@ -234,6 +234,30 @@ class RunStore:
             )
             return _queue.rowcount(result) == 1
 
+    def requeue_run(self, run_id: str) -> bool:
+        """Queue a finished run (completed, error or cancelled) again for the workers, its
+        verdict, error, lease and attempts cleared (``POST /runs/{id}/resume``): the worker that
+        claims it skips every item stored without error, as for a run it takes over. False when
+        it is queued or running (or absent)."""
+        now = utcnow()
+        with self._db.session() as session:
+            result = session.execute(
+                sa.update(RunRow)
+                .where(RunRow.id == run_id, RunRow.status.in_(TERMINAL))
+                .values(
+                    status=RunStatus.queued.value,
+                    verdict=None,
+                    error=None,
+                    finished_at=None,
+                    updated_at=now,
+                    lease_owner=None,
+                    lease_expires_at=None,
+                    attempts=0,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            return _queue.rowcount(result) == 1
+
     def delete_run(self, run_id: str) -> bool:
         """Delete a run and everything stored with it (samples, snapshots, gates, report)."""
         with self._db.session() as session:

@@ -64,7 +64,7 @@ class Store:
             runs.list_runs, runs.update_progress, runs.finish_run
         )
         self.cancel_run, self.delete_run = runs.cancel_run, runs.delete_run
-        self.reopen_run = runs.reopen_run
+        self.reopen_run, self.requeue_run = runs.reopen_run, runs.requeue_run
         self.save_endpoint_snapshot = runs.save_endpoint_snapshot
         self.get_endpoint_snapshots = runs.get_endpoint_snapshots
         self.save_suite_snapshot = runs.save_suite_snapshot

@@ -493,6 +493,26 @@ def resume(
                    resuming=run)
 
 
+def requeue(store: Store, run: RunInfo) -> RunInfo:
+    """Queue a finished run again for the workers (``POST /runs/{id}/resume``): the worker that
+    claims it resumes it as :func:`resume` does in-process, under the server's policy, sending
+    only what has no sample stored without error. ``history.RunNotFinished`` (409) while it is
+    queued or running; ``UsageError`` (422) for a run that gated uploaded logs."""
+    from evalsvc.services.history import RunNotFinished
+
+    if run.spec.labels.get("source") == "gate-logs":
+        raise UsageError(
+            f"run {run.id} gated uploaded logs: it sent nothing, so nothing can be sent again"
+        )
+    if not store.requeue_run(run.id):
+        current = store.get_run(run.id) or run
+        raise RunNotFinished(
+            f"run {run.id} is {current.status.value}: only a finished run resumes (a worker "
+            "resumes a queued or running one by itself)"
+        )
+    return store.get_run(run.id) or run
+
+
 def execute_stored_run(
     store: Store,
     run: RunInfo,

@@ -196,6 +196,36 @@ def get_attestation(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str,
 
 
 @router.post(
+    "/{run_id}/resume",
+    response_model=RunRead,
+    status_code=status.HTTP_202_ACCEPTED,
+    responses={
+        **_NOT_FOUND,
+        403: {"model": Problem, "description": "Not the run's submitter nor an admin."},
+        409: {"model": Problem, "description": "Still queued or running."},
+        422: {"model": Problem, "description": "A run that gated uploaded logs."},
+    },
+)
+def resume_run(run_id: PathKey, store: StoreDep, caller: SubmitScope) -> RunRead:
+    """Queue a finished run again (docs/api.md): its worker sends only what errored or never
+    ran (a suite that ended in error, an errored request) and gates the run anew. Only the
+    token that submitted it, or an admin token, may."""
+    run = _get(store, run_id)
+    if "admin" not in caller.scopes and (run.submitted_by is None or run.submitted_by != caller.name):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            f"run {run.id} was not submitted by this token: only its submitter or an admin "
+            "token may resume it",
+        )
+    try:
+        return _read(run_service.requeue(store, run))
+    except history.RunNotFinished as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
+    except run_service.UsageError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, str(exc)) from exc
+
+
+@router.post(
     "/{run_id}/cancel",
     response_model=RunRead,
     responses={
