@@ -197,6 +197,18 @@ def check_allowed_differences(options: Any, *, admin: bool) -> None:
         )
 
 
+def _sets_policy(store: Store, submitted_by: str | None) -> bool:
+    """Whether a stored run's submitter may set operator policy (the worker's side of
+    ``check_allowed_differences``): no submitter (a schedule, which only admins and the operator
+    create), the API with authentication off (every caller has every scope), or a token that
+    has the ``admin`` scope."""
+    from evalsvc.services.tokens import ANONYMOUS
+
+    if submitted_by is None or submitted_by == ANONYMOUS.name:
+        return True
+    return any(t.name == submitted_by and "admin" in t.scopes for t in store.list_api_tokens())
+
+
 def _bounded_name(suite: Suite) -> str:
     k = suite.samples_per_item
     return suite.name if k == 1 else f"{suite.name} (items × {k} samples)"
@@ -524,9 +536,15 @@ def execute_stored_run(
     """Execute a claimed run (worker path). Never raises for run-level failures: it records them.
 
     Server mode: the spec is re-checked (``check_server_spec``) and every connection goes
-    through the server's ``EgressPolicy``, whatever was stored.
+    through the server's ``EgressPolicy``, whatever was stored; so are its allowed differences
+    (``check_allowed_differences``, by its submitter's scopes: a row stored under a larger
+    ``EVALSVC_ALLOWED_DIFFERENCES``, or written into the database, is refused with the reason).
     """
     try:
+        allows = run.spec.options.comparability
+        if allows is not None and allows.allow:  # the token lookup only when something is allowed
+            check_allowed_differences(run.spec.options,
+                                      admin=_sets_policy(store, run.submitted_by))
         suites = load_suites(run.spec)
         check_server_items(run.spec, suites)
         policy = server_policy()

@@ -12,7 +12,8 @@ probe reads), so its provenance fingerprint is production's, but it answers diff
 - **Allowed differences.** A ``submit`` token asking ``options.comparability.allow`` for a
   candidate with another tokenizer and template is refused (422 naming
   ``EVALSVC_ALLOWED_DIFFERENCES``) on ``/runs`` and ``/calibrations``; the run stays
-  ``non-comparable`` (exit 5). What the operator's setting names, and an admin token, may.
+  ``non-comparable`` (exit 5). What the operator's setting names, and an admin token, may; a
+  worker checks a stored row again (the setting narrowed after it was queued: refused).
 - **Noise floors.** A ``submit`` token calibrates the second server (a fault proxy path that
   changes answers under load: random answers) and even the production endpoint itself; neither
   floor reaches a production gate or ``plan --endpoint`` until an admin adopts it, and one
@@ -156,16 +157,23 @@ def test_a_submit_token_cannot_allow_a_difference(
                 "suites": ["reasoning-smoke"], "options": {"comparability": allow}})
         assert half.status_code == 422 and "chat_template refused" in half.text
         assert "allow tokenizer (EVALSVC_ALLOWED_DIFFERENCES)" in half.text
+        # Admitted under the setting, then the operator narrows it before a worker runs it:
+        # the worker checks the stored row again and refuses it with the reason.
+        monkeypatch.setenv("EVALSVC_ALLOWED_DIFFERENCES", "tokenizer,chat_template")
+        narrowed = _run(api, "submit", base.url, cand.url, comparability=allow)
         monkeypatch.delenv("EVALSVC_ALLOWED_DIFFERENCES")
         # An admin token sets policy.
         admitted = _run(api, "admin", base.url, cand.url, comparability=allow)
-        _work(api, 2)
+        _work(api, 3)
 
     with api.client("read") as reader:
         gate = reader.get(f"/runs/{honest}/gate").json()
         allowed = reader.get(f"/runs/{admitted}/gate").json()
+        refused_later = reader.get(f"/runs/{narrowed}").json()
     assert gate["verdict"] == "non-comparable" and gate["exit_code"] == 5, gate
     assert allowed["verdict"] != "non-comparable", allowed
+    assert refused_later["status"] == "error", refused_later
+    assert "EVALSVC_ALLOWED_DIFFERENCES" in refused_later["error"]
 
 
 def _calibrate(api: Api, url: str) -> str:
