@@ -198,8 +198,8 @@ def statement(store: Store, run_id: str, *, now: datetime | None = None) -> dict
     for i, cand in enumerate(run.spec.candidates):
         role = f"candidate:{i}"
         ref, prov = snapshots.get(role, (cand, None))
-        model = (prov.model if prov is not None else None) or cand.model or cand.name or "unknown"
-        subject: dict[str, Any] = {"name": model}
+        model = (prov.model if prov is not None else None) or cand.model
+        subject: dict[str, Any] = {"name": model or cand.name or "unknown"}
         if prov is not None:  # a candidate never probed has no fingerprint to bind
             subject["digest"] = {DIGEST_NAME: provenance_fingerprint(prov)}
         else:
