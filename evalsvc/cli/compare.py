@@ -430,6 +430,7 @@ def gate_logs(
                     + ", ".join(unpaired),
                     highlight=False,
                 )
+    print_basis(report)  # the logs' samples, and what else the verdict rests on
     if report.get("error"):
         err.print(f"[bold magenta]error:[/] {report['error']}")
     verdict = report["verdict"]

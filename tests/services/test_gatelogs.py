@@ -250,6 +250,9 @@ def test_cli_reports_and_exit_codes(tmp_path: Path) -> None:
     assert ET.parse(tmp_path / "r.xml").getroot().get("failures") == "0"
     assert "Recovery (candidate ÷ baseline)" in (tmp_path / "r.md").read_text()
     assert "recovery" in out.stderr
+    # What the verdict rests on: the logs' samples on both sides (docs/report.md, Basis).
+    assert report["basis"]["suites"][0]["sides"]["baseline"]["source"] == "logs"
+    assert "basis:" in out.stderr and "from the gated logs" in out.stderr
     # A clear failure exits 1; a mismatched pair of logs exits 2 with the reason, on one line.
     _, worse = _scores(600, lost=80)
     write_lmeval(tmp_path / "w", worse)
