@@ -133,6 +133,10 @@ def test_refusals_on_one_side_past_the_budget_are_non_comparable() -> None:
     failure = allowed.candidates[0].suites[0].error
     assert allowed.verdict == "error" and failure is not None
     assert "6 of 20 items errored" in failure.cause and failure.counts == {"refused": 6}
+    # The allowed difference is never silent: recorded with its suite, and a reason of its own.
+    (let,) = allowed.candidates[0].comparability.allowed
+    assert let.field == "sample_counts" and let.suite == "r"
+    assert [r.code for r in allowed.candidates[0].reasons].count("allowed_difference") == 1
 
 
 def test_a_candidate_context_shorter_than_a_suite_needs() -> None:
