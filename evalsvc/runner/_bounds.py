@@ -10,13 +10,14 @@ analysis read is what the store holds. ``cap`` is ``EVALSVC_MAX_OUTPUT_CHARS``.
   answer.
 - ``data``: every string keeps its first ``cap`` characters, nesting is kept to
   ``MAX_DATA_DEPTH`` levels (a deeper part is replaced by a note), and every string (keys too)
-  is valid Unicode (lone surrogates become U+FFFD: the store writes UTF-8). What was cut is
+  is storable: lone surrogates (the store writes UTF-8) and NUL characters (PostgreSQL's text
+  cannot hold one: one such answer ended a run) become U+FFFD. What was cut is
   listed in ``data.data_truncated`` (JSON paths, the first ``MAX_LISTED``). Lists are never
   shortened here: a kind's analysis may need every entry (drift's per-position logprobs), so
   the kinds bound what they keep from an answer at the source (``toolcalls`` keeps 16 calls,
   ``_jsonschema`` parses at most 64 KiB); this is the backstop for the rest (an extracted
   answer, a reference, a trace).
-- ``output`` and ``error`` are valid Unicode too.
+- ``output`` and ``error`` are storable too.
 
 Nothing is walked for a sample whose ``data`` serialises short and clean (the common case):
 one ``json.dumps`` in C and two regular-expression scans decide.
@@ -50,9 +51,9 @@ def bound_sample(sample: Sample, cap: int) -> None:
     if cap > 0 and len(sample.output) > cap:
         sample.data = {**sample.data, "output_truncated": True, "output_chars": len(sample.output)}
         sample.output = sample.output[:cap]
-    sample.output = unicode_text(sample.output)
+    sample.output = _storable(sample.output)
     if sample.error is not None:
-        sample.error = unicode_text(sample.error)
+        sample.error = _storable(sample.error)
     if _needs_walk(sample.data, cap):
         cut: list[str] = []
         data = _bounded(sample.data, cap, "$", 0, cut)
@@ -69,9 +70,15 @@ def _needs_walk(data: dict[str, Any], cap: int) -> bool:
         return True
     except (TypeError, ValueError):
         return False  # not JSON at all: the sink says so, as it did before
-    if _has_lone_surrogate(text):
+    if "\\u0000" in text or _has_lone_surrogate(text):
         return True
     return cap > 0 and len(text) > cap and _has_long_text(text, cap)
+
+
+def _storable(text: str) -> str:
+    """``text`` as the store can write it: valid Unicode, no NUL (both as U+FFFD)."""
+    text = unicode_text(text)
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def _has_lone_surrogate(text: str) -> bool:
@@ -105,14 +112,14 @@ def _bounded(value: Any, cap: int, path: str, depth: int, cut: list[str]) -> Any
         if cap > 0 and len(value) > cap:
             cut.append(path)
             value = value[:cap]
-        return unicode_text(value)
+        return _storable(value)
     if isinstance(value, dict | list | tuple) and depth >= MAX_DATA_DEPTH:
         cut.append(path)
         return _DEEP_NOTE
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
-            name = unicode_text(str(key))
+            name = _storable(str(key))
             out[name[:cap] if cap > 0 else name] = _bounded(
                 item, cap, f"{path}.{name[:40]}", depth + 1, cut
             )

@@ -44,6 +44,14 @@ def test_lone_surrogates_become_replacement_characters_everywhere() -> None:
     assert "data_truncated" not in s.data  # replaced, not cut
 
 
+def test_nul_characters_become_replacement_characters() -> None:
+    # PostgreSQL's text cannot hold a NUL: one in an answer ended the run there.
+    s = _sample("a\x00b", parsed={"city": "Os\x00lo", "k\x00": ["\x00"]})
+    bound_sample(s, 65_536)
+    assert s.output == "a\ufffdb"
+    assert s.data["parsed"] == {"city": "Os\ufffdlo", "k\ufffd": ["\ufffd"]}
+
+
 def test_nesting_past_the_bound_is_replaced_by_a_note() -> None:
     deep: list = []
     for _ in range(2000):

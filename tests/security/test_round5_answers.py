@@ -28,7 +28,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from evalsvc.db import Store
 from tests.fixtures.cli import CliResult, run_cli, run_cli_process
+from tests.fixtures.db import db_url  # noqa: F401  (fixture: SQLite, and PostgreSQL when set)
 from tests.fixtures.hostile_answers import MANY_CALLS, HostileAnswers, hostile_answers
 from tests.fixtures.loopback import aiohttp_app, free_port
 from tests.fixtures.tool_server import ToolServer, tool_server
@@ -138,6 +140,34 @@ def test_tool_call_arguments_that_cannot_be_scored_are_schema_errors(
         assert all(s["output"].startswith("\ufffd") for s in samples)
     gates = _suite_entry(tmp_path)["details"]["tool_gates"]
     assert gates["schema_valid_calls"]["candidate"] == 0.0
+
+
+@pytest.mark.parametrize("mode", ["nul", "surrogate"])
+def test_text_the_store_cannot_write_is_stored_replaced_on_both_backends(
+    baseline: ToolServer, hostile: HostileAnswers, tmp_path: Path, mode: str,
+    db_url: str,  # noqa: F811
+) -> None:
+    # A NUL in an answer ended the run on PostgreSQL ("text fields cannot contain NUL"), a lone
+    # surrogate on both (UnicodeEncodeError); both are stored as U+FFFD, the scores stand.
+    r = run_cli("compare", baseline.base_url("faithful"), hostile.base_url(mode), "--suite",
+                "toolcalls", "--samples", "6", "--database-url", db_url,
+                "--json", str(tmp_path / "r.json"))
+    _completed(r)
+    run_id = json.loads((tmp_path / "r.json").read_text())["run_id"]
+    with Store.from_url(db_url) as store:
+        samples = store.get_samples(run_id, endpoint="candidate:0")
+    assert len(samples) == 6 and all(s.error is None and s.score is not None for s in samples)
+    assert all(s.output.startswith("a\ufffdb" if mode == "nul" else "\ufffd") for s in samples)
+    called = [s for s in samples if s.data["calls"]]
+    assert called
+    for s in called:
+        (call,) = s.data["calls"]
+        if mode == "nul":  # valid JSON with a NUL in a string: scored, stored replaced
+            assert call["arguments"] == '{"city": "Os\\u0000lo"}'
+            if call["valid"]:
+                assert call["parsed"] == {"city": "Os\ufffdlo"}
+        else:  # a lone surrogate in a JSON answer is not valid Unicode: invalid
+            assert call["valid"] is False and call["parsed"] is None
 
 
 def test_sixty_thousand_tool_calls_are_a_wrong_answer_stored_bounded(
