@@ -164,20 +164,22 @@ def _scores(store: Store, run_id: str, suite: str) -> dict[tuple[str, int], floa
 
 def _measured_on(store: Store, runs: Sequence[RunInfo]) -> str:
     """The endpoint identity every run's baseline was measured on (a blessing belongs to it)."""
-    found = [store.get_endpoint_identities(r.id).get("baseline") for r in runs]
-    for run, identity in zip(runs, found, strict=True):
+    found: list[str] = []
+    for run in runs:
+        identity = store.get_endpoint_identities(run.id).get("baseline")
         if identity is None:
             raise UsageError(
                 f"run {run.id} has no recorded baseline endpoint (a run from before evalsvc "
                 "bound measurements to the endpoint they were made on, or one gated from logs): "
                 "its baseline cannot be blessed; run the baseline again and bless that run"
             )
+        found.append(identity)
     if len(set(found)) > 1:
         raise UsageError(
-            f"the runs' baselines were measured on different endpoints ({', '.join(sorted(set(found)))}); "
-            "a blessing aggregates runs of the same endpoint"
+            "the runs' baselines were measured on different endpoints "
+            f"({', '.join(sorted(set(found)))}); a blessing aggregates runs of the same endpoint"
         )
-    return found[0]  # type: ignore[return-value]  # every one checked above
+    return found[0]
 
 
 def noise_floor(per_run: Sequence[dict[tuple[str, int], float]]) -> dict[str, Any] | None:
