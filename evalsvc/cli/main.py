@@ -136,7 +136,7 @@ def _holder() -> None:
 #: from this table is loaded for the help, as before.
 SHORT_HELP: dict[str, str] = {
     "compare": "Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, "
-    "3 inconclusive, 4 error, 5 non-comparable.",
+    "2 usage or configuration error, 3 inconclusive, 4 infrastructure error, 5 non-comparable.",
     "gate-logs": "Gate two existing evaluation logs, paired by document id.",
     "plan": "How many items each suite needs to decide at margin δ, before running it (for a "
     "suite that calibrates: its pilot's cost and the main run's size at the band).",
