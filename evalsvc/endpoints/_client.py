@@ -25,7 +25,8 @@ Contract:
   (``malformed JSON body: nested too deeply to read``), never an exception; the answer's texts
   (content, reasoning, tool names and arguments) come back as valid Unicode (``unicode_text``).
 - A connection refused reads ``nothing listens on HOST:PORT — is the server running, is the
-  port right?``, a name that does not resolve ``cannot resolve the host name ...``.
+  port right? (connection refused: URL)``, a name that does not resolve ``cannot resolve the
+  host name ...``.
 - Token-level logprobs are normalised into ``TokenLogprob`` lists whichever API shape the engine
   used (chat ``logprobs.content`` or completions ``logprobs.tokens``/``top_logprobs``).
 - Tool calls (``message.tool_calls``, or streamed ``delta.tool_calls`` merged by their
@@ -347,7 +348,13 @@ class EndpointClient:
             )
         if isinstance(exc, EgressRefused):
             return EndpointError(f"refused by the egress policy: {exc}")
-        return EndpointError(f"{failure_class(exc)} ({url})")
+        text = failure_class(exc)
+        if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(
+            exc.os_error, ConnectionRefusedError
+        ):
+            # "refused" kept in the words: error kinds count it as a lost connection.
+            return EndpointError(f"{text} (connection refused: {url})")
+        return EndpointError(f"{text} ({url})")
 
     async def _send(self, method: str, url: str, body: dict[str, Any] | None) -> tuple[int, bytes]:
         """One request with retries, a total deadline per attempt, and the body capped."""

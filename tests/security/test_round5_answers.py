@@ -254,6 +254,8 @@ def test_a_closed_port_says_nothing_listens_there(tmp_path: Path) -> None:
     assert r.returncode == 4, r.stderr  # nothing answered: infrastructure, as documented
     assert (f"nothing listens on 127.0.0.1:{port} — is the server running, is the port right?"
             in r.stderr)
+    # "refused" stays in the words (a run's error kinds count it as a lost connection).
+    assert f"(connection refused: {url}/models)" in r.stderr
     assert "ClientConnectorError" not in r.stderr and "ssl:default" not in r.stderr
 
 
