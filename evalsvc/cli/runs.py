@@ -299,8 +299,14 @@ def resume(
 
     store, info = _with_run(database_url, run)
     signal.signal(signal.SIGTERM, raise_interrupt)  # recorded as error, as `compare` does
-    labels = {"baseline": f"baseline {info.spec.baseline.name or 'baseline'}"}
-    labels.update({f"candidate:{i}": f"candidate {c.name or i}"
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label
+
+    def label(ref: Any) -> str:  # the reports' label, as `compare` names its bars
+        return endpoint_label({"name": ref.name, "url": redact_url(ref.url), "model": ref.model})
+
+    labels = {"baseline": f"baseline {label(info.spec.baseline)}"}
+    labels.update({f"candidate:{i}": f"candidate {label(c)}"
                    for i, c in enumerate(info.spec.candidates)})
     try:
         with progress_view(err, labels) as bars:
