@@ -308,6 +308,9 @@ class GateRead(BaseModel):
     """What the verdict rests on (docs/report.md, Basis): per suite and side where the samples
     came from, the noise floor, the helpers, and every allowed difference (each is also an
     ``allowed_difference`` reason). None for a run without a report."""
+    refused_by_policy: list[str] = []
+    """Why the policy parameters (``max_reuse_age``, ``allowed_differences=false``) refuse what
+    the verdict rests on; a refused pass reads ``exit_code`` 1. Empty when none was asked."""
 
 
 # ---------------------------------------------------------------------------- suites

@@ -11,7 +11,6 @@ accepts, so nothing ships; any other verdict keeps its own exit code.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 import typer
@@ -19,20 +18,17 @@ import typer
 from ._common import err
 from ._safe import term
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-
 
 def parse_age(text: str | None) -> float | None:
     """Seconds in an age such as ``3d`` (module contract); None for None."""
     if text is None:
         return None
-    m = _AGE.match(text)
-    if not m:
-        raise typer.BadParameter(
-            f"{text!r} is not an age: give a number with a unit, e.g. 30s, 15m, 12h, 3d or 2w"
-        )
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    from evalsvc.reports import parse_age as seconds
+
+    try:
+        return seconds(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 MaxReuseAgeOption = Annotated[

@@ -8,7 +8,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from evalsvc.reports._basis import basis, basis_lines, basis_of, policy_refusals
+from evalsvc.reports._basis import basis, basis_lines, basis_of, parse_age, policy_refusals
 from evalsvc.reports._error import error_report
 from evalsvc.reports._findings import findings, headline, suite_findings
 from evalsvc.reports._gatecols import is_threshold, reason_lines, reasons_of
@@ -48,6 +48,7 @@ __all__ = [
     "is_threshold",
     "md_text",
     "noise_text",
+    "parse_age",
     "policy_refusals",
     "reason_lines",
     "reasons_of",

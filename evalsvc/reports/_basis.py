@@ -13,20 +13,36 @@ Contract:
 - ``basis(report)`` is the stored block, or one derived on reading for reports written before it
   existed (their ages are then as of the reading).
 - ``basis_lines(basis)`` are plain lines (callers escape them for their medium).
+- ``parse_age("3d")`` reads the policy's ages (seconds; ``ValueError`` naming the forms).
 - ``policy_refusals(basis, max_reuse_age_s=…, allowed_differences=…)`` lists why a pipeline's
   policy refuses the evidence (blessed samples older than the limit, any allowed difference);
-  [] when it accepts it. The CLI's ``--max-reuse-age`` and ``--no-allowed-differences``, and
-  ``evalsvc attest verify``, call it.
+  [] when it accepts it. The CLI's ``--max-reuse-age`` and ``--no-allowed-differences``,
+  ``evalsvc attest verify`` and ``GET /runs/{id}/gate``'s query call it.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 from ._reuse import human_age
 
-__all__ = ["basis", "basis_lines", "basis_of", "policy_refusals"]
+__all__ = ["basis", "basis_lines", "basis_of", "parse_age", "policy_refusals"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``30s``, ``15m``, ``12h``, ``3d``, ``2w`` or plain seconds;
+    ``ValueError`` naming the accepted forms otherwise (the policy's ``--max-reuse-age``)."""
+    m = _AGE.match(text)
+    if not m:
+        raise ValueError(
+            f"{text!r} is not an age: give a number with a unit, e.g. 30s, 15m, 12h, 3d or 2w"
+        )
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
 def _label(entry: dict[str, Any]) -> str:

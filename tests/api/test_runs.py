@@ -138,6 +138,7 @@ def test_cancel(api: Api) -> None:
             "reasons": [{"code": "infrastructure_error", "suite": None, "candidate": None,
                          "candidate_label": None, "message": "the run is cancelled"}],
             "basis": None,  # no report: nothing a verdict could rest on
+            "refused_by_policy": [],
         }
         assert client.get(f"/runs/{run_id}/report").status_code == 409
 
@@ -191,6 +192,7 @@ def test_completed_run_report_and_gate(api: Api, verdict: str) -> None:
         "verdict": verdict,
         "exit_code": EXIT_CODES[verdict],
         "reasons": [],  # the test executor's report gives none
+        "refused_by_policy": [],
     }
 
 

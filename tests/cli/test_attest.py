@@ -293,6 +293,14 @@ def test_rest_attestation_and_the_worker(runs: Runs, monkeypatch: pytest.MonkeyP
         gate = http.get(f"/runs/{runs.allowed}/gate").json()
         assert "allowed_difference" in [r["code"] for r in gate["reasons"]]
         assert gate["basis"]["allowed_differences"][0]["field"] == "chat_template"
+        assert gate["exit_code"] == 0 and gate["refused_by_policy"] == []
+        # The same policy as `runs gate --no-allowed-differences`, for curl-only pipelines.
+        strict = http.get(f"/runs/{runs.allowed}/gate",
+                          params={"allowed_differences": "false", "max_reuse_age": "3d"}).json()
+        assert strict["verdict"] == "pass" and strict["exit_code"] == 1
+        assert "chat_template" in strict["refused_by_policy"][0]
+        bad = http.get(f"/runs/{runs.allowed}/gate", params={"max_reuse_age": "three days"})
+        assert bad.status_code == 422 and "e.g. 30s, 15m, 12h, 3d or 2w" in bad.json()["detail"]
         http.close()
         # The dashboard's run page: the basis section, and the allowed difference in the banner.
         page = httpx.get(f"{url}/runs/{runs.allowed}", cookies={"evalsvc_token": token},

@@ -157,14 +157,43 @@ def get_report(run_id: PathKey, store: StoreDep, _: ReadScope) -> dict[str, Any]
     response_model=GateRead,
     responses={**_NOT_FOUND, 409: {"model": Problem, "description": "Not finished yet."}},
 )
-def get_gate(run_id: PathKey, store: StoreDep, _: ReadScope) -> GateRead:
-    """The run's overall verdict and the exit code ``evalsvc compare`` would have returned."""
+def get_gate(
+    run_id: PathKey,
+    store: StoreDep,
+    _: ReadScope,
+    max_reuse_age: Annotated[
+        str | None,
+        Query(max_length=32, description="Refuse a pass that rests on a blessed baseline older "
+              "than this age (30s, 15m, 12h, 3d, 2w): exit_code 1, as `runs gate "
+              "--max-reuse-age`."),
+    ] = None,
+    allowed_differences: Annotated[
+        bool,
+        Query(description="false: refuse a pass that rests on any allowed difference "
+              "(exit_code 1), as `runs gate --no-allowed-differences`."),
+    ] = True,
+) -> GateRead:
+    """The run's overall verdict and the exit code ``evalsvc compare`` would have returned;
+    with the policy parameters, a pass whose basis they refuse reads exit code 1 and says why
+    (``refused_by_policy``)."""
+    from evalsvc.reports import parse_age, policy_refusals
+
+    try:
+        limit = parse_age(max_reuse_age) if max_reuse_age is not None else None
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT,
+                            f"max_reuse_age: {exc}") from exc
     try:
         g = history.gate(_get(store, run_id), store.get_report(run_id))
     except history.RunNotFinished as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from exc
-    return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=g.exit_code,
-                    reasons=[ReasonRead.model_validate(r) for r in g.reasons], basis=g.basis)
+    refused = (policy_refusals(g.basis, max_reuse_age_s=limit,
+                               allowed_differences=allowed_differences)
+               if g.basis is not None else [])
+    code = 1 if refused and g.exit_code == 0 else g.exit_code
+    return GateRead(run_id=g.run_id, status=g.status, verdict=g.verdict, exit_code=code,
+                    reasons=[ReasonRead.model_validate(r) for r in g.reasons], basis=g.basis,
+                    refused_by_policy=refused)
 
 
 @router.get(
