@@ -132,7 +132,8 @@ def submit(
 def adopt(store: Store, calibration_id: str, *, by: str | None) -> dict[str, Any]:
     """Adopt a calibration for gates and ``plan`` (admin scope over REST; the local operator on
     the CLI) and return what :func:`get` returns for it. Adopting twice keeps the first; a run
-    that is not an A/A calibration is refused (``UsageError``)."""
+    that is not an A/A calibration, or one measured before endpoint identities were recorded
+    (no run would use it), is refused (``UsageError``); a queued one may be adopted ahead."""
     from evalsvc.db._calibrations import is_aa
     from evalsvc.services.runs import UsageError
 
@@ -141,6 +142,13 @@ def adopt(store: Store, calibration_id: str, *, by: str | None) -> dict[str, Any
         raise UsageError(
             f"run {run.id} carries the calibration label but is not an endpoint against itself "
             "(A/A): it measured no noise floor; calibrate again: evalsvc calibrate ENDPOINT"
+        )
+    probed = "baseline" in store.get_endpoint_snapshots(run.id)
+    if probed and store.get_endpoint_identities(run.id).get("baseline") is None:
+        raise UsageError(
+            f"calibration {run.id} was measured before evalsvc recorded the endpoint a "
+            "calibration belongs to, so no run would use it: calibrate again (evalsvc calibrate "
+            "ENDPOINT) and adopt that one"
         )
     store.runs.adopt_calibration(run.id, by=by)
     return get(store, run.id)

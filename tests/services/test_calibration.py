@@ -25,7 +25,7 @@ import pytest
 from evalsvc.db import Store
 from evalsvc.domain import EndpointRef, RunOptions, RunSpec, provenance_fingerprint
 from evalsvc.services import calibration, noise_floor, planning
-from evalsvc.services.runs import compare
+from evalsvc.services.runs import UsageError, compare
 from tests.fixtures.db import (  # noqa: F401  (pytest fixtures)
     db_url,
     pg_session_url,
@@ -172,6 +172,8 @@ def test_a_label_alone_is_not_a_calibration(
         identity = store.get_endpoint_identities(str(report["run_id"]))["baseline"]
         assert identity is not None
         assert noise_floor.floor_for(store, fp, "determinism-floor", endpoint=identity) is None
+        with pytest.raises(UsageError, match="not an endpoint against itself"):
+            calibration.adopt(store, str(report["run_id"]), by="t-admin")
         with pytest.raises(calibration.CalibrationNotFound):
             calibration.get(store, "0" * 32)
 
@@ -198,6 +200,12 @@ def test_the_report_schema_holds_a_real_noise_floor(
         spec = RunSpec(baseline=quiet, candidates=[quiet], suites=[str(suite)], options=options)
         returned = compare(spec, store=store)
         stored = store.get_report(str(returned["run_id"]))
+        # A calibration measured before endpoints were recorded (migration 0009 leaves NULL)
+        # would be used by no run: adopting it is refused with the fix.
+        ref, prov = store.get_endpoint_snapshots(cal["id"])["baseline"]
+        store.save_endpoint_snapshot(cal["id"], role="baseline", endpoint=ref, provenance=prov)
+        with pytest.raises(UsageError, match="calibrate again"):
+            calibration.adopt(store, cal["id"], by="t-admin")
     assert stored is not None
     validator = jsonschema.Draft202012Validator(report_schema())
     for report in (returned, stored):
