@@ -176,3 +176,13 @@ def test_extract_choice_of_plain_words_equals_the_alternation_rule() -> None:
     check()
     # Vocabularies that are not plain words keep the regex path.
     assert extract_choice("I like ice cream.", ["ice cream", "tea"]) == "ice cream"
+
+
+def test_an_answer_is_read_from_its_end_so_a_huge_one_costs_what_a_short_one_does() -> None:
+    # An endpoint that ignores max_tokens: 8 MB of working, then the answer (issue 48). Read
+    # from its last 65,536 characters, where the rules look, it scores as the short one does.
+    padding = "word, 12 the. " * 600_000
+    assert extract_number(f"The answer is: 7. {padding} so the answer is 42.") == "42"
+    assert extract_choice(f"{padding} The answer is Tuesday.", ["monday", "tuesday"]) == "tuesday"
+    # A marker further back than that is not seen: the last number in the read part wins.
+    assert extract_number(f"The answer is 7. {padding}") == "12"

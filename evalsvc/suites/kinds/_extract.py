@@ -7,6 +7,11 @@ more robust for chatty small models: when the output states its answer explicitl
 is X", "Answer: X", "result = X"), the *first* candidate after the last such marker wins (as
 GSM8K's strict "#### X" match does); otherwise the *last* candidate of the whole output wins,
 because models put the conclusion after the working.
+
+Bounded work: an answer is read from its last ``MAX_READ_CHARS`` characters, where both rules
+look (after the last marker, the last candidate), so an endpoint that ignores ``max_tokens``
+and sends 8 MB costs what 64 KiB does (it cost seconds of event-loop CPU per answer). An answer
+longer than that whose marker is further back is read as if it had none (docs/security.md).
 """
 
 from __future__ import annotations
@@ -21,8 +26,14 @@ _MARKER = re.compile(r"(?:final\s+answer|answer|result)\s*(?:is|:|=|-)\s*", re.I
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+#: Characters read from the end of an answer (the kinds' answers are a few hundred tokens).
+MAX_READ_CHARS = 65_536
+
+
 def answer_span(text: str) -> str | None:
-    """The part of ``text`` after its last explicit answer marker, or None without a marker."""
+    """The part of ``text`` after its last explicit answer marker, or None without a marker
+    (in its last ``MAX_READ_CHARS`` characters)."""
+    text = text[-MAX_READ_CHARS:]
     last = None
     for m in _MARKER.finditer(text):
         last = m
@@ -33,6 +44,7 @@ def answer_span(text: str) -> str | None:
 
 def extract_number(text: str) -> str | None:
     """The committed number, normalised (thousands separators and a ``.0`` dropped)."""
+    text = text[-MAX_READ_CHARS:]
     span = answer_span(text)
     after = _NUMBER.findall(span) if span is not None else []
     matches = after[:1] or _NUMBER.findall(text)[-1:]
@@ -71,6 +83,7 @@ def extract_choice(text: str, vocabulary: Iterable[str]) -> str | None:
     lowered = {w.lower() for w in vocabulary}
     if not lowered:
         return None
+    text = text[-MAX_READ_CHARS:]
     if all(_WORD.fullmatch(w) for w in lowered):
         plain = frozenset(lowered)
         span = answer_span(text)
