@@ -237,12 +237,17 @@ def test_the_deep_answer_through_a_real_interpreter(
 
 def _other_server() -> web.Application:
     """An HTTP server that is not an OpenAI one: 404 everywhere, except a ``/deep`` prefix whose
-    ``/v1/models`` answers 200 with JSON nested 5,000 deep."""
+    ``/v1/models`` answers 200 with JSON nested 5,000 deep, and ``/key`` whose answers 401 (an
+    OpenAI server that wants a key)."""
     async def deep(request: web.Request) -> web.Response:
         return web.Response(body=b"[" * 5000 + b"]" * 5000, content_type="application/json")
 
+    async def key(request: web.Request) -> web.Response:
+        return web.json_response({"error": "no key"}, status=401)
+
     app = web.Application()
     app.router.add_get("/deep/v1/models", deep)
+    app.router.add_get("/key/v1/models", key)
     return app
 
 
@@ -267,6 +272,10 @@ def test_another_http_server_is_not_an_openai_server_exit_2(tmp_path: Path) -> N
             (f"{other}/deep/v1",
              f"{host} answered 200 without a model list on /deep/v1/models: not an "
              "OpenAI-compatible server"),
+            (f"{other}/key/v1",
+             f"{host} answered HTTP 401 Unauthorized on /key/v1/models: the server wants an API "
+             "key: register the endpoint with one (`evalsvc endpoints add NAME URL "
+             "--api-key-env VAR`) and pass NAME"),
         ]:
             r = run_cli("compare", base, base, "--suite", "reasoning-smoke",
                         "--database-url", f"sqlite:///{tmp_path / 'e.db'}")
