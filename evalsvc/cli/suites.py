@@ -148,6 +148,9 @@ def suites_from_requests(
                           "agreement (exact)."),
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    skip_bad_lines: Annotated[bool, typer.Option(
+        "--skip-bad-lines", help="Skip lines that are not a JSON object (counted, their numbers "
+        "listed) instead of refusing the log.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Turn a log of OpenAI chat requests into a replay suite, gated on quality, not wording:
@@ -159,6 +162,7 @@ def suites_from_requests(
         summary = suite_from_requests(
             log, out, n=n, seed=seed, name=name, max_tokens=max_tokens, scorer=scorer,
             force=force, judge=judge, similarity=similarity, compare=compare,
+            skip_bad=skip_bad_lines,
         )
     except UsageError as exc:
         raise exit_for(exc) from exc
@@ -171,7 +175,16 @@ def suites_from_requests(
         highlight=False,
     )
     for why, count in summary.skipped.items():
-        err.print(f"  skipped {count}: {why}", highlight=False)
+        lines = (f" (lines {', '.join(map(str, summary.bad_lines))}"
+                 f"{', ...' if count > len(summary.bad_lines) else ''})"
+                 if why.startswith("unreadable line") and summary.bad_lines else "")
+        err.print(f"  skipped {count}: {why}{lines}", highlight=False)
+    for what, count in summary.changed_prompts.items():
+        err.print(f"  changed prompts: {count} requests offered {what}; they are replayed "
+                  f"without {'them' if what == 'tools' else 'it'}, so the model sees another "
+                  "prompt than in production"
+                  + (" (gate tool use with a toolcalls suite)" if what == "tools" else ""),
+                  highlight=False)
     if summary.dropped_fields:
         fields = ", ".join(f"{k} ({v})" for k, v in summary.dropped_fields.items())
         err.print(f"  dropped fields: {fields}", highlight=False)

@@ -10,6 +10,10 @@ is sent anywhere.
   counted by name: identifying fields (``user``, ``metadata``, ``safety_identifier``, message
   ``name``...) as well as sampling settings (the replay runs greedily so that two endpoints'
   answers are comparable) and ``model`` (the endpoints under test answer).
+- A request that offered ``tools`` (or ``functions``, ``tool_choice``) or a
+  ``response_format`` is replayed without them: the model then sees another prompt than in
+  production, so such requests are counted in ``changed_prompts`` and the summary and the
+  suite's description say so (gate tool use with a ``toolcalls`` suite).
 - ``developer`` messages become ``system`` messages (the same role under OpenAI's newer name).
   Requests that cannot be replayed as plain text chat (image or audio parts, tool calls or tool
   results, no messages) are skipped and counted by reason.
@@ -32,7 +36,8 @@ A line that is not JSON, a line nested more than ``MAX_DEPTH`` levels deep (Pyth
 recurses: a line ``{"messages": [[[…]]]}`` 100,000 deep, or a ``content`` nested 990 deep under
 the CLI's own frames, was a ``RecursionError`` traceback), an unreadable log or an existing
 output (without ``force``) raises ``UsageError`` (exit 2) before anything is written; its one
-line names the file, the line and the field.
+line names the file, the line and the field, and for a bad line the fix: with ``skip_bad``
+(``--skip-bad-lines``) such lines are skipped, counted and their numbers listed instead.
 """
 
 from __future__ import annotations
@@ -52,6 +57,13 @@ from evalsvc import limits
 from evalsvc.services.runs import UsageError
 
 _KEPT_FIELDS = frozenset({"messages", "max_tokens", "max_completion_tokens"})
+#: Request fields whose loss changes what the model is shown (its prompt, or what it may
+#: answer), not only how it samples: a request kept without them is counted as a changed prompt
+#: and said so (``tool_choice`` and ``functions`` go with ``tools``).
+_PROMPT_FIELDS = {"tools": "tools", "functions": "tools", "tool_choice": "tools",
+                  "response_format": "response_format"}
+#: Line numbers of skipped lines kept in the summary (the count is whole).
+_BAD_LINES_SHOWN = 20
 _COMPARES = ("quality", "judge", "similarity", "agreement")
 _TEXT_SIMILARITY = ("rouge_l", "token_f1")
 _GATED_ON = {
@@ -100,6 +112,11 @@ class ReplaySummary:
     judge: str | None = None
     gates: str = ""
     """What the written suite gates, in a sentence (the suite's description ends with it)."""
+    bad_lines: list[int] = field(default_factory=list)
+    """Line numbers skipped as unreadable (``skip_bad``); the first ``_BAD_LINES_SHOWN``."""
+    changed_prompts: dict[str, int] = field(default_factory=dict)
+    """Requests kept whose prompt the replay changes, by what it drops (``tools``: the tool
+    definitions the model saw in production; ``response_format``: its output constraint)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +132,8 @@ class ReplaySummary:
             "compare": self.compare,
             "judge": self.judge,
             "gates": self.gates,
+            "bad_lines": list(self.bad_lines),
+            "changed_prompts": dict(self.changed_prompts),
         }
 
 
@@ -156,6 +175,20 @@ def _conversation(body: dict[str, Any], dropped: Counter[str]) -> tuple[list[dic
                 dropped[f"messages[].{key}"] += 1
         out.append({"role": role, "content": text})
     return out, ""
+
+
+def _read_line(line: str, where: str) -> dict[str, Any]:
+    """One log line as a JSON object, or ``UsageError`` naming the line and what is wrong."""
+    _check_depth(line, where)
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not JSON: {exc.msg}") from None
+    except RecursionError:  # a backstop: _check_depth refuses far below the limit
+        raise UsageError(f"{where}: JSON nested too deeply to read") from None
+    if not isinstance(record, dict):
+        raise UsageError(f"{where}: not a JSON object")
+    return record
 
 
 def _check_depth(line: str, where: str) -> None:
@@ -228,8 +261,11 @@ def suite_from_requests(
     judge: str | None = None,
     similarity: str = "rouge_l",
     compare: str | None = None,
+    skip_bad: bool = False,
 ) -> ReplaySummary:
-    """Write a replay suite (``out``) and its data (``out`` with ``.jsonl``) from a request log."""
+    """Write a replay suite (``out``) and its data (``out`` with ``.jsonl``) from a request log.
+    ``skip_bad``: a line that is not a readable JSON object is skipped and counted (its number
+    kept) instead of refusing the log."""
     if n is not None and not 1 <= n <= limits.MAX_ITEMS:
         raise UsageError(f"-n must be between 1 and {limits.MAX_ITEMS}")
     if not 1 <= max_tokens <= limits.MAX_TOKENS:
@@ -262,6 +298,7 @@ def suite_from_requests(
     )
     dropped: Counter[str] = Counter()
     skipped: Counter[str] = Counter()
+    changed: Counter[str] = Counter()
     unique: dict[str, dict[str, Any]] = {}
     try:
         fh = log.open("r", encoding="utf-8")
@@ -273,15 +310,16 @@ def suite_from_requests(
                 summary.lines = lineno
                 if not line.strip():
                     continue
-                _check_depth(line, f"{log}:{lineno}")
                 try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{log}:{lineno}: not JSON: {exc.msg}") from None
-                except RecursionError:  # a backstop: _check_depth refuses far below the limit
-                    raise UsageError(f"{log}:{lineno}: JSON nested too deeply to read") from None
-                if not isinstance(record, dict):
-                    raise UsageError(f"{log}:{lineno}: not a JSON object")
+                    record = _read_line(line, f"{log}:{lineno}")
+                except UsageError as exc:
+                    if not skip_bad:
+                        raise UsageError(f"{exc}; pass --skip-bad-lines to skip such lines "
+                                         "(they are counted)") from None
+                    skipped["unreadable line (not a JSON object)"] += 1
+                    if len(summary.bad_lines) < _BAD_LINES_SHOWN:
+                        summary.bad_lines.append(lineno)
+                    continue
                 inner = record.get("body")
                 body: dict[str, Any] = inner if isinstance(inner, dict) else record
                 summary.requests += 1
@@ -292,6 +330,9 @@ def suite_from_requests(
                 if messages is None:
                     skipped[why] += 1
                     continue
+                for what in sorted({_PROMPT_FIELDS[k] for k in body
+                                    if k in _PROMPT_FIELDS and body[k] not in (None, [], {})}):
+                    changed[what] += 1
                 key = json.dumps(messages, sort_keys=True, ensure_ascii=False)
                 if key in unique:
                     unique[key]["occurrences"] += 1
@@ -311,6 +352,7 @@ def suite_from_requests(
     summary.unique = len(unique)
     summary.skipped = dict(skipped)
     summary.dropped_fields = dict(sorted(dropped.items()))
+    summary.changed_prompts = dict(sorted(changed.items()))
     if not unique:
         reasons = "; ".join(f"{k}: {v}" for k, v in skipped.items()) or "the log is empty"
         raise UsageError(f"{log}: no replayable chat request ({reasons})")
@@ -335,6 +377,9 @@ def suite_from_requests(
     skipped_text = (
         "; skipped " + ", ".join(f"{v} ({k})" for k, v in skipped.items()) if skipped else ""
     )
+    if changed:
+        skipped_text += "; replayed without " + ", ".join(
+            f"{k} ({v} requests)" for k, v in sorted(changed.items()))
     spec = {
         "name": summary.name,
         "kind": "dataset",

@@ -93,3 +93,34 @@ def test_suites_show_gives_the_suites_own_margin_before_the_kind_defaults_reason
     for name, gate in gates.items():  # the kind's own reason stays where its margin is used
         if gate["origin"].get("margin") != "suite policy":
             assert not gate["rationale"].startswith("margin "), name
+
+
+def test_from_requests_skips_bad_lines_when_asked_and_says_when_a_prompt_changed(
+    tmp_path: Path,
+) -> None:
+    """One bad line refused the whole log with no way past it; a request's ``tools`` were
+    dropped without a word that the replayed prompt is not the one the model saw."""
+    good = {"messages": [{"role": "user", "content": "What is 2 + 2?"}], "max_tokens": 16}
+    tools = {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+             "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}]}
+    log = tmp_path / "requests.jsonl"
+    log.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(tools) + "\n[1, 2]\n")
+    refused = run_cli("suites", "from-requests", str(log), "-o", str(tmp_path / "a.yaml"))
+    assert refused.returncode == 2, refused.stderr
+    assert f"{log}:2: not JSON" in refused.stderr and "--skip-bad-lines" in refused.stderr
+    assert not (tmp_path / "a.yaml").exists()
+
+    ok = run_cli("suites", "from-requests", str(log), "-o", str(tmp_path / "b.yaml"),
+                 "--skip-bad-lines", env={"COLUMNS": "300"})
+    assert ok.returncode == 0, ok.stderr
+    text = " ".join(ok.stderr.split())
+    assert "skipped 2: unreadable line (not a JSON object) (lines 2, 4)" in text, text
+    assert "changed prompts: 1 requests offered tools" in text, text
+    summary = json.loads(run_cli("suites", "from-requests", str(log), "-o",
+                                 str(tmp_path / "c.yaml"), "--skip-bad-lines", "--json").stdout)
+    assert summary["written"] == 2 and summary["bad_lines"] == [2, 4]
+    assert summary["changed_prompts"] == {"tools": 1}
+    import yaml
+
+    spec = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert "replayed without tools (1 requests)" in spec["description"], spec["description"]

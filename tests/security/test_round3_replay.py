@@ -77,6 +77,7 @@ def test_the_real_command_exits_2_on_a_line_nested_100000_deep(tmp_path: Path) -
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         f"error: {log}:1: messages: JSON nested more than {MAX_DEPTH} levels deep; a chat "
-        "request is a few levels deep, so this line is not one (remove it)"
+        "request is a few levels deep, so this line is not one (remove it); pass "
+        "--skip-bad-lines to skip such lines (they are counted)"
     ]
     assert "Traceback" not in proc.stderr
