@@ -72,6 +72,8 @@ _SIM = "a seeded simulation of hundreds to thousands of repetitions (its rigor i
 _MULTIPLETESTS = "statsmodels' multipletests: about 0.1 s a call, more in a large worker"
 SLOW: dict[str, str] = {
     "tests/cli/test_exit_codes.py": "exit codes of a real interpreter, one per case; tmpfs mounts",
+    "tests/local/test_demo_real.py": "`make demo`'s script on real llama.cpp servers (a third one "
+    "started): ~1 min",
     "tests/services/test_sweeps.py": "launches and kills real server processes (ABBA sweeps)",
     "tests/speed/test_speed_kind_open_loop.py": "real queue-server processes, timed rate steps",
     "tests/benchmarks/test_evaluator_speed_smoke.py": "runs the benchmark scripts as processes",

@@ -114,6 +114,18 @@ class RichProgressBars:
         self.progress.console.print(f"[log.time]\\[{stamp}][/] {term(text)}", highlight=False)
 
 
+def _candidate_cell(cand: dict[str, Any]) -> str:
+    """``endpoint_label`` on two lines: where (registered name or host:port), then the model."""
+    from evalsvc.reports import endpoint_label
+
+    label = endpoint_label(cand)
+    model = cand.get("model")
+    suffix = f" ({model})"
+    if model and label.endswith(suffix):
+        return f"{label[: -len(suffix)]}\n{model}"
+    return label
+
+
 def verdict_table(report: dict[str, Any]) -> Table:
     from evalsvc.reports import summary_rows
 
@@ -123,10 +135,14 @@ def verdict_table(report: dict[str, Any]) -> Table:
     # threshold gate (drift) shows the metric, the CI of the metric itself and the threshold.
     cols = ("candidate", "suite", "metric", "base", "cand", "Δ [CI]", "gate", "p (NI)", "n",
             "verdict")
+    # The candidate cell holds the endpoint and its served model on two lines (endpoint_label
+    # puts them on one): folded into a narrow column, "127.0.0.1:8101 (smollm2-135m-gguf-q8_0-kv)"
+    # broke over three lines mid-word at 160 columns.
+    cells = [_candidate_cell(cand) for cand in report["candidates"] for _ in cand["suites"]]
     for col in cols:
         table.add_column(col, overflow="fold")
     entries = [s for cand in report["candidates"] for s in cand["suites"]]
-    for r, s in zip(summary_rows(report), entries, strict=True):
+    for r, s, cell in zip(summary_rows(report), entries, cells, strict=True):
         v = r["verdict"].split(" ")[0]
         # Rows that block a pass, or are not gated, are explained below the table.
         marked = v != "pass" or not s.get("gated", True)
@@ -135,12 +151,16 @@ def verdict_table(report: dict[str, Any]) -> Table:
         )
         # Candidate and suite names and the model id are untrusted text: escaped for rich.
         table.add_row(
-            *(term(r[k]) for k in ("candidate", "suite", "metric", "baseline", "candidate_value")),
+            term(cell),
+            *(term(r[k]) for k in ("suite", "metric", "baseline", "candidate_value")),
             term(delta_ci),
             term(r["margin"]),
             term(r["p"]),
             term(r["n"]),
-            f"[{VERDICT_STYLE.get(v, '')}]{term(r['verdict'])}[/]" + (" *" if marked else ""),
+            # A row that is not gated says so (its gate reads "inconclusive", which would
+            # suggest it could have been anything else): the speed rows of every run.
+            (f"[{VERDICT_STYLE.get(v, '')}]{term(r['verdict'])}[/]" if s.get("gated", True)
+             else "[dim]not gated[/]") + (" *" if marked else ""),
         )
     from evalsvc.reports import skipped_of
 

@@ -1,6 +1,6 @@
-"""GGUF → F16 / Q8_0 / Q4_K_M GGUF, run as a path by the managed llamacpp venv's interpreter.
+"""GGUF → F16 / Q8_0 / Q4_K_M / Q2_K GGUF, run as a path by the managed llamacpp venv's interpreter.
 
-Usage: ``python _gguf_quant.py {f16,q8_0,q4_k_m} SRC_GGUF OUT_GGUF``.
+Usage: ``python _gguf_quant.py {f16,q8_0,q4_k_m,q2_k} SRC_GGUF OUT_GGUF``.
 
 Contract: every tensor of SRC is dequantized to float32 with the ``gguf`` package and written to
 OUT in the target type; all metadata (tokenizer, chat template, hyper-parameters) is copied, only
@@ -9,6 +9,12 @@ The quantized blocks come from llama.cpp itself: ``ggml_quantize_chunk`` exporte
 ``xllamacpp`` build (the same reference quantizers that ``llama-quantize`` calls), through ctypes.
 ``q4_k_m`` follows llama.cpp's per-tensor type choice for ``LLAMA_FTYPE_MOSTLY_Q4_K_M``, including
 its fallbacks for rows that are not a multiple of 256 (SmolLM2-135M's width is 576).
+``q2_k`` is the demo's candidate that breaks, and is no llama.cpp mixture: Q2_K (2-bit K-quant,
+2.625 bits a weight) on every matrix whose rows hold whole 256-weight super-blocks (this model's
+FFN down-projections, 1536 wide), Q4_0 on the 576-wide ones (K-quants need rows of 256; llama.cpp's
+own ``Q2_K`` file type would put IQ4_NL there and Q3_K on the down-projections), and Q8_0 on the
+tied embedding. Small models do not survive 2-bit weights: SmolLM2-135M's answers become fluent
+nonsense or loops (docs/local-endpoints.md has the measured accuracy).
 Exits non-zero on any failure; imports numpy/gguf/xllamacpp only inside ``main``.
 """
 
@@ -24,7 +30,7 @@ from typing import Any
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if not p or Path(p).resolve() != _HERE]
 
-SCHEMES = ("f16", "q8_0", "q4_k_m")
+SCHEMES = ("f16", "q8_0", "q4_k_m", "q2_k")
 QK_K = 256  # super-block size of the K-quants (ggml-common.h)
 
 
@@ -51,6 +57,13 @@ def q4_k_m_type(name: str, n_per_row: int, n_layers: int, has_output: bool, gq: 
         # the quantizer falls back to the legacy type of about the same size.
         t = {gq.Q4_K: gq.Q5_0, gq.Q6_K: gq.Q8_0}[t]
     return t
+
+
+def q2_k_type(name: str, n_per_row: int, gq: Any) -> Any:
+    """The type of a matrix in the ``q2_k`` scheme (module docstring): 2-bit where it fits."""
+    if name == "token_embd.weight":
+        return gq.Q8_0  # the tied embedding is also the output projection
+    return gq.Q2_K if n_per_row % QK_K == 0 else gq.Q4_0
 
 
 class _Ggml:
@@ -108,6 +121,7 @@ def main() -> int:
         "f16": gguf.LlamaFileType.MOSTLY_F16,
         "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
         "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+        "q2_k": gguf.LlamaFileType.MOSTLY_Q2_K,
     }[args.scheme]
 
     writer = gguf.GGUFWriter(str(args.out), arch)
@@ -129,6 +143,8 @@ def main() -> int:
             target = gq.F16
         elif args.scheme == "q8_0":
             target = gq.Q8_0
+        elif args.scheme == "q2_k":
+            target = q2_k_type(tensor.name, dense.shape[-1], gq)
         else:
             target = q4_k_m_type(tensor.name, dense.shape[-1], n_layers, has_output, gq)
         if target == gq.F32:

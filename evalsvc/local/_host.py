@@ -17,7 +17,7 @@ from evalsvc.settings import Settings
 ENV_SKIP = "EVALSVC_LOCAL_SKIP_HOST_CHECK"
 # The llama.cpp server names (evalsvc.local._llamacpp.NAMES; not imported: _llamacpp imports
 # the serving layer, this module stays pure).
-LLAMACPP_NAMES = frozenset({"f16", "q8_0", "q4_k_m", "q8_0-kv"})
+LLAMACPP_NAMES = frozenset({"f16", "q8_0", "q4_k_m", "q2_k", "q8_0-kv"})
 
 
 @lru_cache(maxsize=1)

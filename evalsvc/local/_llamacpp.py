@@ -7,6 +7,8 @@ the vLLM ones (``bf16``, ``fp8-kv``...), so both engines' servers share one stat
 
 - ``f16``: the SmolLM2-135M GGUF dequantized to F16 weights, F16 KV cache (the baseline);
 - ``q8_0``, ``q4_k_m``: the same weights quantized by llama.cpp's quantizers;
+- ``q2_k``: 2-bit weights where the rows allow it (``_gguf_quant.py``): a candidate that breaks,
+  served by ``make demo`` so that its table shows what a ``fail`` looks like;
 - ``q8_0-kv``: the F16 weights with a ``q8_0`` K and V cache.
 """
 
@@ -23,7 +25,7 @@ from ._serve import HOST, PORT_PLACEHOLDER, ServerSpec
 
 ENGINE = "llamacpp"
 BASELINE = "f16"
-CANDIDATES: tuple[str, ...] = ("q8_0", "q4_k_m", "q8_0-kv")
+CANDIDATES: tuple[str, ...] = ("q8_0", "q4_k_m", "q2_k", "q8_0-kv")
 DEFAULT_CANDIDATES: tuple[str, ...] = ("q8_0-kv",)
 NAMES: tuple[str, ...] = (BASELINE, *CANDIDATES)
 MODEL_FAMILY = "smollm2-135m-gguf"
@@ -41,7 +43,7 @@ LAUNCHER = Path(__file__).with_name("_llamacpp_server.py")
 @dataclass(frozen=True)
 class GgufServer:
     weights: str
-    """Scheme of the GGUF served: ``f16``, ``q8_0`` or ``q4_k_m`` (``models/gguf-<scheme>``)."""
+    """Scheme of the GGUF served: ``f16``, ``q8_0``, ``q4_k_m`` or ``q2_k`` (``models/gguf-<scheme>``)."""
     cache_type: str = "f16"
 
 
@@ -49,6 +51,7 @@ SERVERS: dict[str, GgufServer] = {
     BASELINE: GgufServer("f16"),
     "q8_0": GgufServer("q8_0"),
     "q4_k_m": GgufServer("q4_k_m"),
+    "q2_k": GgufServer("q2_k"),
     "q8_0-kv": GgufServer("f16", cache_type="q8_0"),
 }
 

