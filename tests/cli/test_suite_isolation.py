@@ -29,9 +29,9 @@ from tests.runner.level_server import level_server
 from tests.services.test_gatelogs import check_schema
 
 SEED = 11
-TIMEOUT_S = 5
+TIMEOUT_S = 3
 #: Longer than the timeout, with room on a loaded host: a slow answer is never in time.
-SLOW_S = 15.0
+SLOW_S = 10.0
 #: Reasoning prompts are a few dozen words; the needle's haystacks of 1024 tokens are ~1000.
 SLOW_WORDS = 300
 

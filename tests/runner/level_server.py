@@ -90,6 +90,10 @@ _NEEDLE = re.compile(r"special magic \w+ for \w+ is: (\S+?)\.")
 
 
 class LevelServer(LoopbackHTTPServer):
+    #: Both sides of a run at ``--concurrency 8`` connect at once: socketserver's default backlog
+    #: of 5 dropped the rest's SYNs, each retried after 1 s (a short request "timed out").
+    request_queue_size = 64
+
     def __init__(
         self,
         accuracy: dict[int, float],
