@@ -102,11 +102,6 @@ class Settings(BaseSettings):
     """Largest gate margin any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
     gate_max_alpha: float = Field(default=0.10, gt=0, lt=0.5)
     """Largest one-sided α any suite's policy may declare (``evalsvc.gates.GateLimits``)."""
-    max_items: int = Field(default=limits.SERVER_MAX_ITEMS, ge=1, le=limits.MAX_ITEMS)
-    """Items per suite a client of the server may submit (``POST /runs``, schedules; checked
-    again by the worker). An in-process ``evalsvc compare`` is bounded by
-    ``evalsvc.limits.MAX_ITEMS`` only."""
-
     allowed_differences: str = ""
     """Server mode: comma-separated comparability differences (``tokenizer``,
     ``chat_template``, ...: ``evalsvc.domain.ComparabilityField``) that a ``submit`` token may
@@ -115,6 +110,11 @@ class Settings(BaseSettings):
     into a verdict, so it is the operator's policy. Admin tokens, catalog suites' own
     ``comparability: {allow}`` and the local CLI (``compare --allow-difference``) are not bound
     by it."""
+    max_items: int = Field(default=limits.SERVER_MAX_ITEMS, ge=1, le=limits.MAX_ITEMS)
+    """Items per suite a client of the server may submit (``POST /runs``, schedules; checked
+    again by the worker). An in-process ``evalsvc compare`` is bounded by
+    ``evalsvc.limits.MAX_ITEMS`` only."""
+
     # ---- alerts (docs/deploy.md, "Alerts") -------------------------------------------------
     alert_webhooks: SecretStr | None = None
     """Comma-separated webhooks that every new alert is POSTed to: ``slack:URL`` sends Slack's
@@ -128,6 +128,9 @@ class Settings(BaseSettings):
     """Consecutive finished runs of one endpoint ending in ``error`` that raise an alert."""
     alert_trend_runs: int = Field(default=3, ge=2, le=50)
     """Runs of one (baseline, candidate, suite) a margin-crossing trend spans."""
+    progress_every_s: float = Field(default=30.0, ge=0.2, le=3600)
+    """Where stderr is not a terminal (a CI log), ``compare`` and ``calibrate`` write a
+    progress line at least this often (``evalsvc.cli._progress``)."""
 
     @field_validator("home", "suites_dir", mode="after")
     @classmethod

@@ -5,7 +5,7 @@ progress is shown. On a terminal it is rich's live bars (``_report.RichProgressB
 else (a CI log, a file, a pipe) rich draws its bars only when they stop, so a log showed
 "calibrating needle-gpu on the baseline" and then nothing for five minutes. There it is
 :class:`PlainProgress`: the run's messages as timestamped lines, and at least every
-``EVALSVC_PROGRESS_EVERY`` seconds (default :data:`EVERY_S`) one line per suite and side still
+``EVALSVC_PROGRESS_EVERY_S`` seconds (default :data:`EVERY_S`) one line per suite and side still
 running: items done of planned, errored answers, time elapsed and an estimate of the time left,
 or, while no suite is running (a calibration pilot, planning, lm-eval being prepared), a line
 saying what is still going on. Every line is flushed as it is written, so a log read while
@@ -15,7 +15,6 @@ characters made visible (``_safe.plain``); the lines are printed without markup.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -32,10 +31,15 @@ EVERY_S = 30.0
 
 
 def _every() -> float:
-    raw = os.environ.get("EVALSVC_PROGRESS_EVERY")
+    """``EVALSVC_PROGRESS_EVERY_S`` (a Settings field); the default where it does not parse:
+    progress never stops a run."""
+    from pydantic import ValidationError
+
+    from evalsvc.settings import Settings
+
     try:
-        return max(0.2, float(raw)) if raw else EVERY_S
-    except ValueError:
+        return Settings().progress_every_s
+    except ValidationError:
         return EVERY_S
 
 

@@ -1,5 +1,5 @@
 """``compare``'s progress where stderr is not a terminal (a CI job's log): plain timestamped
-lines, at least every ``EVALSVC_PROGRESS_EVERY`` seconds per suite and side still running, so
+lines, at least every ``EVALSVC_PROGRESS_EVERY_S`` seconds per suite and side still running, so
 a log tells slow from stuck; and rich's bars (on a terminal) laid out at every width, the
 counts, the elapsed time and the time left whole, the description cut with "…".
 
@@ -46,7 +46,7 @@ def stub_urls() -> Iterator[list[str]]:
 def _compare(urls: list[str], tmp_path: Path, *args: str, every: str = "30"
              ) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "80", "EVALSVC_HOME": str(tmp_path / "home"),
-           "EVALSVC_PROGRESS_EVERY": every, "EVALSVC_ALLOWED_ENDPOINTS": "127.0.0.1"}
+           "EVALSVC_PROGRESS_EVERY_S": every, "EVALSVC_ALLOWED_ENDPOINTS": "127.0.0.1"}
     return subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "compare", *urls, "--suite",
          "reasoning-smoke", "--no-calibrate", *args,
