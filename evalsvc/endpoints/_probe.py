@@ -55,7 +55,13 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from evalsvc.domain import Provenance
-from evalsvc.endpoints._client import Completion, EndpointClient, EndpointError, status_line
+from evalsvc.endpoints._client import (
+    Completion,
+    EndpointClient,
+    EndpointError,
+    status_line,
+    unicode_text,
+)
 from evalsvc.endpoints._engines import (
     ENGINES,
     EngineFacts,
@@ -206,7 +212,14 @@ async def _probe(client: EndpointClient, *, optional: Collection[str]) -> Proven
         raise EndpointError(
             f"{client.base_url} does not serve model {client.model!r} (it serves {names})"
         )
-    client.model = str(chosen["id"])
+    served = str(chosen["id"])
+    if "\x00" in served or unicode_text(served) != served:
+        # Stored as text with the run: a lone surrogate or a NUL ended the run in the store.
+        raise NotOpenAIServer(
+            f"{_where(client)[0]} serves a model id that is not valid text (a lone surrogate "
+            "or a NUL): not an OpenAI-compatible server"
+        )
+    client.model = served
     owner = engine_from_owner(chosen.get("owned_by"))
     facts = await _engine_facts(client, owner)
     engine = facts.engine if facts else owner

@@ -35,6 +35,8 @@ from tests.fixtures.hostile_answers import MANY_CALLS, HostileAnswers, hostile_a
 from tests.fixtures.loopback import aiohttp_app, free_port
 from tests.fixtures.tool_server import ToolServer, tool_server
 
+from .hostile_peers import model_server
+
 SEED = 5  # the catalog suites' seed: tool_server knows their items
 #: What one stored sample may hold at most here: the 64 KiB output cap, plus a bounded data
 #: record (16 calls of at most 2,000 argument characters each, the errors, the prompt).
@@ -282,3 +284,16 @@ def test_another_http_server_is_not_an_openai_server_exit_2(tmp_path: Path) -> N
             assert r.returncode == 2, r.stderr  # it answered: a configuration mistake
             assert said in r.stderr, r.stderr
             assert "unreachable" not in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("model_id", ["evil\ud800model", "evil\x00model"], ids=["surrogate", "nul"])
+def test_a_served_model_id_that_is_not_valid_text_is_refused_not_a_traceback(
+    tmp_path: Path, model_id: str
+) -> None:
+    # Stored as text with the run: a lone surrogate ended the run with UnicodeEncodeError.
+    with model_server("base-model") as base, model_server(model_id) as cand:
+        r = run_cli("compare", base.url, cand.url, "--suite", "reasoning-smoke", "--samples", "4",
+                    "--database-url", f"sqlite:///{tmp_path / 'e.db'}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "serves a model id that is not valid text (a lone surrogate or a NUL)" in r.stderr
+    assert "Traceback" not in r.stderr
