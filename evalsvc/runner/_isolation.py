@@ -229,10 +229,12 @@ def failure_of(
     text = " ".join(str(exc).split())[:_MAX_CAUSE]
     # An endpoint's failure (planning's /tokenize, a request a kind let escape) says its kind.
     inner = exc.__cause__ if exc.__cause__ is not None else exc
-    if isinstance(exc, InfrastructureError) or isinstance(inner, EndpointError):
+    if isinstance(inner, EndpointError):
         kind = error_kind(str(inner))
         return SuiteFailure(suite, stage, text, f"{fix_for(kind, options, endpoint)}; {hint}",
                             {kind: 1})
+    if isinstance(exc, InfrastructureError):  # the pilot's own: no rung scored, no level runs
+        return SuiteFailure(suite, stage, text, f"see the suite's calibration record; {hint}")
     return SuiteFailure(
         suite,
         "exception",
