@@ -116,7 +116,7 @@ class Progress(Protocol):
     def planned(
         self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
     ) -> None: ...
-    def advance(self, suite: str, role: str) -> None: ...
+    def advance(self, suite: str, role: str, error: bool = False) -> None: ...
     def message(self, text: str) -> None: ...
 
 
@@ -126,7 +126,7 @@ class NullProgress:
     ) -> None:
         pass
 
-    def advance(self, suite: str, role: str) -> None:
+    def advance(self, suite: str, role: str, error: bool = False) -> None:
         pass
 
     def message(self, text: str) -> None:
@@ -619,7 +619,7 @@ async def execute(
             except BaseException as exc:
                 sink_failed.append(exc)
                 raise
-            progress.advance(sample.suite, sample.endpoint)
+            progress.advance(sample.suite, sample.endpoint, error=sample.error is not None)
 
         async def emit_again(sample: Sample) -> None:
             # A sample scored again after both sides answered (``Suite.after_pairs``): it

@@ -736,9 +736,9 @@ class _StoreProgress:
         self.counts[suite] = dict(n_done)
         self._push()
 
-    def advance(self, suite: str, role: str) -> None:
+    def advance(self, suite: str, role: str, error: bool = False) -> None:
         if self.also is not None:
-            self.also.advance(suite, role)
+            self.also.advance(suite, role, error=error)
         self.counts.setdefault(suite, {}).setdefault(role, 0)
         self.counts[suite][role] += 1
         # At most every _PROGRESS_EVERY_S, and whenever an endpoint finishes a suite, so the
