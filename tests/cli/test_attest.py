@@ -300,7 +300,7 @@ def test_rest_attestation_and_the_worker(runs: Runs, monkeypatch: pytest.MonkeyP
         assert strict["verdict"] == "pass" and strict["exit_code"] == 1
         assert "chat_template" in strict["refused_by_policy"][0]
         bad = http.get(f"/runs/{runs.allowed}/gate", params={"max_reuse_age": "three days"})
-        assert bad.status_code == 422 and "e.g. 30s, 15m, 12h, 3d or 2w" in bad.json()["detail"]
+        assert bad.status_code == 422 and "max_reuse_age" in bad.text
         http.close()
         # The dashboard's run page: the basis section, and the allowed difference in the banner.
         page = httpx.get(f"{url}/runs/{runs.allowed}", cookies={"evalsvc_token": token},
