@@ -2,8 +2,9 @@
 endpoint and served model on two whole lines (not "smollm2-135m-gguf-q8" / "_0-kv" folded over
 three), a row that is not gated reads "not gated", and the table fits the terminal.
 
-The report is a real one: `make demo`'s run of 2026-12-06 (llama.cpp F16 against q8_0-kv and
-q2_k, `demo-facts` and `demo-speed`), its provenance and details trimmed (the table reads neither).
+The report is a real one: `make demo`'s run from nothing of 2026-12-06 (llama.cpp F16 against
+q8_0-kv and q2_k, `demo-facts` and `demo-speed`), its provenance and details trimmed but the
+speed suites' gain statement (the table reads neither).
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ def test_candidate_names_stay_whole_at_160_columns() -> None:
     assert any("demo-facts" in r and "fail *" in r for r in rows)
     speed = [r for r in rows if "demo-speed" in r]
     assert len(speed) == 2 and all("not gated *" in r and "inconclusive" not in r for r in speed)
+
+
+def test_the_speed_finding_names_the_rows_ratio() -> None:
+    """The speed row's Δ (per-request output tok/s, a ratio − 1) and the finding under the table
+    say the same number, and the throughput is named as the other measure it is."""
+    report = json.loads(REPORT.read_text(encoding="utf-8"))
+    speed = [s for c in report["candidates"] for s in c["suites"] if s["suite"] == "demo-speed"]
+    assert len(speed) == 2
+    for s in speed:
+        summary = s["details"]["summary"]
+        assert f"×{1 + s['delta']:.2f} tokens/s per request (the gated row)" in summary
+        assert "throughput at c=4 (all requests)" in summary
 
 
 @pytest.mark.parametrize("width", [80, 120])
