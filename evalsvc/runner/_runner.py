@@ -531,14 +531,14 @@ async def execute(
     their output cut at ``max_output_chars`` (default ``EVALSVC_MAX_OUTPUT_CHARS``,
     ``data.output_truncated`` set) after they were scored.
 
+    The steps: probe every endpoint (and the helpers), drop the suites they cannot run, guard
+    comparability, run each suite (``_Attempt.run_suites``: pilot, plan, send, with failure
+    isolation), then gate what was collected with what earlier attempts stored.
+
     Memory: the samples of a streaming kind (``Suite.streams_samples``) are kept only as
     ``PairedColumns`` (scores and the few fields its analysis reads), the others as samples; a
     lazy plan (``LazyItems``) is read item by item as it is sent.
     """
-    progress = progress or NullProgress()
-    # ``is None``, not ``or``: the caller's set, even empty, is the one it may add to after the
-    # probe (a blessed baseline's reused samples, evalsvc.services.baselines).
-    done = set() if done is None else done
     started = time.perf_counter()
     # Server mode, for the suites (evalsvc.suites.server_run): a kind prepares nothing from a
     # package index on a worker unless its operator allowed it. The run is its own asyncio task
@@ -548,7 +548,6 @@ async def execute(
         if not suite.gate_bound:
             suite.bind_gate(options)
     limit = max([options.concurrency, *(suite_concurrency(s, options) for s in suites)])
-    output_cap = Settings().max_output_chars if max_output_chars is None else max_output_chars
     # Capabilities that cost a generation to probe (tools, json_schema): only those asked for.
     optional = {c for s in suites for c in s.requires} & set(OPTIONAL_CAPABILITIES)
     clients, provs = await probe_all(
@@ -562,21 +561,96 @@ async def execute(
         for role, ref, prov in zip(roles, refs, provs, strict=True):
             if on_probed:
                 on_probed(role, ref, prov)
-        suites, skipped = await runnable_suites(suites, refs, provs, options)
+        attempt = _Attempt(
+            run_id=run_id, options=options, sink=sink, resink=resink or sink,
+            progress=progress or NullProgress(), cancel=cancel,
+            # ``is None``, not ``or``: the caller's set, even empty, is the one it may add to
+            # after the probe (a blessed baseline's reused samples, services.baselines).
+            done=set() if done is None else done,
+            stored=stored, stored_pages=stored_pages,
+            output_cap=Settings().max_output_chars if max_output_chars is None
+            else max_output_chars,
+            clients=clients, provs=provs, helper_clients=helper_clients,
+            labels={r: _label(x, p) for r, x, p in zip(roles, refs, provs, strict=True)},
+        )
+        runnable, skipped = await runnable_suites(suites, refs, provs, options)
         for gone in skipped:
-            progress.message(f"skipping {gone.suite}: {gone.reason}")
-        # The comparability guard: a candidate that differs in more than the quantization is
-        # sent nothing (its verdict is non-comparable whatever it would answer).
-        guard = dict(zip(roles[1:], await incomparable(suites, provs, options), strict=True))
+            attempt.progress.message(f"skipping {gone.suite}: {gone.reason}")
+        guard, warnings = await attempt.guard(runnable, refs, roles)
+        await attempt.run_suites(runnable)
+        result = await attempt.gate(baseline, candidates, skipped, guard)
+        result.warnings = warnings
+        result.helpers = probed_helpers
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+        await asyncio.gather(*(c.aclose() for m in helper_clients.values() for c in m.values()))
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+@dataclass(eq=False)
+class _Attempt:
+    """One attempt of a run once its endpoints are probed: what ``execute`` sends, collects and
+    gates, and the state its steps share (the samples collected, each suite's columns, plans
+    and designs, the suites that ended in error)."""
+
+    run_id: str
+    options: RunOptions
+    sink: SampleSink
+    resink: SampleSink
+    progress: Progress
+    cancel: threading.Event | None
+    done: set[tuple[str, str, str, int]]
+    stored: Callable[[], Awaitable[list[Sample]]] | None
+    stored_pages: StoredPages | None
+    output_cap: int
+    clients: list[EndpointClient]
+    provs: list[Provenance]
+    helper_clients: dict[str, dict[str, EndpointClient]]
+    labels: dict[str, str]
+    """``{role: label}`` of every endpoint, for messages."""
+    roles: list[str] = field(default_factory=list)
+    """The roles sent anything: the baseline and the comparable candidates."""
+    live: list[EndpointClient] = field(default_factory=list)
+    suites: list[Suite] = field(default_factory=list)
+    """The suites as they ran (a calibrated one replaced by its chosen difficulty)."""
+    collected: list[Sample] = field(default_factory=list)
+    """Samples of suites that do not stream, and calibration pilots'; a streaming suite's go
+    to its columns (and to the sink) only."""
+    columns: dict[str, PairedColumns] = field(default_factory=dict)
+    plans: dict[str, Sequence[Item]] = field(default_factory=dict)
+    sequential: dict[str, dict[str, Any]] = field(default_factory=dict)
+    staged: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calibrations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: dict[str, SuiteFailure] = field(default_factory=dict)
+    """Suites ended by an infrastructure failure of their own (_isolation): the others run."""
+    error_kinds: dict[tuple[str, str], dict[tuple[Any, ...], str]] = field(default_factory=dict)
+    """This attempt's errored samples' kinds by (role, suite) and key (later wins), for the
+    cause of a suite that errors past the budget (a streaming suite keeps no errors)."""
+    sink_failed: list[BaseException] = field(default_factory=list)
+    """A failure of the sink (the store) is the run's, never one suite's (_isolation)."""
+    stage: Stage = "planning"
+    failing_role: list[str] = field(default_factory=list)
+
+    # ---------------------------------------------------------------- comparability
+
+    async def guard(
+        self, suites: list[Suite], refs: Sequence[EndpointRef], roles: list[str]
+    ) -> tuple[dict[str, Comparability], list[str]]:
+        """The comparability guard: a candidate that differs in more than the quantization is
+        sent nothing (its verdict is non-comparable whatever it would answer). Sets the roles
+        and clients that are sent anything; returns the guard by role and the run's warnings."""
+        provs = self.provs
+        guard = dict(zip(roles[1:], await incomparable(suites, provs, self.options), strict=True))
         for ref, prov, found in zip(refs[1:], provs[1:], guard.values(), strict=True):
             for d in found.differences:
-                progress.message(
+                self.progress.message(
                     f"candidate {_label(ref, prov)} is not comparable with the baseline, so it "
                     f"is sent nothing: {d.message}"
                 )
         sent = [r == "baseline" or guard[r].comparable for r in roles]
-        live = [c for c, keep in zip(clients, sent, strict=True) if keep]
-        roles = [r for r, keep in zip(roles, sent, strict=True) if keep]
+        self.live = [c for c, keep in zip(self.clients, sent, strict=True) if keep]
+        self.roles = [r for r, keep in zip(roles, sent, strict=True) if keep]
         # A non-comparable candidate's reasons say it already (and it is sent nothing).
         warnings = _tokenizer_warnings(
             [x for x, keep in zip(refs, sent, strict=True) if keep],
@@ -589,244 +663,241 @@ async def execute(
             for ref, prov, found in zip(refs[1:], provs[1:], guard.values(), strict=True)
             for d in found.allowed
         ]
-        # Samples of suites that do not stream, and calibration pilots'; a streaming suite's
-        # go to its columns (and to the sink) only.
-        collected: list[Sample] = []
-        columns: dict[str, PairedColumns] = {}
+        return guard, warnings
 
-        # This attempt's errored samples' kinds by (role, suite) and key (later wins), for the
-        # cause of a suite that errors past the budget (a streaming suite keeps no errors).
-        error_kinds: dict[tuple[str, str], dict[tuple[Any, ...], str]] = {}
-        # A failure of the sink (the store) is the run's, never one suite's (_isolation).
-        sink_failed: list[BaseException] = []
+    # ---------------------------------------------------------------- samples
 
-        async def emit(sample: Sample) -> None:
-            if cancel is not None and cancel.is_set():
-                raise CancelledRun("run cancelled")
-            _cap_output(sample, output_cap)  # stored output is bounded (docs/security.md)
-            cols = columns.get(sample.suite)
-            if cols is not None:
-                cols.add(sample)
-            else:
-                collected.append(sample)
-            kinds = error_kinds.setdefault((sample.endpoint, sample.suite), {})
-            if sample.error:
-                kinds[tuple(sample.key)] = error_kind(sample.error)
-            else:
-                kinds.pop(tuple(sample.key), None)
+    def _cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def _keep(self, sample: Sample) -> None:
+        _cap_output(sample, self.output_cap)  # stored output is bounded (docs/security.md)
+        cols = self.columns.get(sample.suite)
+        if cols is not None:
+            cols.add(sample)
+        else:
+            self.collected.append(sample)
+
+    async def emit(self, sample: Sample) -> None:
+        """A sample as a suite answered it: kept, counted by error kind, stored, shown."""
+        if self._cancelled():
+            raise CancelledRun("run cancelled")
+        self._keep(sample)
+        kinds = self.error_kinds.setdefault((sample.endpoint, sample.suite), {})
+        if sample.error:
+            kinds[tuple(sample.key)] = error_kind(sample.error)
+        else:
+            kinds.pop(tuple(sample.key), None)
+        try:
+            await self.sink(sample)
+        except BaseException as exc:
+            self.sink_failed.append(exc)
+            raise
+        self.progress.advance(sample.suite, sample.endpoint, error=sample.error is not None)
+
+    async def emit_again(self, sample: Sample) -> None:
+        """A sample scored again after both sides answered (``Suite.after_pairs``): it replaces
+        the earlier one (same key, later wins) and advances no progress bar."""
+        if self._cancelled():
+            raise CancelledRun("run cancelled")
+        self._keep(sample)
+        await self.resink(sample)
+
+    async def stored_of(self, name: str) -> list[Sample]:
+        """The samples of suite ``name`` stored by earlier attempts (all pages)."""
+        if self.stored_pages is not None:
+            return [s async for page in self.stored_pages(name) for s in page]
+        return [s for s in (await self.stored() if self.stored else []) if s.suite == name]
+
+    async def after_pairs(self, s: Suite, its: Sequence[Item]) -> None:
+        mine = [x for x in self.collected if x.suite == s.name]
+        if any(k[1] == s.name for k in self.done):  # resumed: earlier attempts' samples too
+            mine = [*await self.stored_of(s.name), *mine]
+        await s.after_pairs(
+            its,
+            list({x.key: x for x in mine}.values()),
+            self.helper_clients.get(s.name, {}),
+            emit=self.emit_again,
+            concurrency=suite_concurrency(s, self.options),
+        )
+
+    # ---------------------------------------------------------------- suites
+
+    async def run_suites(self, suites: list[Suite]) -> None:
+        """Each suite in turn; one that fails for infrastructure reasons ends as error with its
+        cause and fix (``failures``) and the next one runs. A failure of the store, a
+        cancellation or a capability error still ends the run."""
+        self.suites = list(suites)
+        for index, suite in enumerate(self.suites if len(self.roles) > 1 else []):
             try:
-                await sink(sample)
-            except BaseException as exc:
-                sink_failed.append(exc)
-                raise
-            progress.advance(sample.suite, sample.endpoint, error=sample.error is not None)
-
-        async def emit_again(sample: Sample) -> None:
-            # A sample scored again after both sides answered (``Suite.after_pairs``): it
-            # replaces the earlier one (same key, later wins) and advances no progress bar.
-            if cancel is not None and cancel.is_set():
-                raise CancelledRun("run cancelled")
-            _cap_output(sample, output_cap)
-            cols = columns.get(sample.suite)
-            if cols is not None:
-                cols.add(sample)
-            else:
-                collected.append(sample)
-            await (resink or sink)(sample)
-
-        async def after_pairs(s: Suite, its: Sequence[Item]) -> None:
-            mine = [x for x in collected if x.suite == s.name]
-            if any(k[1] == s.name for k in done):  # resumed: earlier attempts' samples too
-                mine = [*await stored_of(s.name), *mine]
-            await s.after_pairs(
-                its,
-                list({x.key: x for x in mine}.values()),
-                helper_clients.get(s.name, {}),
-                emit=emit_again,
-                concurrency=suite_concurrency(s, options),
-            )
-
-        async def stored_of(name: str) -> list[Sample]:
-            """The samples of suite ``name`` stored by earlier attempts (all pages)."""
-            if stored_pages is not None:
-                return [s async for page in stored_pages(name) for s in page]
-            return [s for s in (await stored() if stored else []) if s.suite == name]
-
-        async def suite_stored() -> list[Sample]:
-            # What _run_sequential/_run_staged read: the stored samples of the suite at hand.
-            return await stored_of(current[0])
-
-        current = [""]
-        plans: dict[str, Sequence[Item]] = {}
-        sequential: dict[str, dict[str, Any]] = {}
-        staged: dict[str, dict[str, Any]] = {}
-        calibrations: dict[str, dict[str, Any]] = {}
-        suites = list(suites)
-        # Suites ended by an infrastructure failure of their own (_isolation): the others run.
-        failures: dict[str, SuiteFailure] = {}
-        stage: list[Stage] = ["planning"]
-        failing_role: list[str] = []
-        labels = {r: _label(x, p) for r, x, p in zip(
-            ["baseline", *(role_of(i) for i in range(len(candidates)))], refs, provs, strict=True
-        )}
-
-        async def one_suite(index: int, suite: Suite) -> None:
-            policy = suite.calibration(options.calibrate)
-            if policy is not None:
-                # The pilot on the baseline alone picks the levels; the suite runs there.
-                stage[0] = "pilot"
-                progress.message(f"calibrating {suite.name} on the baseline")
-                suite, calibrations[suite.name] = await calibrate(
-                    suite,
-                    policy,
-                    clients[0],
-                    provs[0],
-                    emit=emit,
-                    done={
-                        (k[2], k[3])
-                        for k in done
-                        if k[0] == "baseline" and k[1] == pilot_name(suite.name)
-                    },
-                    stored=_only(stored_of, pilot_name(suite.name)) if stored_pages else stored,
-                    collected=collected,
-                    options=options,
-                    progress=progress,
-                )
-                suites[index] = suite
-            stage[0] = "planning"
-            progress.message(f"planning {suite.name}")
-            try:
-                items = await suite.plan(clients[0], provs[0])
-            except EndpointError as exc:
-                raise InfrastructureError(
-                    f"planning {suite.name} on the baseline failed: {exc}"
-                ) from exc
-            plans[suite.name] = items
-            stage[0] = "requests"
-            current[0] = suite.name
-            if suite.streams_samples:
-                cols = columns[suite.name] = suite.sample_columns(roles)
-                # Earlier attempts' samples first: this attempt's replace them (later wins).
-                if stored_pages is not None:
-                    async for page in stored_pages(suite.name):
-                        for s in page:
-                            cols.add(s)
-                else:
-                    for s in await stored_of(suite.name):
-                        cols.add(s)
-            done_by_role = {
-                role: {(k[2], k[3]) for k in done if k[0] == role and k[1] == suite.name}
-                for role in roles
-            }
-            progress.planned(
-                suite.name,
-                roles,
-                _expected(suite, items),
-                {r: len(v) for r, v in done_by_role.items()},
-            )
-
-            async def run_on(
-                role: str,
-                client: EndpointClient,
-                its: Sequence[Item],
-                s: Suite = suite,
-                d: dict[str, set[tuple[str, int]]] = done_by_role,
-            ) -> None:
-                try:
-                    await s.run(
-                        its,
-                        client,
-                        role=role,
-                        emit=emit,
-                        done=d[role],
-                        concurrency=suite_concurrency(s, options),
-                    )
-                except EndpointError:
-                    failing_role.append(role)  # the fix names this endpoint
-                    raise
-
-            async def run_batch(its: Sequence[Item], s: Suite = suite) -> None:
-                if s.exclusive:
-                    for role, client in zip(roles, live, strict=True):
-                        await run_on(role, client, its)
-                else:
-                    await gather_or_cancel(
-                        *(run_on(r, c, its) for r, c in zip(roles, live, strict=True))
-                    )
-                if s.wants_after_pairs():  # scoring that needs both sides' answers
-                    await after_pairs(s, its)
-
-            stages = suite.stage_sizes()
-            resumed = _resumed(items, done_by_role) if stages or options.sequential else 0
-            if stages:  # the kind's own staged design (also under --sequential)
-                staged[suite.name] = await _run_staged(
-                    suite, items, stages, run_batch, collected, roles, options,
-                    suite_stored if stored or stored_pages else None, columns.get(suite.name),
-                    resumed,
-                )
-                plans[suite.name] = items[: staged[suite.name]["items_used"]]
-            elif options.sequential and suite.sequential_ok:
-                sequential[suite.name] = await _run_sequential(
-                    suite, items, run_batch, collected, roles, options,
-                    suite_stored if stored or stored_pages else None, columns.get(suite.name),
-                    resumed,
-                )
-                # Items never sent are not missing: the design stopped. Gate on what was sent.
-                plans[suite.name] = items[: sequential[suite.name]["items_used"]]
-            else:
-                await run_batch(items)
-
-        for index, suite in enumerate(suites if len(roles) > 1 else []):
-            try:
-                await one_suite(index, suite)
+                await self._one_suite(index, suite)
             except (CancelledRun, CapabilityError):
                 raise
             except Exception as exc:
-                if sink_failed or (cancel is not None and cancel.is_set()):
+                if self.sink_failed or self._cancelled():
                     raise  # the store failed, or the run was cancelled: not this suite's
-                # This suite ends as error with its cause and fix; the next one runs.
-                who = failing_role[-1] if failing_role else "baseline"
-                failures[suite.name] = failure_of(
-                    exc, suite.name, stage[0], options,
-                    endpoint=f"{who.partition(':')[0]} {labels[who]}", run_id=run_id,
+                who = self.failing_role[-1] if self.failing_role else "baseline"
+                self.failures[suite.name] = failure_of(
+                    exc, suite.name, self.stage, self.options,
+                    endpoint=f"{who.partition(':')[0]} {self.labels[who]}", run_id=self.run_id,
                 )
-                failing_role.clear()
-                plans.setdefault(suites[index].name, [])
-                progress.message(f"{suite.name} ended in error: {failures[suite.name].message}")
-            if cancel is not None and cancel.is_set():
+                self.failing_role.clear()
+                self.plans.setdefault(self.suites[index].name, [])
+                self.progress.message(
+                    f"{suite.name} ended in error: {self.failures[suite.name].message}")
+            if self._cancelled():
                 raise CancelledRun("run cancelled")
 
-        listed = [s.name for s in suites if s.name not in columns]
+    async def _one_suite(self, index: int, suite: Suite) -> None:
+        suite = await self._calibrated(index, suite)
+        items = await self._plan(suite)
+        await self._load_columns(suite)
+        done_by_role = {
+            role: {(k[2], k[3]) for k in self.done if k[0] == role and k[1] == suite.name}
+            for role in self.roles
+        }
+        self.progress.planned(
+            suite.name, self.roles, _expected(suite, items),
+            {r: len(v) for r, v in done_by_role.items()},
+        )
+        await self._send(suite, items, done_by_role)
+
+    async def _calibrated(self, index: int, suite: Suite) -> Suite:
+        """The suite at the difficulty its pilot on the baseline alone picks (itself when it
+        does not calibrate); the pilot's record is kept for the suite's details."""
+        policy = suite.calibration(self.options.calibrate)
+        if policy is None:
+            return suite
+        self.stage = "pilot"
+        self.progress.message(f"calibrating {suite.name} on the baseline")
+        pilot = pilot_name(suite.name)
+        suite, self.calibrations[suite.name] = await calibrate(
+            suite,
+            policy,
+            self.clients[0],
+            self.provs[0],
+            emit=self.emit,
+            done={(k[2], k[3]) for k in self.done if k[0] == "baseline" and k[1] == pilot},
+            stored=_only(self.stored_of, pilot) if self.stored_pages else self.stored,
+            collected=self.collected,
+            options=self.options,
+            progress=self.progress,
+        )
+        self.suites[index] = suite
+        return suite
+
+    async def _plan(self, suite: Suite) -> Sequence[Item]:
+        self.stage = "planning"
+        self.progress.message(f"planning {suite.name}")
+        try:
+            items = await suite.plan(self.clients[0], self.provs[0])
+        except EndpointError as exc:
+            raise InfrastructureError(f"planning {suite.name} on the baseline failed: {exc}") from exc
+        self.plans[suite.name] = items
+        self.stage = "requests"
+        return items
+
+    async def _load_columns(self, suite: Suite) -> None:
+        """A streaming suite's columns, with earlier attempts' samples first (this attempt's
+        replace them: later wins)."""
+        if not suite.streams_samples:
+            return
+        cols = self.columns[suite.name] = suite.sample_columns(self.roles)
+        if self.stored_pages is not None:
+            async for page in self.stored_pages(suite.name):
+                for s in page:
+                    cols.add(s)
+        else:
+            for s in await self.stored_of(suite.name):
+                cols.add(s)
+
+    async def _send(
+        self, suite: Suite, items: Sequence[Item], done_by_role: dict[str, set[tuple[str, int]]]
+    ) -> None:
+        """The items to every live endpoint, in the suite's design: staged, sequential, or all
+        at once."""
+
+        async def run_on(role: str, client: EndpointClient, its: Sequence[Item]) -> None:
+            try:
+                await suite.run(
+                    its, client, role=role, emit=self.emit, done=done_by_role[role],
+                    concurrency=suite_concurrency(suite, self.options),
+                )
+            except EndpointError:
+                self.failing_role.append(role)  # the fix names this endpoint
+                raise
+
+        async def run_batch(its: Sequence[Item]) -> None:
+            if suite.exclusive:
+                for role, client in zip(self.roles, self.live, strict=True):
+                    await run_on(role, client, its)
+            else:
+                await gather_or_cancel(
+                    *(run_on(r, c, its) for r, c in zip(self.roles, self.live, strict=True))
+                )
+            if suite.wants_after_pairs():  # scoring that needs both sides' answers
+                await self.after_pairs(suite, its)
+
+        async def suite_stored() -> list[Sample]:
+            # What _run_sequential/_run_staged read: the stored samples of this suite.
+            return await self.stored_of(suite.name)
+
+        reader = suite_stored if self.stored or self.stored_pages else None
+        stages = suite.stage_sizes()
+        resumed = _resumed(items, done_by_role) if stages or self.options.sequential else 0
+        if stages:  # the kind's own staged design (also under --sequential)
+            self.staged[suite.name] = await _run_staged(
+                suite, items, stages, run_batch, self.collected, self.roles, self.options,
+                reader, self.columns.get(suite.name), resumed,
+            )
+            self.plans[suite.name] = items[: self.staged[suite.name]["items_used"]]
+        elif self.options.sequential and suite.sequential_ok:
+            self.sequential[suite.name] = await _run_sequential(
+                suite, items, run_batch, self.collected, self.roles, self.options,
+                reader, self.columns.get(suite.name), resumed,
+            )
+            # Items never sent are not missing: the design stopped. Gate on what was sent.
+            self.plans[suite.name] = items[: self.sequential[suite.name]["items_used"]]
+        else:
+            await run_batch(items)
+
+    # ---------------------------------------------------------------- gating
+
+    async def gate(
+        self,
+        baseline: EndpointRef,
+        candidates: Sequence[EndpointRef],
+        skipped: list[SkippedSuite],
+        guard: dict[str, Comparability],
+    ) -> RunResult:
+        """Every candidate gated on this attempt's samples merged with earlier attempts'
+        (later wins on a key: a resumed attempt retried an errored item), with each suite's
+        design and calibration in its details."""
+        listed = [s.name for s in self.suites if s.name not in self.columns]
         previous: list[Sample] = []
-        if listed and stored_pages is not None:
+        if listed and self.stored_pages is not None:
             for name in listed:
-                previous += await stored_of(name)
-        elif listed and stored is not None:
-            previous = [s for s in await stored() if s.suite not in columns]
-        # Later samples win on the same key (a resumed attempt retried an errored item).
-        by_key = {s.key: s for s in previous + collected}
+                previous += await self.stored_of(name)
+        elif listed and self.stored is not None:
+            previous = [s for s in await self.stored() if s.suite not in self.columns]
+        by_key = {s.key: s for s in previous + self.collected}
         samples = list(by_key.values())
         del previous, by_key
         result = _gate_all(
-            run_id, baseline, candidates, provs, suites, plans, samples, options, columns=columns,
-            skipped=skipped, guard=guard, failures=failures,
-            error_kinds={k: count_kinds_of(v) for k, v in error_kinds.items()},
+            self.run_id, baseline, candidates, self.provs, self.suites, self.plans, samples,
+            self.options, columns=self.columns, skipped=skipped, guard=guard,
+            failures=self.failures,
+            error_kinds={k: count_kinds_of(v) for k, v in self.error_kinds.items()},
         )
-        result.warnings = warnings
-        result.helpers = probed_helpers
         for cand in result.candidates:
             for sres in cand.suites:
-                if sres.suite in sequential:
-                    sres.details["sequential"] = sequential[sres.suite]
-                if sres.suite in staged:
-                    sres.details["stages"] = staged[sres.suite]
-                if sres.suite in calibrations:
-                    sres.details["calibration"] = calibrations[sres.suite]
-    finally:
-        await asyncio.gather(*(c.aclose() for c in clients))
-        await asyncio.gather(*(c.aclose() for m in helper_clients.values() for c in m.values()))
-    result.duration_s = time.perf_counter() - started
-    return result
+                if sres.suite in self.sequential:
+                    sres.details["sequential"] = self.sequential[sres.suite]
+                if sres.suite in self.staged:
+                    sres.details["stages"] = self.staged[sres.suite]
+                if sres.suite in self.calibrations:
+                    sres.details["calibration"] = self.calibrations[sres.suite]
+        return result
 
 
 async def _open_helpers(
