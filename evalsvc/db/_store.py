@@ -67,8 +67,8 @@ class Store:
         self.reopen_run, self.requeue_run = runs.reopen_run, runs.requeue_run
         self.save_endpoint_snapshot = runs.save_endpoint_snapshot
         self.get_endpoint_snapshots = runs.get_endpoint_snapshots
-        self.save_suite_snapshot = runs.save_suite_snapshot
         self.get_endpoint_identities = runs.get_endpoint_identities
+        self.save_suite_snapshot = runs.save_suite_snapshot
         self.get_suite_snapshots = runs.get_suite_snapshots
         self.save_gate_results, self.get_gate_results = runs.save_gate_results, runs.get_gate_results
         self.save_report, self.get_report = runs.save_report, runs.get_report
