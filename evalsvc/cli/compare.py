@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import Annotated, Any, get_args
 
 import typer
 
@@ -176,13 +176,39 @@ def compare(
 ) -> None:
     """Compare CANDIDATE endpoints against BASELINE and gate them. Exit 0 pass, 1 fail, 2 usage
     or configuration error, 3 inconclusive, 4 infrastructure error, 5 non-comparable."""
-    from pydantic import ValidationError
-
-    from evalsvc.db import StoreError
-    from evalsvc.endpoints import redact_url
-    from evalsvc.runner import CapabilityError, InfrastructureError
+    # The steps: arguments checked (exit 2 before any request), the run's options, the run
+    # (on a server, or here), what it found printed, the exit code.
+    _check_arguments(endpoints, max_reuse_age, allow_difference)
+    options = _run_options(
+        samples=samples, seed=seed, concurrency=concurrency, margin=margin, alpha=alpha,
+        recovery_min=recovery_min, sequential=sequential, calibrate=calibrate, timeout=timeout,
+        strict=strict, blessed_baseline=blessed_baseline, allow_difference=allow_difference,
+        decoding=dict(k=sampling_k, temperature=temperature, top_p=top_p,
+                      max_tokens=max_tokens, seed=sampling_seed),
+    )
+    if server:
+        raise typer.Exit(
+            compare_remote(
+                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout,
+                policy=lambda r: refused(r, max_reuse_age, no_allowed_differences),
+            )
+        )
+    report = _run_here(endpoints, suite, options, db, json_out, junit, markdown)
+    # The report files first: nothing printed below can lose them.
+    write_outputs(report, json_out, junit, markdown)
+    _show(report)
     from evalsvc.services import runs
 
+    code = runs.exit_code(report["verdict"])
+    if refused(report, max_reuse_age, no_allowed_differences) and code == 0:
+        code = EXIT_CODES["fail"]  # the pipeline's policy refuses what this pass rests on
+    raise typer.Exit(code)
+
+
+def _check_arguments(
+    endpoints: list[str], max_reuse_age: str | None, allow_difference: list[str] | None
+) -> None:
+    """Usage errors (exit 2) that need no store and no request."""
     if len(endpoints) < 2:
         raise die("give a BASELINE and at least one CANDIDATE", EXIT_CODES["usage"])
     try:
@@ -198,38 +224,45 @@ def compare(
                 "quantization method may always differ: they are the point)",
                 EXIT_CODES["usage"],
             )
+
+
+def _run_options(
+    *, decoding: dict[str, Any], allow_difference: list[str] | None, timeout: float | None,
+    **fields: Any,
+) -> RunOptions:
+    """The run's options from the command's flags (a bad value: exit 2 naming it)."""
+    from pydantic import ValidationError
+
     try:
-        decoding = SamplingOptions(
-            k=sampling_k, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-            seed=sampling_seed,
-        )
-        options = RunOptions(
-            sampling=None if decoding.is_empty() else decoding,
-            samples=samples,
-            seed=seed,
-            concurrency=concurrency,
-            margin=margin,
-            alpha=alpha,
-            recovery_min=recovery_min,
-            sequential=sequential,
-            calibrate=calibrate,
+        sampling = SamplingOptions(**decoding)
+        return RunOptions(
+            sampling=None if sampling.is_empty() else sampling,
             request_timeout_s=timeout,
-            strict=strict,
-            blessed_baseline=blessed_baseline,
             comparability=(
                 ComparabilityOptions.model_validate({"allow": allow_difference})
                 if allow_difference else None
             ),
+            **fields,
         )
     except ValidationError as exc:
         raise exit_for(exc) from exc
-    if server:
-        raise typer.Exit(
-            compare_remote(
-                server, endpoints, suite, options, json_out, junit, markdown, wait_timeout,
-                policy=lambda r: refused(r, max_reuse_age, no_allowed_differences),
-            )
-        )
+
+
+def _run_here(
+    endpoints: list[str], suite: list[str], options: RunOptions, db: str | None,
+    json_out: str | None, junit: Path | None, markdown: Path | None,
+) -> dict[str, Any]:
+    """The run in this process, recorded in the store, with its progress shown; the report.
+    On every exit without a verdict the report files asked for are written (an error report)
+    and the command exits 2 or 4 (``_exit.exit_code``)."""
+    from pydantic import ValidationError
+
+    from evalsvc.db import StoreError
+    from evalsvc.endpoints import redact_url
+    from evalsvc.reports import endpoint_label, error_report
+    from evalsvc.runner import CapabilityError, InfrastructureError
+    from evalsvc.services import runs
+
     store = open_store(db)
     # SIGTERM (CI timeouts, `kill`) must unwind like Ctrl-C so the run is recorded as an error
     # instead of staying "running" and holding its endpoints' run budget.
@@ -240,7 +273,6 @@ def compare(
         runs.load_suites(spec)  # usage errors (suites, --margin/--alpha) before any request
     except (runs.UsageError, ValidationError, StoreError) as exc:
         raise exit_for(exc) from exc
-    from evalsvc.reports import endpoint_label
 
     # The reports' label (name, else host:port; the served model is not known before the probe).
     def label(r: EndpointRef) -> str:
@@ -248,33 +280,12 @@ def compare(
 
     labels = {"baseline": f"baseline {label(refs[0])}"}
     labels.update({f"candidate:{i}": f"candidate {label(r)}" for i, r in enumerate(refs[1:])})
-
     created: list[str] = []  # the run's id, once the service has recorded it
-
-    def ended_without_verdict(exc: BaseException) -> typer.Exit:
-        # CI reporters get the files they asked for on every exit, an error report here.
-        from evalsvc.reports import error_report
-
-        run_id = created[0] if created else None
-        message = describe(exc)
-        if isinstance(exc, KeyboardInterrupt):
-            # str(exc) is "" for Ctrl-C, "signal 15" for SIGTERM (raise_interrupt).
-            where = f"run {run_id}" if run_id else "the run"
-            message = f"interrupted ({str(exc) or 'Ctrl-C'}); {where} was recorded as error"
-        write_outputs(
-            error_report(baseline=refs[0], candidates=refs[1:], error=message, options=options,
-                         run_id=run_id),
-            json_out,
-            junit,
-            markdown,
-        )
-        return die(message, exit_code(exc))
-
     try:
         # Live bars on a terminal; plain lines at least every 30 s in a CI log (_progress).
         with progress_view(err, labels) as bars:
-            report = runs.compare(spec, store=store, progress=bars,  # type: ignore[arg-type]
-                                  on_created=created.append)
+            return runs.compare(spec, store=store, progress=bars,  # type: ignore[arg-type]
+                                on_created=created.append)
     # Usage (2): bad suites or options, a capability an endpoint lacks. Infrastructure (4): an
     # endpoint down, the error budget spent, the database lost or refusing writes mid-run, or
     # Ctrl-C/SIGTERM (the run is recorded as error by the service; without this click would
@@ -282,26 +293,36 @@ def compare(
     except (
         runs.UsageError, CapabilityError, InfrastructureError, KeyboardInterrupt, StoreError
     ) as exc:
-        raise ended_without_verdict(exc) from exc
-    # The report files first: nothing printed below can lose them.
-    write_outputs(report, json_out, junit, markdown)
+        run_id = created[0] if created else None
+        message = describe(exc)
+        if isinstance(exc, KeyboardInterrupt):
+            # str(exc) is "" for Ctrl-C, "signal 15" for SIGTERM (raise_interrupt).
+            where = f"run {run_id}" if run_id else "the run"
+            message = f"interrupted ({str(exc) or 'Ctrl-C'}); {where} was recorded as error"
+        # CI reporters get the files they asked for on every exit, an error report here.
+        write_outputs(
+            error_report(baseline=refs[0], candidates=refs[1:], error=message, options=options,
+                         run_id=run_id),
+            json_out, junit, markdown,
+        )
+        raise die(message, exit_code(exc)) from exc
+
+
+def _show(report: dict[str, Any]) -> None:
+    """What the run found, on stderr: the verdict table, one finding per suite and why each
+    candidate reads its verdict, warnings, reused baselines, what the verdict rests on."""
+    from evalsvc.reports import reuse_lines
+
     err.print(verdict_table(report))
     print_headlines(report)
     for w in report.get("warnings", []):
         err.print(f"[yellow]warning:[/] {term(w)}")
-    from evalsvc.reports import reuse_lines  # loaded already: the report was built with it
-
     for line in reuse_lines(report):  # blessed baselines: what was not sent to the baseline
         err.print(f"[cyan]baseline:[/] {term(line)}")
     print_basis(report)  # what the verdict rests on (docs/report.md, Basis)
     if report.get("error"):
         err.print(f"[bold magenta]error:[/] {term(report['error'])}")
-    verdict = report["verdict"]
-    print_verdict(verdict, report["run_id"])
-    code = runs.exit_code(verdict)
-    if refused(report, max_reuse_age, no_allowed_differences) and code == 0:
-        code = EXIT_CODES["fail"]  # the pipeline's policy refuses what this pass rests on
-    raise typer.Exit(code)
+    print_verdict(report["verdict"], report["run_id"])
 
 
 def gate_logs(
