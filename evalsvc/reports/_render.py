@@ -218,7 +218,8 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# evalsvc report — verdict: **{report['verdict']}**",
         "",
-        f"Run `{report['run_id']}` · baseline {m(endpoint_label(base))} at {m(base['url'])}",
+        (f"Run `{report['run_id']}`" if report.get("run_id") else "No run was recorded")
+        + f" · baseline {m(endpoint_label(base))} at {m(base['url'])}",
         "",
     ]
     if report.get("error"):
@@ -234,23 +235,28 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ["What the verdict rests on:", "", *(f"- {m(line)}" for line in rests), ""]
     labels = _role_labels(report)
     said: set[tuple[Any, ...]] = set()  # each reason once: here, or under its suite
-    if reasons_of(report):
+    # The error line above says it once: a reason that only repeats it is not listed again.
+    why = [r for r in reasons_of(report) if r.get("message") != report.get("error")]
+    if why:
         lines += ["Why:", ""]
-        lines += [f"- {_md_reason(r, labels=labels)}" for r in reasons_of(report)]
+        lines += [f"- {_md_reason(r, labels=labels)}" for r in why]
         lines.append("")
         said = {_reason_key(r) for r in reasons_of(report)}
-    lines += [
-        "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin / threshold "
-        "| p (non-inferiority) | n | MDE | Verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in summary_rows(report):
+    rows = summary_rows(report)
+    if rows:  # no empty table under a run that gated nothing (an error before any gate)
+        lines += [
+            "| Candidate | Suite | Metric | Baseline | Candidate | Δ | CI | Margin / threshold "
+            "| p (non-inferiority) | n | MDE | Verdict |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    for r in rows:
         lines.append(
             f"| {m(r['candidate'])} | {r['suite']} | {r['metric']} | {r['baseline']} | "
             f"{r['candidate_value']} | {r['delta']} | {r['ci']} | {r['margin']} | {r['p']} | "
             f"{r['n']} | {r['mde']} | {r['verdict']} |"
         )
-    lines.append("")
+    if rows:
+        lines.append("")
     lines += _md_skipped(report)
     if any(r["gate_type"] == "threshold" for r in summary_rows(report)):
         lines += [

@@ -53,3 +53,34 @@ def test_junit_stays_parseable_xml_with_control_characters() -> None:
     assert "\x00" not in xml and "\x1b" not in xml
     suite = root.find("testsuite")
     assert suite is not None and HOSTILE_MODEL.replace("\n", " ")[:20] in suite.get("name", "")
+
+
+def test_markdown_reads_clean_where_nothing_could_form_markup() -> None:
+    """Issue 50: the file read ``http\\://127.0.0.1:8102/v1``, ``q8\\_0`` and ``&lt;``. Now a
+    URL is a code span (literal, never a link), an intraword ``_`` and a lone ``<`` or ``&``
+    stay, and what could form markup is still escaped."""
+    assert md_text("127.0.0.1:8102 (q8_0)") == "127.0.0.1:8102 (q8_0)"
+    assert md_text("http://127.0.0.1:8102/v1") == "`http://127.0.0.1:8102/v1`"
+    assert md_text("Δ < margin & more") == "Δ < margin & more"
+    assert md_text("<b>x</b> _y_ *z* [a](b) | ~~s~~") == \
+        "&lt;b>x&lt;/b> \\_y\\_ \\*z\\* \\[a\\](b) \\| \\~\\~s\\~\\~"
+    report = _report()
+    report["baseline"] = {"url": "http://127.0.0.1:8102/v1", "model": "smollm2-q8_0", "name": None}
+    md = to_markdown(report)
+    assert "at `http://127.0.0.1:8102/v1`" in md and "smollm2-q8_0" in md
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<code>http://127.0.0.1:8102/v1</code>" in html and "smollm2-q8_0" in html
+
+
+def test_an_error_before_any_gate_says_it_once_without_an_empty_table() -> None:
+    from evalsvc.domain import EndpointRef, RunOptions
+    from evalsvc.reports import error_report
+
+    error = "nothing listens on 127.0.0.1:8100 — is the server running, is the port right?"
+    md = to_markdown(error_report(
+        baseline=EndpointRef(url="http://127.0.0.1:8100/v1"),
+        candidates=[EndpointRef(url="http://127.0.0.1:8101/v1", name="q8_0")],
+        error=error, options=RunOptions()))
+    assert md.count("nothing listens on 127.0.0.1:8100") == 1, md
+    assert "| Candidate |" not in md and "Run `None`" not in md, md
+    assert "No run was recorded · baseline 127.0.0.1:8100 at `http://127.0.0.1:8100/v1`" in md
