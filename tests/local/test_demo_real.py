@@ -40,10 +40,18 @@ def test_demo_shows_a_failing_candidate_and_the_next_steps(
         "COLUMNS": "160",
         "EVALSVC_DATABASE_URL": db_url,
     }
-    proc = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "demo.sh")],
-        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200, check=False,
-    )
+    from evalsvc import local
+
+    started_before = set(local.recorded_names())
+    try:
+        proc = subprocess.run(
+            ["bash", str(REPO_ROOT / "scripts" / "demo.sh")],
+            env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=1200, check=False,
+        )
+    finally:
+        # The session's other llama.cpp tests see the servers of ``llamacpp_endpoints`` only:
+        # what the demo started beside them (q2_k) stops here.
+        local.stop_servers(set(local.recorded_names()) - started_before)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
