@@ -224,9 +224,15 @@ def _needs_endpoints(item: pytest.Item) -> bool:
     )
 
 
+#: Fixtures of other modules that start or stop llama.cpp servers in the session's home: their
+#: tests run in the llama.cpp group too, on the worker whose session fixture owns those servers
+#: (on another worker, that fixture's teardown stopped the baseline under them: CI, 2026-12-06).
+_LLAMACPP_FIXTURES = frozenset({"llamacpp_endpoints", "weight_candidates"})
+
+
 def _needs_llamacpp(item: pytest.Item) -> bool:
     names = getattr(item, "fixturenames", ())
-    return "llamacpp_endpoints" in names or (
+    return bool(_LLAMACPP_FIXTURES & set(names)) or (
         "serving_endpoints" in names and local_engine() == "llamacpp"
     )
 
