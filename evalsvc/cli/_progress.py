@@ -95,8 +95,9 @@ class PlainProgress:
     def planned(
         self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
     ) -> None:
-        which = (f"suite {self.order.index(suite) + 1}/{len(self.order)} "
-                 if suite in self.order else "")
+        from evalsvc.cli._report import suite_position
+
+        which = suite_position(self.order, suite)
         now = time.monotonic()
         with self._lock:
             for role in roles:

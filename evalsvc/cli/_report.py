@@ -54,6 +54,12 @@ def progress_columns(width: int) -> tuple[ProgressColumn, ...]:
     )
 
 
+def suite_position(order: Sequence[str], suite: str) -> str:
+    """``"suite 2/5 "`` for the second of five suites in execution order ("" when unknown): how
+    the bars and the plain progress lines begin."""
+    return f"suite {order.index(suite) + 1}/{len(order)} " if suite in order else ""
+
+
 class RichProgressBars:
     """One progress bar per (suite, endpoint), on stderr.
 
@@ -79,8 +85,7 @@ class RichProgressBars:
     def planned(
         self, suite: str, roles: Sequence[str], n_items: int, n_done: dict[str, int]
     ) -> None:
-        which = (f"suite {self.order.index(suite) + 1}/{len(self.order)} "
-                 if suite in self.order else "")
+        which = suite_position(self.order, suite)
         for role in roles:
             self.tasks[(suite, role)] = self.progress.add_task(
                 f"{which}{term(suite)} · {term(self.labels.get(role, role))}",
