@@ -77,6 +77,15 @@ def with_store(database_url: str | None, action: Callable[[Store], T]) -> T:
         store.close()
 
 
+def with_store_or_exit(database_url: str | None, action: Callable[[Store], T]) -> T:
+    """:func:`with_store`, where the service's refusals (``ValueError``, ``LookupError``) exit
+    with their message and code (``_exit.exit_code``: 2) instead of a traceback."""
+    try:
+        return with_store(database_url, action)
+    except (ValueError, LookupError) as err:
+        fail(str(err), exit_code(err))
+
+
 def fmt_time(value: datetime | None) -> str:
     """A timestamp for CLI tables (minutes, UTC as stored), ``-`` when unset."""
     return f"{value:%Y-%m-%d %H:%M}" if value is not None else "-"

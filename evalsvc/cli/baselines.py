@@ -17,10 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from evalsvc.db import StoreError
-
-from ._dbcommon import DatabaseUrlOption, fail, fail_store, fmt_time, open_store
-from ._exit import exit_code
+from ._dbcommon import DatabaseUrlOption, fmt_time, with_store_or_exit
 from ._safe import term
 
 app = typer.Typer(name="baselines", help="Blessed baselines: bless, list, show, revoke.",
@@ -30,15 +27,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 
 
 def _call(database_url: str | None, action: Any) -> Any:
-    store = open_store(database_url)
-    try:
-        return action(store)
-    except (ValueError, LookupError) as err:
-        fail(str(err), exit_code(err))
-    except StoreError as err:
-        fail_store(err)
-    finally:
-        store.close()
+    return with_store_or_exit(database_url, action)
 
 
 def _floor(noise: dict[str, Any] | None) -> str:
