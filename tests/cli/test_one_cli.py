@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evalsvc.db import Store
-from evalsvc.domain import EndpointRef, RunOptions, RunSpec
-from evalsvc.services import runs
 from tests.fixtures.cli import run_cli
-from tests.fixtures.faults import base_url, fault_server
+from tests.fixtures.runs import stored_ok_run
 
 SUITE = "name: tiny-prefix\nkind: reasoning\nseed: 3\nparams:\n  n: 10\n  max_tokens: 8\n"
 
@@ -21,18 +18,7 @@ def test_bless_and_plan_take_a_run_id_prefix(tmp_path: Path) -> None:
     suite = tmp_path / "tiny-prefix.yaml"
     suite.write_text(SUITE)
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = Store.from_url(url)
-    store.ensure_ready(upgrade_fresh_sqlite=True)
-    try:
-        with fault_server() as srv:
-            endpoint = base_url(srv, "ok")
-            report = runs.compare(
-                RunSpec(baseline=EndpointRef(url=endpoint), candidates=[EndpointRef(url=endpoint)],
-                        suites=[str(suite)], options=RunOptions(concurrency=4)),
-                store=store,
-            )
-    finally:
-        store.close()
+    report = stored_ok_run(suite, url)
     run_id = str(report["run_id"])
     env = {"EVALSVC_DATABASE_URL": url}
 

@@ -23,6 +23,7 @@ from evalsvc.suites import eee
 from tests.fixtures.cli import run_cli
 from tests.fixtures.faults import base_url, fault_server
 from tests.fixtures.loopback import free_port
+from tests.fixtures.runs import stored_ok_run
 
 SUITE = "name: tiny-reasoning\nkind: reasoning\nseed: 3\nparams:\n  n: 12\n  max_tokens: 8\n"
 
@@ -175,18 +176,7 @@ def test_eee_export_keeps_a_dataset_suites_references(tmp_path: Path) -> None:
                      "  prompt: {template: 'Question: {question}'}\n  reference: answer\n"
                      "  scorer: exact\n  max_tokens: 8\n")
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    store = Store.from_url(url)
-    store.ensure_ready(upgrade_fresh_sqlite=True)
-    try:
-        with fault_server() as srv:
-            endpoint = base_url(srv, "ok")
-            report = runs.compare(
-                RunSpec(baseline=EndpointRef(url=endpoint), candidates=[EndpointRef(url=endpoint)],
-                        suites=[str(suite)], options=RunOptions(concurrency=4)),
-                store=store,
-            )
-    finally:
-        store.close()
+    report = stored_ok_run(suite, url)
     out = tmp_path / "eee"
     r = run_cli("export", report["run_id"], "--format", "eee", "--out", str(out),
                 "--database-url", url)
