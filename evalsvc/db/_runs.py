@@ -216,44 +216,28 @@ class RunStore:
         ``lease_owner``'s lease, its verdict and error cleared, to resume it in this process
         (``evalsvc runs resume``); False when it is queued or running (or absent). Its samples,
         snapshots and report stay until the resumed attempt replaces them."""
-        now = utcnow()
-        with self._db.session() as session:
-            result = session.execute(
-                sa.update(RunRow)
-                .where(RunRow.id == run_id, RunRow.status.in_(TERMINAL))
-                .values(
-                    status=RunStatus.running.value,
-                    verdict=None,
-                    error=None,
-                    finished_at=None,
-                    updated_at=now,
-                    lease_owner=lease_owner,
-                    lease_expires_at=now + timedelta(seconds=lease_seconds),
-                )
-                .execution_options(synchronize_session=False)
-            )
-            return _queue.rowcount(result) == 1
+        return self._restart(
+            run_id, status=RunStatus.running.value, lease_owner=lease_owner,
+            lease_expires_at=utcnow() + timedelta(seconds=lease_seconds),
+        )
 
     def requeue_run(self, run_id: str) -> bool:
         """Queue a finished run (completed, error or cancelled) again for the workers, its
         verdict, error, lease and attempts cleared (``POST /runs/{id}/resume``): the worker that
         claims it skips every item stored without error, as for a run it takes over. False when
         it is queued or running (or absent)."""
-        now = utcnow()
+        return self._restart(run_id, status=RunStatus.queued.value, lease_owner=None,
+                             lease_expires_at=None, attempts=0)
+
+    def _restart(self, run_id: str, **values: Any) -> bool:
+        """A finished run set to ``values`` with its verdict, error and end cleared, in one
+        compare-and-set on its status (False when it is not finished, or absent)."""
         with self._db.session() as session:
             result = session.execute(
                 sa.update(RunRow)
                 .where(RunRow.id == run_id, RunRow.status.in_(TERMINAL))
-                .values(
-                    status=RunStatus.queued.value,
-                    verdict=None,
-                    error=None,
-                    finished_at=None,
-                    updated_at=now,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                    attempts=0,
-                )
+                .values(verdict=None, error=None, finished_at=None, updated_at=utcnow(),
+                        **values)
                 .execution_options(synchronize_session=False)
             )
             return _queue.rowcount(result) == 1
