@@ -36,6 +36,9 @@
 - ``EVALSVC_TEST_BASELINE_ACCOUNTING=FILE``: a row per vLLM endpoint test of the bf16 baseline's
   CPU, requests and tokens meanwhile, printed as a table at the end
   (``tests/fixtures/baseline_accounting.py``); unset, nothing is measured.
+- ``EVALSVC_TEST_CPU_ACCOUNTING=FILE``: a row per test of the CPU it cost (the worker's own, the
+  processes it started, the local model servers meanwhile), the heaviest printed at the end
+  (``tests/fixtures/cpu_accounting.py``): on a 2-core host `make test` is as long as its CPU.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import baseline_accounting
+from tests.fixtures import baseline_accounting, cpu_accounting
 from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
 
 # The background start of the local servers (see the module docstring): the process, its log,
@@ -442,31 +445,40 @@ def _check_groups_hold(config: pytest.Config, items: list[pytest.Item]) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """``EVALSVC_TEST_BASELINE_ACCOUNTING=FILE``: a row per vLLM endpoint test of what the bf16
-    baseline did meanwhile (``tests/fixtures/baseline_accounting.py``)."""
+    baseline did meanwhile (``tests/fixtures/baseline_accounting.py``);
+    ``EVALSVC_TEST_CPU_ACCOUNTING=FILE``: a row per test of its CPU
+    (``tests/fixtures/cpu_accounting.py``)."""
     path = baseline_accounting.target()
-    if path is None or not _needs_endpoints(item) or item.get_closest_marker("skip"):
-        yield
-        return
-    before = baseline_accounting.snapshot()
+    if path is not None and (not _needs_endpoints(item) or item.get_closest_marker("skip")):
+        path = None
+    cpu_path = cpu_accounting.target()
+    before = baseline_accounting.snapshot() if path else None
+    cpu_before = cpu_accounting.snapshot() if cpu_path else None
     yield
-    baseline_accounting.record(path, item.nodeid, before, baseline_accounting.snapshot())
+    if cpu_path and cpu_before:
+        cpu_accounting.record(cpu_path, item.nodeid, cpu_before, cpu_accounting.snapshot())
+    if path and before:
+        baseline_accounting.record(path, item.nodeid, before, baseline_accounting.snapshot())
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    path = baseline_accounting.target()
-    if path is not None and not _xdist_worker():
-        path.unlink(missing_ok=True)  # this session's rows only
+    for path in (baseline_accounting.target(), cpu_accounting.target()):
+        if path is not None and not _xdist_worker():
+            path.unlink(missing_ok=True)  # this session's rows only
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    path = baseline_accounting.target()
-    if path is None or _xdist_worker():
+    if _xdist_worker():
         return
-    lines = baseline_accounting.table(path)
-    if lines:
-        terminalreporter.section(f"bf16 baseline per endpoint test ({path})")
-        for line in lines:
-            terminalreporter.write_line(line)
+    for title, path, table in (
+        ("bf16 baseline per endpoint test", baseline_accounting.target(), baseline_accounting.table),
+        ("CPU per test", cpu_accounting.target(), cpu_accounting.table),
+    ):
+        lines = table(path) if path is not None else []
+        if lines:
+            terminalreporter.section(f"{title} ({path})")
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
