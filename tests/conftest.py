@@ -357,6 +357,15 @@ _LONG_MEASUREMENTS = {
     "tests/runner/test_calibration_endpoints.py": "the levels SmolLM2-135M solves on the vLLM bf16 "
     "endpoint, a calibration pilot and run against itself (59 s under a `.ci/run`; the path is "
     "tests/runner/test_calibration_loopback.py's)",
+    "tests/runner/test_determinism_planted.py::test_planted_batch_dependence_fails_and_bf16_self_never_fails":
+    "the staged determinism design on the host's own bf16 under batched load, three bf16 "
+    "endpoints (225 CPU-s of the bf16 server and 232 s of the second vLLM group alone, "
+    "docs/benchmarks-log.md, \"Session 16\"; the staged gate's path is the noisy-baseline "
+    "case's beside it, on every host)",
+    "tests/suites/test_reference_free_llamacpp.py::test_replay_of_dataset_qa_passes_no_degenerate_candidate":
+    "issue 49's acceptance on llama.cpp: 40 conversations on f16, Q8_0 and Q4_K_M, two more "
+    "servers started (154 CPU-s under a `make test` on AVX2; the replay path is the judged "
+    "replay's beside it and tests/suites/test_replay_quality.py's)",
 }
 
 
@@ -453,10 +462,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         path = None
     cpu_path = cpu_accounting.target()
     before = baseline_accounting.snapshot() if path else None
-    cpu_before = cpu_accounting.snapshot() if cpu_path else None
+    servers = _needs_endpoints(item) or _needs_llamacpp(item)
+    cpu_before = cpu_accounting.snapshot(servers=servers) if cpu_path else None
     yield
     if cpu_path and cpu_before:
-        cpu_accounting.record(cpu_path, item.nodeid, cpu_before, cpu_accounting.snapshot())
+        cpu_accounting.record(cpu_path, item.nodeid, cpu_before,
+                              cpu_accounting.snapshot(servers=servers))
     if path and before:
         baseline_accounting.record(path, item.nodeid, before, baseline_accounting.snapshot())
 

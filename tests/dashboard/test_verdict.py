@@ -54,7 +54,8 @@ gate:
 """
 
 
-# What llama.cpp runs (docs/local-endpoints.md): a continuous paired gate at n = 6. (Not a
+# What llama.cpp runs (docs/local-endpoints.md): a continuous paired gate at n = 6, at about the
+# shortest length common_words' own text leaves room for (192 is refused). (Not a
 # threshold: a threshold gate on scores that happen to be all 0 or 1 is tested as a proportion,
 # which has no minimum n.)
 LONGCTX_STRICT = """\
@@ -74,13 +75,15 @@ gate:
 # In every common_words prompt (evalsvc/suites/kinds/longctx.py), in no reasoning prompt.
 LONGCTX_MATCH = "I will ask which are the most common"
 
+# Four items of 32 tokens: a second gated suite beside the undecided one is all the case needs
+# (eight of 48 tokens made this test 96 CPU-s of a `make test` on an AVX2 host, mostly decoding).
 REASONING_SMALL = """\
 name: reasoning-small
 kind: reasoning
 seed: 7
 params:
-  n: 8
-  max_tokens: 48
+  n: 4
+  max_tokens: 32
 """
 
 

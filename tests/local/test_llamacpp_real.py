@@ -88,10 +88,11 @@ def inspect(layout: Layout, schemes: list[str]) -> list[dict[str, Any]]:
 def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
     """Every GGUF scheme is prepared once (a second prepare runs no step) and holds what its
     name says; the metadata (chat template included) survives the rewrite."""
-    local.prepare_llamacpp(["q8_0", "q4_k_m"])  # minutes the first time, then markers
-    assert local.prepare_llamacpp(["q8_0", "q4_k_m", "q8_0-kv"]) == {}
+    local.prepare_llamacpp(["q8_0", "q4_k_m", "q2_k"])  # minutes the first time, then markers
+    assert local.prepare_llamacpp(["q8_0", "q4_k_m", "q8_0-kv", "q2_k"]) == {}
     layout = Layout.current()
-    f16, q8, q4 = inspect(layout, ["q8_0", "q4_k_m"])
+    # One inspection of every file: each reads the F16 reference's vocabulary and layers again.
+    f16, q8, q4, q2 = inspect(layout, ["q8_0", "q4_k_m", "q2_k"])
     # general.file_type: llama.cpp's LLAMA_FTYPE_MOSTLY_F16 = 1, _Q8_0 = 7, _Q4_K_M = 15.
     assert [d["file_type"] for d in (f16, q8, q4)] == [1, 7, 15]
     assert set(f16["types"]) == {"F16", "F32"}
@@ -107,8 +108,6 @@ def test_prepared_ggufs(llamacpp_endpoints: Any) -> None:
     # The demo's broken candidate: 2-bit Q2_K on the 30 down-projections (1536 wide, whole
     # 256-blocks), Q4_0 on the 576-wide matrices, Q8_0 on the tied embedding; LLAMA_FTYPE_MOSTLY_Q2_K
     # = 10. Its weights stray further than the 4-bit mixture's.
-    local.prepare_llamacpp(["q2_k"])
-    (q2,) = inspect(layout, ["q2_k"])[1:]
     assert q2["file_type"] == 10 and q2["same_keys"] and "<|im_start|>" in q2["template"]
     assert set(q2["types"]) == {"Q2_K", "Q4_0", "Q8_0", "F32"}
     assert q2["types"]["Q2_K"] == 30 and q2["types"]["Q8_0"] == 1

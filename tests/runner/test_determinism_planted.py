@@ -20,6 +20,10 @@ it decides. Two runs through loopback fault proxies in front of the real bf16 en
    for 116 s under a `.ci/run` and skipped on hosts without the vLLM tier; now it runs on every
    host, beside the endpoint tier (docs/benchmarks.md, "Session 16").
 
+Case 1 measures the host's own bf16 (1,404 requests; 225 CPU-s of the bf16 server, the largest
+load of the vLLM tier, docs/benchmarks-log.md, "Session 16"), so `make test-endpoints`
+(``EVALSVC_TEST_LONG=1``) runs it; case 2 takes the same staged path on every host in `make test`.
+
 No real quantized candidate's determinism verdict is asserted: it depends on the host's kernels
 (fp8-kv: as stable as bf16 on the AMD host, 48% against 31% unstable on an Intel AMX host).
 """

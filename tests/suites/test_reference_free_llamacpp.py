@@ -6,7 +6,9 @@ SmolLM2-135M is far too weak a judge, and the report must say so: what is assert
 item was answered and judged in both orders, that the judge's figures (position consistency, A/A,
 controls) are in the report and the suite snapshot holds the judge's prompt, and that a judge the
 report calls uninformative never gives a pass. The figures are printed (``pytest -rA``) for
-docs/suites.md. Four conversations (6 judge requests each) keep it small.
+docs/suites.md. Two conversations (6 judge requests each) and a short judge prompt keep it
+small: one-thread llama.cpp reads about 44 prompt tokens/s on an AVX2 host, and four
+conversations under the default prompt cost 195 CPU-s of a `make test` there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from evalsvc.services import runs
 from evalsvc.services.replay import suite_from_requests
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.timeout(900)]
+
+SHORT_JUDGE_PROMPT = "{question}\nA: {answer_a}\nB: {answer_b}\nBetter: [[A]], [[B]] or [[C]]?"
 
 QUESTIONS = [
     "Name a fruit that is yellow.",
@@ -45,12 +49,15 @@ def test_replay_judged_by_the_baseline_on_llamacpp(
             {"role": "system", "content": "Answer in one short sentence."},
             {"role": "user", "content": q}]}) + "\n"
         for i, q in enumerate(QUESTIONS)))
-    summary = suite_from_requests(log, tmp_path / "replay.yaml", n=4, judge="judge-f16")
+    summary = suite_from_requests(log, tmp_path / "replay.yaml", n=2, judge="judge-f16")
     assert summary.compare == "quality" and "judge judge-f16" in summary.gates
-    # A short verdict is enough (and the judge's 135M model decodes on one CPU thread).
+    # The shortest verdict the judge spec allows and a user's short prompt: what the judge
+    # reads and writes is this test's cost (see above). A reply without its verdict line takes
+    # the same path as any (an unparsed verdict), and the weak-judge assertions hold either way.
     suite_yaml = tmp_path / "replay.yaml"
     spec_text = yaml.safe_load(suite_yaml.read_text())
-    spec_text["params"]["judge"]["max_tokens"] = 64
+    spec_text["params"]["judge"].update(max_tokens=16, system="You compare two answers.",
+                                        prompt=SHORT_JUDGE_PROMPT)
     suite_yaml.write_text(yaml.safe_dump(spec_text))
     base = llamacpp_endpoints.baseline
     cand = llamacpp_endpoints.candidates["q8_0-kv"]
@@ -68,14 +75,14 @@ def test_replay_judged_by_the_baseline_on_llamacpp(
     print("judge", json.dumps(judge))
     print("changed answers", entry["details"]["changed_answers"])
     print("similarity", entry["details"]["similarity"])
-    assert entry["metric"] in ("not_degenerate", "judge_not_worse") and entry["n_planned"] == 4
+    assert entry["metric"] in ("not_degenerate", "judge_not_worse") and entry["n_planned"] == 2
     assert entry["details"]["checks"]["meaning"]["by"] == "judge"
     # Every item judged in both orders (the candidate pair and the A/A pair), and the controls.
-    assert judge["candidate"]["n"] + entry["n_errors"] == 4 and judge["aa"]["n"] >= 1
-    assert judge["controls"] == 4 and judge["model"] == "smollm2-135m-gguf-f16"
+    assert judge["candidate"]["n"] + entry["n_errors"] == 2 and judge["aa"]["n"] >= 1
+    assert judge["controls"] == 2 and judge["model"] == "smollm2-135m-gguf-f16"
     cand_samples = [s for s in samples if s.endpoint == "candidate:0"]
     assert all(len(s.data["judge"]["verdicts"]) == 2 for s in cand_samples if "judge" in s.data)
-    assert snapshot["spec"]["judge"]["prompt"].startswith("[Request]")
+    assert snapshot["spec"]["judge"]["prompt"] == SHORT_JUDGE_PROMPT
     assert snapshot["spec"]["judge"]["endpoint"] == "judge-f16"
     # A weak judge is reported as such, and then the gate cannot pass: a reason of its own
     # with its figures and the fix, never advice to add items.
