@@ -21,6 +21,9 @@ PYTEST_ARGS ?=
 # worker that mostly waits on a server, so with three workers everything else ran on one.
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
+# The unit tier waits on nothing, so a worker per core: each worker collects the whole tree
+# again (2-core AVX2 host, 768 tests: 51 s with two workers, 54 with three, 58 with four).
+FAST_WORKERS ?= 2
 
 .PHONY: install install-run browser promtool demo test test-fast test-endpoints lint down bench bench-memory
 
@@ -66,11 +69,12 @@ test: install browser promtool
 # fast tier's first run: 188 CPU-s against 163; docs/benchmarks.md, "Session 11").
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
-# The inner loop, a unit tier: no endpoint (no vLLM or llama.cpp server is started), no browser,
-# nothing marked slow (tests/conftest.py's SLOW list, with the reasons, and every PostgreSQL case).
+# The inner loop, a unit tier under a minute: no endpoint (no vLLM or llama.cpp server is
+# started), no browser, nothing marked slow (tests/conftest.py's SLOW list, with the reasons, every
+# PostgreSQL case, and what tests/slow_measured.py measured too costly for it).
 # `make test` stays the gate (docs/benchmarks.md: both times).
 test-fast: install
-	$(PY) -m pytest -q $(XDIST) -m "not endpoints and not llamacpp and not slow and not browser" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(FAST_WORKERS) --dist loadgroup -m "not endpoints and not llamacpp and not slow and not browser" $(PYTEST_ARGS)
 
 # The endpoint tests alone, on any host (on AVX2-only hosts `make test` skips them: the emulated
 # bf16 baseline is too slow for one session; tests/conftest.py says why), with every llama.cpp

@@ -59,6 +59,7 @@ import pytest
 
 from tests.fixtures import baseline_accounting, cpu_accounting
 from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
+from tests.slow_measured import MEASURED
 
 # The background start of the local servers (see the module docstring): the process, its log,
 # and whether the baseline was already healthy before it (then this session started nothing).
@@ -205,6 +206,12 @@ SLOW: dict[str, str] = {
         _MULTIPLETESTS,
     ),
 }
+
+
+# And what a `make test-fast` measured too costly for the inner loop (tests/slow_measured.py says
+# how): a reason above wins where a key is in both.
+SLOW.update({key: "measured at 0.3 CPU-s or 1 s or more in `make test-fast` "
+             "(tests/slow_measured.py)" for key in MEASURED if key not in SLOW})
 
 
 def _wanted_candidates() -> tuple[str, ...]:
