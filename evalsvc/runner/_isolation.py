@@ -28,6 +28,7 @@ from typing import Any, Literal
 from evalsvc.domain import RunOptions
 from evalsvc.endpoints import EndpointError
 from evalsvc.runner._common import InfrastructureError
+from evalsvc.suites import SuiteDoesNotFit
 
 Stage = Literal["pilot", "planning", "requests", "exception"]
 
@@ -233,6 +234,9 @@ def failure_of(
         kind = error_kind(str(inner))
         return SuiteFailure(suite, stage, text, f"{fix_for(kind, options, endpoint)}; {hint}",
                             {kind: 1})
+    if isinstance(exc, SuiteDoesNotFit):  # the suite's parameters, not evalsvc or the endpoint
+        return SuiteFailure(suite, stage, f"{suite} does not fit this endpoint: {text}",
+                            f"change the suite ({text}); {hint}")
     if isinstance(exc, InfrastructureError):  # the pilot's own: no rung scored, no level runs
         return SuiteFailure(suite, stage, text, f"see the suite's calibration record; {hint}")
     return SuiteFailure(

@@ -87,6 +87,13 @@ def server_run() -> bool:
 Emit = Callable[[Sample], Awaitable[None]]
 
 
+class SuiteDoesNotFit(ValueError):
+    """A suite whose parameters cannot be realized on this endpoint (a long-context length
+    shorter than the task's own text in the endpoint's tokenizer, say): the suite must change,
+    not the endpoint, and the message says how. Raised while planning; the runner ends that
+    suite in error with the message as its fix (``evalsvc.runner._isolation``)."""
+
+
 class GatePolicy(BaseModel):
     """How a suite's metric is gated: the suite's **policy**. Unset fields take the kind's declared
     default (``Suite.gate_default``); ``evalsvc.gates.resolve`` combines the two with the

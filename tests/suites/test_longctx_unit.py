@@ -20,7 +20,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from evalsvc.domain import Provenance, RunOptions, Sample
-from evalsvc.suites import SuiteSpec, resolve, suite_kinds
+from evalsvc.suites import SuiteDoesNotFit, SuiteSpec, resolve, suite_kinds
 from evalsvc.suites._present import ViewInput
 from evalsvc.suites._registry import register
 from evalsvc.suites.kinds._filler import (
@@ -139,8 +139,29 @@ def test_fit_finds_the_longest_prefix_in_few_calls(lang: str, bpe: Path) -> None
             assert n2 == len(again.tok.encode(m2).ids) <= length and abs(c2 - chars) < 40
             assert len(again.tok.encode(build(c2 + 1)).ids) > length and n2 >= length - 2
     tok = CountingTokenizer(bpe)
-    with pytest.raises(ValueError, match="haystack is too short"):
+    with pytest.raises(SuiteDoesNotFit, match="haystack ends at .* use shorter lengths"):
         asyncio.run(fit(tok, build, 500, 2000))
+
+
+def test_a_length_shorter_than_the_task_text_names_the_fix_and_is_the_suites(bpe: Path) -> None:
+    """A length the task's own text already exceeds is the suite's mistake, not evalsvc's: the
+    suite ends in error with the length that would fit, never "report it" (2026-12-06: common_words
+    at 192 tokens read "an error of evalsvc or of the suite's kind")."""
+    from evalsvc.runner._isolation import failure_of
+
+    def build(chars: int) -> str:
+        return "Instructions of a task, longer than the length asked for. " * 4 + "x" * chars
+
+    tok = CountingTokenizer(bpe)
+    bare = len(tok.tok.encode(build(0)).ids)
+    with pytest.raises(SuiteDoesNotFit) as err:
+        asyncio.run(fit(tok, build, 1000, bare - 5))
+    assert f"use lengths above {bare}" in str(err.value)
+    failure = failure_of(err.value, "longctx-short", "planning", RunOptions(), endpoint="b",
+                         run_id="0123456789abcdef")
+    assert failure.cause.startswith("longctx-short does not fit this endpoint: params.lengths")
+    assert failure.fix.startswith(f"change the suite (params.lengths: {bare - 5} tokens")
+    assert "report it" not in failure.fix and "runs resume 0123456789ab" in failure.fix
 
 
 def test_nolima_question_and_needle_share_no_content_word() -> None:
@@ -213,7 +234,7 @@ def test_variable_chain_is_in_order_from_the_depth(bpe: Path) -> None:
 
 
 def test_too_short_a_length_is_refused(bpe: Path) -> None:
-    with pytest.raises(ValueError, match="too short"):
+    with pytest.raises(SuiteDoesNotFit, match=r"64 tokens is shorter than the task's own text"):
         _plan(_suite("common_words", bpe, lengths=[64], uncommon_per_1k=200))
 
 

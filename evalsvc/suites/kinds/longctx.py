@@ -67,6 +67,7 @@ from evalsvc.stats import (
 from evalsvc.suites._base import (
     Analysis,
     Suite,
+    SuiteDoesNotFit,
     SuiteSpec,
     lengths_over_context,
     paired_scores,
@@ -489,10 +490,15 @@ async def fit(
         else:
             guess = probe + round((length + 0.5 - n) * probe / max(n, 1))
     if lo < 0:
-        raise ValueError(f"length {length} is too short for the task text alone")
+        bare = await count(0)
+        raise SuiteDoesNotFit(
+            f"params.lengths: {length} tokens is shorter than the task's own text with no "
+            f"haystack ({bare} tokens in this endpoint's tokenizer): use lengths above {bare}")
     message, n = cache[lo]
     if lo >= max_chars and n < length:
-        raise ValueError(f"the haystack is too short for length {length}")
+        raise SuiteDoesNotFit(
+            f"params.lengths: the haystack ends at {n} tokens, short of {length}: use shorter "
+            "lengths")
     return message, n, lo
 
 
