@@ -7,7 +7,8 @@ AVX2-only AMD EPYC (2026-12-06; most start a process, a server, a browser-free a
 store, or a seeded simulation); a module is named whole when every test of it in that tier was.
 It took two passes (0.5 CPU-s or 1.5 s, then 0.3 or 1 s over what was left): a module's fixture
 costs its first test, and when that test leaves, the next one pays. `make test` runs them all.
-Before: 1,210 tests in 4 min 15 s; after: 768 in 51 s (docs/benchmarks-log.md, "Session 18").
+Before: 1,210 tests in 4 min 15 s; after: 768 in 51 s (docs/benchmarks-log.md, "The test loop:
+where the CPU goes").
 
 Measured, and regenerated, with::
 
