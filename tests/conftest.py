@@ -469,7 +469,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         path = None
     cpu_path = cpu_accounting.target()
     before = baseline_accounting.snapshot() if path else None
-    servers = _needs_endpoints(item) or _needs_llamacpp(item)
+    servers = bool(cpu_path) and (_needs_endpoints(item) or _needs_llamacpp(item))
     cpu_before = cpu_accounting.snapshot(servers=servers) if cpu_path else None
     yield
     if cpu_path and cpu_before:
