@@ -57,7 +57,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures import baseline_accounting, cpu_accounting
+from tests.fixtures import baseline_accounting, cpu_accounting, server_groups
 from tests.fixtures.plugin import echo_kind  # noqa: F401  (the echo test plugin kind, session)
 from tests.slow_measured import MEASURED
 
@@ -463,7 +463,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """``EVALSVC_TEST_BASELINE_ACCOUNTING=FILE``: a row per vLLM endpoint test of what the bf16
     baseline did meanwhile (``tests/fixtures/baseline_accounting.py``);
     ``EVALSVC_TEST_CPU_ACCOUNTING=FILE``: a row per test of its CPU
-    (``tests/fixtures/cpu_accounting.py``)."""
+    (``tests/fixtures/cpu_accounting.py``); after the last test of a server group, its servers
+    stop (``tests/fixtures/server_groups.py``)."""
     path = baseline_accounting.target()
     if path is not None and (not _needs_endpoints(item) or item.get_closest_marker("skip")):
         path = None
@@ -477,6 +478,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
                               cpu_accounting.snapshot(servers=servers))
     if path and before:
         baseline_accounting.record(path, item.nodeid, before, baseline_accounting.snapshot())
+    # The last test of a server group stops the servers it used (tests/fixtures/server_groups.py).
+    server_groups.after_test(item, nextitem)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -508,6 +511,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection, so deselected tests start nothing
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     _check_groups_hold(config, items)
+    server_groups.collected(items)
     items.sort(key=_first_rank)  # stable: the rest keep their order (every worker sorts alike)
     needing = [it for it in items if _needs_endpoints(it)]
     if not needing:
@@ -594,6 +598,7 @@ def local_endpoints(pytestconfig: pytest.Config) -> Iterator[object]:
         # the servers itself.
         proc.wait()
     endpoints = local.ensure_up(wanted, timeout=float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500")))
+    server_groups.started("vllm", before)
     yield endpoints
     # Stop the servers only if this session started them all (a developer's own `evalsvc local
     # up` is left running); `down` stops exactly the PIDs in the state file. An xdist worker
@@ -699,6 +704,7 @@ def llamacpp_endpoints() -> Iterator[object]:
         return
     timeout = float(os.environ.get("EVALSVC_TEST_UP_TIMEOUT", "1500"))
     endpoints = local.ensure_up(LLAMACPP_TEST_CANDIDATES, engine="llamacpp", timeout=timeout)
+    server_groups.started("llamacpp", before)
     yield endpoints
     if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
         local.down("llamacpp")
