@@ -369,6 +369,12 @@ _LONG_MEASUREMENTS = {
     "endpoints (225 CPU-s of the bf16 server and 232 s of the second vLLM group alone, "
     "docs/benchmarks-log.md, \"Session 16\"; the staged gate's path is the noisy-baseline "
     "case's beside it, on every host)",
+    "tests/runner/test_slices_real.py": "a planted slice collapse through the fault proxy on the "
+    "vLLM bf16 endpoint, 90 reasoning items of up to 128 tokens sent three times (34 CPU-s of the "
+    "servers alone on an idle 2-core AVX-512 host, the endpoint tier's costliest after the local "
+    "sweep: docs/benchmarks-log.md, \"session 19\"); the slice gate, its finding and its first "
+    "divergent tokens are tests/runner/test_slices_runner.py's and tests/gates/test_slices.py's, "
+    "A/A included",
     "tests/suites/test_reference_free_llamacpp.py::test_replay_of_dataset_qa_passes_no_degenerate_candidate":
     "issue 49's acceptance on llama.cpp: 40 conversations on f16, Q8_0 and Q4_K_M, two more "
     "servers started (154 CPU-s under a `make test` on AVX2; the replay path is the judged "
