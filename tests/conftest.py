@@ -375,6 +375,11 @@ _LONG_MEASUREMENTS = {
     "sweep: docs/benchmarks-log.md, \"session 19\"); the slice gate, its finding and its first "
     "divergent tokens are tests/runner/test_slices_runner.py's and tests/gates/test_slices.py's, "
     "A/A included",
+    "tests/suites/test_kinds_endpoints.py::test_determinism_reports_baseline_and_candidate_rates":
+    "the determinism kind's own run on the vLLM endpoints (30 CPU-s of the servers on an idle "
+    "2-core AVX-512 host); the session's smoke run measures determinism-smoke on the same "
+    "endpoints, and tests/cli/test_compare.py::test_every_kind_lands_in_the_json_report asserts "
+    "its conditions, rates and outputs per prompt on both sides",
     "tests/suites/test_reference_free_llamacpp.py::test_replay_of_dataset_qa_passes_no_degenerate_candidate":
     "issue 49's acceptance on llama.cpp: 40 conversations on f16, Q8_0 and Q4_K_M, two more "
     "servers started (154 CPU-s under a `make test` on AVX2; the replay path is the judged "

@@ -317,7 +317,9 @@ def test_live_page_advances_while_a_worker_executes(
         baseline=EndpointRef(url=real_runs.baseline),
         candidates=[EndpointRef(url=real_runs.candidate)],
         suites=["reasoning-smoke"],
-        options=RunOptions(samples=10, concurrency=1),
+        # Six items one at a time give the page several counts to show (ten cost 34 CPU-s of the
+        # servers on an idle 2-core AVX-512 host: docs/benchmarks-log.md, "session 19").
+        options=RunOptions(samples=6, concurrency=1),
         labels={"source": "dashboard-live"},
     )
     run = run_service.submit(spec, store=dash_store)
@@ -357,7 +359,7 @@ def test_live_page_advances_while_a_worker_executes(
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
         log.close()
-    # "suite 1 of 1 · reasoning-smoke 3/10 items": the count before the slash.
+    # "suite 1 of 1 · reasoning-smoke 3/6 items": the count before the slash.
     done = [int(m.group(1)) for t in seen if (m := re.search(r"(\d+)/\d+ items", t))]
     # The page showed the counts climbing (several distinct values, increasing) before the
     # finished run's gates replaced the progress.
