@@ -18,7 +18,9 @@ PYTEST_ARGS ?=
 # Chromium, PostgreSQL), so more workers than cores keep 2 cores busy (docs/benchmarks.md, "The
 # test loop": 16 min with two workers, 11.7 min with three, on a 2-core host). Where the vLLM
 # endpoint tier runs (AVX-512/AMX hosts), its two groups and the llama.cpp group each hold a
-# worker that mostly waits on a server, so with three workers everything else ran on one.
+# worker that mostly waits on a server, so with three workers everything else ran on one. Six
+# filled the CPU that four leave idle once those groups are done, but spent 190 CPU-s more on the
+# same tests and took 19 s longer (2-core AVX-512 host; docs/benchmarks-log.md, "session 19").
 TEST_WORKERS ?= 4
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # The unit tier waits on nothing, so a worker per core: each worker collects the whole tree
@@ -28,11 +30,11 @@ FAST_WORKERS ?= 2
 .PHONY: install install-run browser promtool demo test test-fast test-endpoints lint down bench bench-memory
 
 # uv installs what pip resolves (the same versions) in a fraction of the time: `.[dev]` in 43 s
-# against about 3 minutes of pip on a 2-core host with empty caches (docs/benchmarks.md, "The
-# test loop"), part of every `make test` on a fresh clone. It compiles the bytecode as pip did
-# (the first test run would otherwise compile it in every worker) and reads no pip.conf
-# (--no-config: uv's own config files are ignored too). Where uv cannot install (no PyPI, only
-# pip's configured index), pip does it as before.
+# against about 3 minutes of pip on a 2-core host with empty caches (docs/benchmarks-log.md,
+# "The test loop on AVX-512, session 19"), part of every `make test` on a fresh clone. It
+# compiles the bytecode as pip did (the first test run would otherwise compile it in every
+# worker) and reads no pip.conf (--no-config: uv's own config files are ignored too). Where uv
+# cannot install (no PyPI, only pip's configured index), pip does it as before.
 define venv_install
 	$(VENV)/bin/uv pip install --quiet --no-config --compile-bytecode --python $(PY) $(1) \
 	  || { echo "uv could not install; installing with pip"; $(VENV)/bin/pip install --quiet $(1); }
