@@ -314,7 +314,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Likewise the llama.cpp servers: one worker starts, uses and stops them.
     if _needs_llamacpp(item):
         item.add_marker(pytest.mark.llamacpp)
-        item.add_marker(pytest.mark.xdist_group("local-llamacpp"))
+        item.add_marker(pytest.mark.xdist_group(server_groups.LLAMACPP_GROUP))
     long_why = _long_reason(item.nodeid)
     if long_why and (_needs_endpoints(item) or _needs_llamacpp(item)) and not _long_wanted():
         item.add_marker(pytest.mark.skip(reason=f"{long_why}; EVALSVC_TEST_LONG=1 "
@@ -346,7 +346,8 @@ _VLLM_SECOND_GROUP = (
 
 
 def _vllm_group(nodeid: str) -> str:
-    return "local-endpoints-2" if nodeid.split("::")[0] in _VLLM_SECOND_GROUP else "local-endpoints"
+    in_second = nodeid.split("::")[0] in _VLLM_SECOND_GROUP
+    return server_groups.VLLM_SECOND_GROUP if in_second else server_groups.VLLM_GROUP
 
 
 # Endpoint tests that measure the model rather than check a path: minutes each, and every test of
@@ -579,7 +580,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if proc.poll() is None:
         proc.terminate()
         proc.wait(30)
-    if _bg.get("before") is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
+    if _bg.get("before") is None and not os.environ.get(server_groups.KEEP_ENV):
         from evalsvc import local
 
         local.down("vllm")
@@ -614,7 +615,7 @@ def local_endpoints(pytestconfig: pytest.Config) -> Iterator[object]:
     # Stop the servers only if this session started them all (a developer's own `evalsvc local
     # up` is left running); `down` stops exactly the PIDs in the state file. An xdist worker
     # leaves that to the controller, which waits for the other group's worker.
-    if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
+    if before is None and not os.environ.get(server_groups.KEEP_ENV):
         workeroutput = getattr(pytestconfig, "workeroutput", None)
         if workeroutput is not None:
             workeroutput["started_vllm"] = True
@@ -717,7 +718,7 @@ def llamacpp_endpoints() -> Iterator[object]:
     endpoints = local.ensure_up(LLAMACPP_TEST_CANDIDATES, engine="llamacpp", timeout=timeout)
     server_groups.started("llamacpp", before)
     yield endpoints
-    if before is None and not os.environ.get("EVALSVC_TEST_KEEP_ENDPOINTS"):
+    if before is None and not os.environ.get(server_groups.KEEP_ENV):
         local.down("llamacpp")
 
 
