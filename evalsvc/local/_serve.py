@@ -14,6 +14,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -24,12 +25,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ._errors import LocalError
 from ._paths import Layout
 from ._state import ServerRecord, State, load_state, save_state
 from ._ui import console, info, kill_group, print_log_tail, root_cause
+
+if TYPE_CHECKING:
+    import httpx
 
 HOST = "127.0.0.1"
 BASE_PORT = 8100
@@ -116,11 +120,23 @@ def is_alive(rec: ServerRecord) -> bool:
     return pid_alive(rec.pid, rec.proc_start)
 
 
-def is_healthy(port: int, path: str = "/health", timeout: float = 3.0) -> bool:
+@functools.cache
+def _probe_client() -> httpx.Client:
+    """One HTTP client for every probe of this process. ``httpx.get`` builds a client per call,
+    and with it an SSL context that loads the CA bundle, about 20 ms of CPU even for a plain
+    ``http://`` URL: a start of four servers polled twice a second spent 15 CPU-s on it (2-core
+    AVX-512 host, docs/benchmarks-log.md, "session 20"). No keep-alive: each probe opens a fresh
+    connection, so a server restarted on the same port is probed as itself."""
     import httpx  # here, not at the top: `evalsvc --help` imports this module
 
+    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def is_healthy(port: int, path: str = "/health", timeout: float = 3.0) -> bool:
+    import httpx
+
     try:
-        resp = httpx.get(f"http://{HOST}:{port}{path}", timeout=timeout)
+        resp = _probe_client().get(f"http://{HOST}:{port}{path}", timeout=timeout)
     except httpx.HTTPError:
         return False
     return resp.status_code == 200
@@ -137,7 +153,7 @@ def smoke_test(rec: ServerRecord, timeout: float) -> str | None:
     import httpx
 
     try:
-        resp = httpx.post(f"{rec.url}/completions", json=body, timeout=timeout)
+        resp = _probe_client().post(f"{rec.url}/completions", json=body, timeout=timeout)
     except httpx.HTTPError as err:
         return f"completion request failed ({type(err).__name__}: {err})"
     if resp.status_code != 200:

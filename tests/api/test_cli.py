@@ -22,7 +22,7 @@ from evalsvc.db import Store
 from evalsvc.scheduler import Executor, Worker
 from tests.fixtures.cli import run_cli
 from tests.fixtures.db import REPO_ROOT
-from tests.fixtures.loopback import free_port
+from tests.fixtures.loopback import free_port, probe
 
 from .conftest import Api
 from .executors import make_executor
@@ -165,7 +165,7 @@ def test_tokens_cli_and_api_serve(tmp_path: Path, sqlite_template: Path) -> None
         deadline = time.monotonic() + 300  # a loaded 2-core host starts it in tens of seconds
         while True:
             try:
-                if httpx.get(f"{base}/healthz", timeout=10).status_code == 200:
+                if probe().get(f"{base}/healthz", timeout=10).status_code == 200:
                     break
             except httpx.TransportError:
                 pass

@@ -2,8 +2,8 @@
 dashboard's decision banner (issue 16); no dashboard page, the API docs included, sends a
 request beyond loopback; static files are compressed and cached; unknown pages answer 404.
 
-The drift case of issue 16 runs on the real local endpoints: ``reasoning-smoke`` beside a user's
-drift suite with ``n: 6`` and ``gate: {threshold: 0.002}``. At n = 6 the drift gate is below the
+The drift case of issue 16 runs on the real local endpoints: a small reasoning suite beside a
+user's drift suite with ``n: 6`` and ``gate: {threshold: 0.002}``. At n = 6 the drift gate is below the
 kind's minimum n and cannot decide; before the fix its inferiority p-value still entered Holm's
 correction and the run read ``fail`` with no failing gate (``compare`` exit 1).
 
@@ -76,7 +76,9 @@ gate:
 LONGCTX_MATCH = "I will ask which are the most common"
 
 # Four items of 32 tokens: a second gated suite beside the undecided one is all the case needs
-# (eight of 48 tokens made this test 96 CPU-s of a `make test` on an AVX2 host, mostly decoding).
+# (eight of 48 tokens made this test 96 CPU-s of a `make test` on an AVX2 host, mostly decoding;
+# on vLLM the whole reasoning-smoke, 16 items of 80 tokens, was 27 CPU-s of the servers on an
+# idle 2-core AVX-512 host: docs/benchmarks-log.md, "session 19").
 REASONING_SMALL = """\
 name: reasoning-small
 kind: reasoning
@@ -90,11 +92,12 @@ params:
 def _issue16_suites(tmp_path: Path) -> tuple[list[str], str]:
     """The suites of the issue-16 case on this session's engine: (``--suite`` values, the name
     of the undecided threshold suite)."""
+    (tmp_path / "reasoning-small.yaml").write_text(REASONING_SMALL)
     if local_engine() == "vllm":
         (tmp_path / "drift-strict.yaml").write_text(DRIFT_STRICT)
-        return ["reasoning-smoke", str(tmp_path / "drift-strict.yaml")], "drift-strict"
+        return [str(tmp_path / "reasoning-small.yaml"), str(tmp_path / "drift-strict.yaml")], \
+            "drift-strict"
     (tmp_path / "longctx-strict.yaml").write_text(LONGCTX_STRICT)
-    (tmp_path / "reasoning-small.yaml").write_text(REASONING_SMALL)
     return [str(tmp_path / "reasoning-small.yaml"), str(tmp_path / "longctx-strict.yaml")], \
         "longctx-strict"
 

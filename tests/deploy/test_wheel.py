@@ -18,7 +18,7 @@ from evalsvc.db import Store
 from evalsvc.db._migrate import head_revision
 from evalsvc.db.testing import temporary_postgres_database
 from evalsvc.suites import catalog, catalog_dir
-from tests.fixtures.loopback import free_port
+from tests.fixtures.loopback import free_port, probe
 from tests.fixtures.spare import spare_endpoint
 
 from .conftest import REPO_ROOT, InstalledWheel, write_tiny_suite
@@ -112,7 +112,7 @@ def test_api_serves_offline_docs_from_the_wheel(installed_wheel: InstalledWheel,
         deadline = time.monotonic() + 300  # a loaded 2-core host starts it in tens of seconds
         while True:
             try:
-                if httpx.get(f"{base}/healthz", timeout=10).status_code == 200:
+                if probe().get(f"{base}/healthz", timeout=10).status_code == 200:
                     break
             except httpx.TransportError:
                 pass

@@ -22,6 +22,7 @@ from evalsvc.db import Store
 from evalsvc.db.testing import temporary_postgres_database
 from tests.fixtures.apiserve import ApiProcess, api_serve
 from tests.fixtures.db import pg_admin_url_or_skip
+from tests.fixtures.loopback import probe
 
 
 def _prepare(url: str) -> str:
@@ -35,7 +36,7 @@ def _wait_answering(api: ApiProcess) -> httpx.Response:
     deadline = time.monotonic() + 300  # not waited for by api_serve: the start is here
     while True:
         try:
-            return httpx.get(f"{api.url}/api/v1/healthz", timeout=10)
+            return probe().get(f"{api.url}/api/v1/healthz", timeout=10)
         except httpx.TransportError:
             assert api.proc.poll() is None and time.monotonic() < deadline, api.log.read_text()
             time.sleep(0.1)

