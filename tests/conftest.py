@@ -397,6 +397,12 @@ _LONG_MEASUREMENTS = {
     "the quantizations (fp8-kv and w8a8 drift less than w4a16), which needs the weight-quantized "
     "servers `make test` does not start (_wanted_candidates); the drift kind's path on the vLLM "
     "endpoints is the session's smoke run and the local sweep's",
+    "tests/cli/test_compare.py::test_compare_needle_on_real_endpoints": "needle-smoke on 4 items "
+    "through the CLI (51 CPU-s of the servers at 6 items on an idle 2-core AVX-512 host, "
+    "docs/benchmarks-log.md, \"session 19\"); the session's smoke run is the same CLI on the "
+    "same pair, needle-smoke included, and tests/cli/test_compare.py::"
+    "test_every_kind_lands_in_the_json_report asserts on it what this test did: the exit code, "
+    "JUnit, Markdown, KV capacity, stored progress",
     "tests/cli/test_compare.py::test_baseline_against_itself_never_fails": "needle-smoke of bf16 "
     "against itself through the CLI (30 CPU-s of the servers under a `.ci/run` on a 2-core "
     "AVX-512 host); the same claim in process is tests/suites/test_kinds_endpoints.py::"
@@ -664,7 +670,8 @@ SMOKE_RUN_SUITES = ("smoke", "lmeval-mc")
 
 @dataclass
 class SmokeRun:
-    """``evalsvc compare <bf16> <fp8-kv> --suite smoke --suite lmeval-mc --samples 2 --json -``."""
+    """``evalsvc compare <bf16> <fp8-kv> --suite smoke --suite lmeval-mc --samples 2 --json -
+    --junit <junit> --markdown <markdown>``, into ``real_runs_db_url``."""
 
     baseline: str
     candidate: str
@@ -672,6 +679,8 @@ class SmokeRun:
     returncode: int
     stderr: str
     report: dict[str, Any]
+    junit: Path
+    markdown: Path
 
     @property
     def run_id(self) -> str:
@@ -679,7 +688,8 @@ class SmokeRun:
 
 
 @pytest.fixture(scope="session")
-def smoke_run(local_endpoints: Any, real_runs_db_url: str) -> SmokeRun:
+def smoke_run(local_endpoints: Any, real_runs_db_url: str,
+              tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
     """Every shipped kind through the real CLI once per session, two items per suite: what its
     readers assert is that each kind's details reach the JSON report and the dashboard's pages,
     not a verdict. One run instead of two (the CLI test's and the dashboard's own): on a 2-core
@@ -688,15 +698,17 @@ def smoke_run(local_endpoints: Any, real_runs_db_url: str) -> SmokeRun:
     cands = local_endpoints.candidates
     name = "fp8-kv" if "fp8-kv" in cands else next(iter(cands))
     suites = [a for s in SMOKE_RUN_SUITES for a in ("--suite", s)]
+    out = tmp_path_factory.mktemp("smoke-run")
+    junit, markdown = out / "junit.xml", out / "report.md"
     r = subprocess.run(
         [sys.executable, "-m", "evalsvc.cli.main", "compare", local_endpoints.baseline,
          cands[name], *suites, "--samples", "2", "--database-url", real_runs_db_url,
-         "--json", "-"],
+         "--json", "-", "--junit", str(junit), "--markdown", str(markdown)],
         capture_output=True, text=True, timeout=1800,
     )
     assert r.returncode in (0, 1, 3), r.stderr[-4000:]
     return SmokeRun(local_endpoints.baseline, cands[name], name, r.returncode, r.stderr,
-                    json.loads(r.stdout))
+                    json.loads(r.stdout), junit, markdown)
 
 
 @pytest.fixture(scope="session")

@@ -154,13 +154,41 @@ def test_baseline_against_itself_never_fails(local_endpoints: Any) -> None:
 
 @pytest.mark.endpoints
 @pytest.mark.slow
-def test_every_kind_lands_in_the_json_report(smoke_run: Any) -> None:
+def test_every_kind_lands_in_the_json_report(smoke_run: Any, real_runs_db_url: str) -> None:
     """The `smoke` set plus the lm-eval task: all six kinds through the CLI, with their details
     (the session's ``smoke_run``, which the dashboard's pages also show). Two items per suite:
-    what is asserted is that each kind's details reach the report."""
+    what is asserted is that each kind's details reach the report; and what a CI job reads of a
+    real compare (the exit code, JUnit, Markdown, the rich table apart from the JSON, the KV
+    capacity and the stored progress), which the needle run of
+    ``test_compare_needle_on_real_endpoints`` asserted alone before it went to `make
+    test-endpoints` (tests/conftest.py says why)."""
     assert smoke_run.returncode in (0, 1, 3), smoke_run.stderr
     report = smoke_run.report
     _check_report(report, 1)
+    assert {0: "pass", 1: "fail", 3: "inconclusive"}[smoke_run.returncode] == report["verdict"]
+    name = smoke_run.candidate_name
+    assert report["candidates"][0]["model"].endswith(name)
+    kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
+    kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
+    if name == "fp8-kv":
+        # FP8 KV cache doubles the KV capacity at the same KV memory (docs/local-endpoints.md:
+        # 186,368 vs 93,184).
+        assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
+        assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
+    else:
+        assert kv_c == kv_b  # weight quantization leaves the bf16 KV cache as it is
+    suites = ET.parse(smoke_run.junit).getroot()
+    assert suites.tag == "testsuites" and int(suites.get("tests", "0")) >= 1
+    assert "needle-smoke" in smoke_run.markdown.read_text()
+    assert "verdict" in smoke_run.stderr  # the rich table went to stderr, JSON alone on stdout
+    # The in-process run kept its progress in the store, as a worker's run does (the dashboard's
+    # live page and `evalsvc runs show` read it): every pair planned and done.
+    from evalsvc.db import Store
+
+    with Store.from_url(real_runs_db_url) as store:
+        stored = store.get_run(report["run_id"])
+    assert stored is not None and stored.progress["items"]["needle-smoke"] == 2
+    assert stored.progress["done"]["needle-smoke"] == {"baseline": 2, "candidate:0": 2}
     rows = {s["kind"]: s for s in report["candidates"][0]["suites"]}
     assert set(rows) == {"needle", "reasoning", "drift", "determinism", "speed", "lmeval"}
     assert rows["needle"]["details"]["heatmap"]["baseline"]
