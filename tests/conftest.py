@@ -14,11 +14,11 @@
   server) overlaps the tests that need no endpoint instead of blocking the first one that does
   (pytest itself keeps one of the two cores busy). A session that selects no such test starts
   nothing (``-m "not endpoints"``, ``make test-fast``).
-  Under pytest-xdist (``make test``: ``-n 4 --dist loadgroup``) the vLLM endpoint tests are two
-  groups (``_VLLM_SECOND_GROUP`` names the second), each run whole by one worker: the first of
-  the two to ask starts the servers, the other waits for them (``ensure_up`` holds a lock) and
-  reuses them, and the controller stops them once every worker is done (a worker that stopped
-  them at its own end would pull them from under the other).
+  Under pytest-xdist (``make test``: ``-n 4 --dist loadgroup``) the
+  vLLM endpoint tests are two groups (``_VLLM_SECOND_GROUP`` names the second), each run whole
+  by one worker: the first of the two to ask starts the servers, the other waits for them
+  (``ensure_up`` holds a lock) and reuses them, and the controller stops them once every worker
+  is done (a worker that stopped them at its own end would pull them from under the other).
 - Tests that drive Chromium (the ``browser`` fixture) are marked ``browser``.
 - ``llamacpp_endpoints``: the real local llama.cpp endpoints (``f16`` baseline, ``q8_0-kv``
   candidate), prepared and started once per session through ``ensure_up(engine="llamacpp")``
@@ -315,8 +315,8 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     # Before -m selects: the browser tests can be left out by marker (``make test-fast``).
     if "browser" in getattr(item, "fixturenames", ()):
         item.add_marker(pytest.mark.browser)
-    # Under pytest-xdist (``make test`` runs ``-n 4 --dist loadgroup``) every endpoint test runs
-    # in one worker, so one worker owns the servers' start and stop. Marked at collection: xdist
+    # Under pytest-xdist (``make test`` runs ``-n 4 --dist loadgroup``) every endpoint
+    # test of a group runs in one worker, so one worker owns the servers' start and stop. Marked at collection: xdist
     # reads the group before any modifyitems hook of ours.
     # A test that asks for the servers is marked by its fixture, not by hand: a module that forgot
     # the marker ran a 13-minute vLLM measurement inside `make test-fast` (-m "not endpoints").
