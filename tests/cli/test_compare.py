@@ -82,6 +82,18 @@ def check_schema(report: dict[str, Any]) -> None:
     jsonschema.Draft202012Validator(report_schema()).validate(report)
 
 
+def _check_kv_capacity(report: dict[str, Any], name: str) -> None:
+    kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
+    kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
+    if name == "fp8-kv":
+        # FP8 KV cache doubles the KV capacity at the same KV memory (docs/local-endpoints.md:
+        # 186,368 vs 93,184).
+        assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
+        assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
+    else:
+        assert kv_c == kv_b  # weight quantization leaves the bf16 KV cache as it is
+
+
 def _check_report(report: dict[str, Any], n_candidates: int) -> None:
     check_schema(report)
     assert report["verdict"] in ("pass", "fail", "inconclusive")
@@ -120,14 +132,7 @@ def test_compare_needle_on_real_endpoints(local_endpoints: Any, tmp_path: Path) 
     assert s["suite"] == "needle-smoke" and s["n"] == 4
     assert s["details"]["heatmap"]["baseline"], "needle details carry the heatmap data"
     assert report["candidates"][0]["model"].endswith(name)
-    kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
-    kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
-    if name == "fp8-kv":
-        # FP8 KV cache doubles the KV capacity at the same KV memory (docs/local-endpoints.md: 186,368 vs 93,184).
-        assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
-        assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
-    else:
-        assert kv_c == kv_b  # weight quantization leaves the bf16 KV cache as it is
+    _check_kv_capacity(report, name)
     suites = ET.parse(junit).getroot()
     assert suites.tag == "testsuites" and int(suites.get("tests", "0")) >= 1
     assert "needle-smoke" in md.read_text()
@@ -168,15 +173,7 @@ def test_every_kind_lands_in_the_json_report(smoke_run: Any, real_runs_db_url: s
     assert {0: "pass", 1: "fail", 3: "inconclusive"}[smoke_run.returncode] == report["verdict"]
     name = smoke_run.candidate_name
     assert report["candidates"][0]["model"].endswith(name)
-    kv_b = report["baseline"]["provenance"]["kv_capacity_tokens"]
-    kv_c = report["candidates"][0]["provenance"]["kv_capacity_tokens"]
-    if name == "fp8-kv":
-        # FP8 KV cache doubles the KV capacity at the same KV memory (docs/local-endpoints.md:
-        # 186,368 vs 93,184).
-        assert kv_c == pytest.approx(2 * kv_b, rel=0.02)
-        assert report["candidates"][0]["provenance"]["kv_cache_dtype"].startswith("fp8")
-    else:
-        assert kv_c == kv_b  # weight quantization leaves the bf16 KV cache as it is
+    _check_kv_capacity(report, name)
     suites = ET.parse(smoke_run.junit).getroot()
     assert suites.tag == "testsuites" and int(suites.get("tests", "0")) >= 1
     assert "needle-smoke" in smoke_run.markdown.read_text()
