@@ -22,10 +22,11 @@ PYTEST_ARGS ?=
 # filled the CPU that four leave idle once those groups are done, but spent 190 CPU-s more on the
 # same tests and took 19 s longer (2-core AVX-512 host; docs/benchmarks-log.md, "session 19").
 # Five (session 20, same host kind, one vLLM candidate): 14 min 30 s and 15 min 44 s against 15
-# min 56 s-16 min 6 s with four, but each of the two runs failed a test that four never did (a
-# 10 s schema timeout, since given 300 s; a calibration floor of a noisy proxy read 0 in both
-# store cases): four until that is understood.
-TEST_WORKERS ?= 4
+# min 56 s-16 min 6 s with four. Each of those runs failed a test that four never did: a 10 s
+# schema timeout (given 300 s since) and a noisy proxy whose requests overlapped only by chance
+# (held now, tests/api/test_reuse_policy.py). So five where the vLLM tier runs (the same
+# AVX-512/AMX condition as tests/conftest.py's), four elsewhere.
+TEST_WORKERS ?= $(shell grep -qwE 'avx512f|amx_tile' /proc/cpuinfo 2>/dev/null && echo 5 || echo 4)
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # The unit tier waits on nothing, so a worker per core: each worker collects the whole tree
 # again (2-core AVX2 host, 768 tests: 51 s with two workers, 54 with three, 58 with four).

@@ -210,7 +210,16 @@ def test_a_submitters_calibration_changes_no_production_gate_or_plan(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("EVALSVC_ALLOWED_ENDPOINTS", "127.0.0.0/8")  # plan's CLI probe too
-    with fault_server() as srv, fault_proxy(base_url(srv, "ok"), alter_p=0.8, seed=5) as px:
+    # determinism-smoke's mixed schedule (seed 31338) starts requests at 0.138, 0.168, 0.496,
+    # 0.603, 0.748, 0.925, 1.119 and 1.756 s. Held 0.5 s, every one from 0.168 to 1.119 arrives
+    # while another is in flight with at least 137 ms to spare (three of them probes), the last
+    # one alone. Unheld in front of an upstream that answers at once, only the probe at 0.168
+    # could overlap, and only if the one at 0.138 took 30 ms: on a host with five pytest workers
+    # no answer was changed and the floor read a discordance of 0.
+    with (
+        fault_server() as srv,
+        fault_proxy(base_url(srv, "ok"), alter_p=0.8, seed=5, hold_s=0.5) as px,
+    ):
         _floors_stay_the_operators(api, px)
 
 

@@ -18,7 +18,11 @@ forwarded to the upstream ``.../v1`` unchanged (probe, ``/tokenize``, ``/metrics
   31% unstable under the determinism suite's traffic); in front of an upstream that returns no
   logprobs (``tests/fixtures/faults.py``'s ``ok``) a random number is appended to the text
   instead. Several proxies with their own rates and
-  seeds make a noisy baseline, an equally noisy copy and a noisier candidate;
+  seeds make a noisy baseline, an equally noisy copy and a noisier candidate. With ``hold_s``
+  each of its chat requests is held that long before it is forwarded, as a short answer takes on
+  a real server: in front of an upstream that answers at once, requests of a schedule spread
+  over seconds overlap only by chance (two starts 30 ms apart overlap if the first takes longer),
+  so whether any answer is changed would depend on the host's load;
 - ``/match/v1/...``       a chat answer to a request whose body contains ``match`` (e.g. one
   reasoning family's question wording) is replaced by ``wrong`` (its logprobs by one token that
   spells it): a planted slice collapse that does not depend on the host's kernels.
@@ -29,6 +33,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -58,6 +63,8 @@ class _Handler(BaseHTTPRequestHandler):
             srv.arrivals += 1
             alter = concurrent and srv.rng.random() < srv.alter_p
         try:
+            if mode == "noisy" and srv.hold_s and rest.startswith("v1/chat/completions"):
+                time.sleep(srv.hold_s)  # in flight meanwhile: later arrivals see it
             headers = {
                 k: v
                 for k, v in self.headers.items()
@@ -178,7 +185,8 @@ def _replace_answer(choice: dict[str, Any], wrong: str) -> None:
 
 class FaultProxy(LoopbackHTTPServer):
     def __init__(
-        self, upstream: str, *, alter_p: float, seed: int, match: str = "", wrong: str = "Unknown."
+        self, upstream: str, *, alter_p: float, seed: int, match: str = "", wrong: str = "Unknown.",
+        hold_s: float = 0.0,
     ) -> None:
         super().__init__(_Handler)
         self.upstream = upstream.rstrip("/").removesuffix("/v1")  # the server's root
@@ -189,6 +197,7 @@ class FaultProxy(LoopbackHTTPServer):
         self.alter_p = alter_p
         self.match = match
         self.wrong = wrong
+        self.hold_s = hold_s
         self.in_flight = 0
         self.arrivals = 0
         self.damaged = 0
@@ -199,9 +208,11 @@ class FaultProxy(LoopbackHTTPServer):
 
 @contextmanager
 def fault_proxy(
-    upstream: str, *, alter_p: float = 0.5, seed: int = 0, match: str = "", wrong: str = "Unknown."
+    upstream: str, *, alter_p: float = 0.5, seed: int = 0, match: str = "", wrong: str = "Unknown.",
+    hold_s: float = 0.0,
 ) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong)
+    proxy = FaultProxy(upstream, alter_p=alter_p, seed=seed, match=match, wrong=wrong,
+                       hold_s=hold_s)
     try:
         with serving(proxy) as server:
             yield server
