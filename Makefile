@@ -14,7 +14,7 @@ ENGINE ?= llamacpp
 CANDIDATES ?=
 SUITE ?= demo
 PYTEST_ARGS ?=
-# Four pytest workers: much of the suite waits on subprocesses and servers it starts (CLI, API,
+# Four pytest workers (five where the vLLM tier runs, below): much of the suite waits on subprocesses and servers it starts (CLI, API,
 # Chromium, PostgreSQL), so more workers than cores keep 2 cores busy (docs/benchmarks.md, "The
 # test loop": 16 min with two workers, 11.7 min with three, on a 2-core host). Where the vLLM
 # endpoint tier runs (AVX-512/AMX hosts), its two groups and the llama.cpp group each hold a
