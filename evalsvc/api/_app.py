@@ -22,7 +22,7 @@ import logging
 from importlib import resources
 from pathlib import Path
 
-from fastapi import FastAPI, Request, Response, status
+from fastapi import Depends, FastAPI, Request, Response, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import (
@@ -45,7 +45,7 @@ from evalsvc.services.runs import UsageError
 from evalsvc.suites import SuiteError
 from evalsvc.web.static import CachedStatic, gzip_response
 
-from ._openapi import BodyLimit, document_errors
+from ._openapi import BodyLimit, document_errors, known_query_params
 from .routes import (
     alerts,
     baselines,
@@ -141,11 +141,14 @@ def install(app: FastAPI) -> None:
         paths={f"{API_PREFIX}/gate-logs": limits.MAX_UPLOAD_BYTES},
     )
     _install_docs(app)
+    # Probes and scrapers may add parameters of their own; a person's misspelt filter must not
+    # be ignored as if applied.
     app.include_router(health.router, prefix=API_PREFIX)
+    refuse_unknown = [Depends(known_query_params)]
     for module in (
         endpoints, runs, suites, schedules, gatelogs, sweeps, alerts, baselines, calibrations
     ):
-        app.include_router(module.router, prefix=API_PREFIX)
+        app.include_router(module.router, prefix=API_PREFIX, dependencies=refuse_unknown)
     # Probes and scrapers conventionally look at the root too.
     app.add_api_route("/healthz", health.healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/metrics", health.metrics, methods=["GET"], include_in_schema=False)

@@ -7,15 +7,18 @@ status the API can return besides the route's own: 401 and 403 (routes that take
 (an invalid request: ``Problem`` with ``errors``, not FastAPI's default shape), 503 (the
 database unavailable, not at head or refusing writes). Every one of them has the ``Problem``
 shape. ``RunCreate.suites`` enumerates the catalog. ``BodyLimit`` answers 413 before a body
-over ``max_bytes`` is read into memory.
+over ``max_bytes`` is read into memory. ``known_query_params`` (a dependency of every API
+router) answers 422 to a query parameter the route does not declare, naming the ones it takes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, status
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._schemas import Problem
@@ -162,3 +165,33 @@ def document_errors(app: FastAPI) -> None:
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def known_query_params(request: Request) -> None:
+    """422 for a query parameter the operation does not take. FastAPI ignores unknown ones, so
+    a misspelt filter (``GET /runs?stauts=failed``) would list every run as if the filter had
+    been applied, and a pipeline would act on runs it never asked for. The parameters the
+    route's signature and its dependencies declare (what ``/openapi.json`` documents) are the
+    accepted ones: one rule for every route, nothing listed by hand beside a signature."""
+    if not request.query_params:
+        return
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    takes = _query_names(route.dependant)
+    unknown = sorted(set(request.query_params) - takes)
+    if unknown:
+        path = request.url.path.removeprefix("/api/v1")
+        listed = ", ".join(sorted(takes)) if takes else "no query parameters"
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"unknown query parameter(s) {', '.join(map(repr, unknown))}: "
+            f"{request.method} {path} takes {listed}",
+        )
+
+
+def _query_names(dependant: Dependant) -> frozenset[str]:
+    names = {field.alias for field in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)
