@@ -14,9 +14,10 @@ ENGINE ?= llamacpp
 CANDIDATES ?=
 SUITE ?= demo
 PYTEST_ARGS ?=
-# Four pytest workers (five where the vLLM tier runs, below): much of the suite waits on subprocesses and servers it starts (CLI, API,
-# Chromium, PostgreSQL), so more workers than cores keep 2 cores busy (docs/benchmarks.md, "The
-# test loop": 16 min with two workers, 11.7 min with three, on a 2-core host). Where the vLLM
+# Four pytest workers (five where the vLLM tier runs, below): much of the suite waits on
+# subprocesses and servers it starts (CLI, API, Chromium, PostgreSQL), so more workers than cores
+# keep 2 cores busy (docs/benchmarks.md, "The test loop": 16 min with two workers, 11.7 min with
+# three, on a 2-core host). Where the vLLM
 # endpoint tier runs (AVX-512/AMX hosts), its two groups and the llama.cpp group each hold a
 # worker that mostly waits on a server, so with three workers everything else ran on one. Six
 # filled the CPU that four leave idle once those groups are done, but spent 190 CPU-s more on the
@@ -25,8 +26,8 @@ PYTEST_ARGS ?=
 # min 56 s-16 min 6 s with four. Each of those runs failed a test that four never did: a 10 s
 # schema timeout (given 300 s since) and a noisy proxy whose requests overlapped only by chance
 # (held now, tests/api/test_reuse_policy.py). Five again in session 21: 13 min 51 s to 14 min
-# 41 s in four runs, every test passed. So five where the vLLM tier runs (the same AVX-512/AMX condition as
-# tests/conftest.py's), four elsewhere (AVX2: no measurement with five).
+# 41 s in four runs, every test passed. So five where the vLLM tier runs (the same AVX-512/AMX
+# condition as tests/conftest.py's), four elsewhere (AVX2: no measurement with five).
 TEST_WORKERS ?= $(shell grep -qwE 'avx512f|amx_tile' /proc/cpuinfo 2>/dev/null && echo 5 || echo 4)
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
 # The unit tier waits on nothing, so a worker per core: each worker collects the whole tree
