@@ -26,7 +26,7 @@ PYTEST_ARGS ?=
 # min 56 s-16 min 6 s with four. Each of those runs failed a test that four never did: a 10 s
 # schema timeout (given 300 s since) and a noisy proxy whose requests overlapped only by chance
 # (held now, tests/api/test_reuse_policy.py). Five again in session 21: 13 min 51 s to 14 min
-# 41 s in four runs, every test passed. So five where the vLLM tier runs (the same AVX-512/AMX
+# 41 s in five runs, every test passed. So five where the vLLM tier runs (the same AVX-512/AMX
 # condition as tests/conftest.py's), four elsewhere (AVX2: no measurement with five).
 TEST_WORKERS ?= $(shell grep -qwE 'avx512f|amx_tile' /proc/cpuinfo 2>/dev/null && echo 5 || echo 4)
 XDIST := -n $(TEST_WORKERS) --dist loadgroup
