@@ -66,8 +66,6 @@ def submit_sweep(
     return SweepSubmitted(id=created["id"], status=RunStatus(created["status"]))
 
 
-
-
 @router.get("", response_model=list[SweepSummaryRead])
 def list_sweeps(
     store: StoreDep,
