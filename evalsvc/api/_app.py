@@ -144,7 +144,7 @@ def install(app: FastAPI) -> None:
     # Probes and scrapers may add parameters of their own; a person's misspelt filter must not
     # be ignored as if applied.
     app.include_router(health.router, prefix=API_PREFIX)
-    refuse_unknown = [Depends(known_query_params)]
+    refuse_unknown = [Depends(known_query_params(API_PREFIX))]
     for module in (
         endpoints, runs, suites, schedules, gatelogs, sweeps, alerts, baselines, calibrations
     ):

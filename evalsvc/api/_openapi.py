@@ -13,6 +13,7 @@ router) answers 422 to a query parameter the route does not declare, naming the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, status
@@ -167,27 +168,32 @@ def document_errors(app: FastAPI) -> None:
     app.openapi = openapi  # type: ignore[method-assign]
 
 
-def known_query_params(request: Request) -> None:
-    """422 for a query parameter the operation does not take. FastAPI ignores unknown ones, so
-    a misspelt filter (``GET /runs?stauts=failed``) would list every run as if the filter had
-    been applied, and a pipeline would act on runs it never asked for. The parameters the
-    route's signature and its dependencies declare (what ``/openapi.json`` documents) are the
-    accepted ones: one rule for every route, nothing listed by hand beside a signature."""
-    if not request.query_params:
-        return
-    route = request.scope.get("route")
-    if not isinstance(route, APIRoute):
-        return
-    takes = _query_names(route.dependant)
-    unknown = sorted(set(request.query_params) - takes)
-    if unknown:
-        path = request.url.path.removeprefix("/api/v1")
-        listed = ", ".join(sorted(takes)) if takes else "no query parameters"
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT,
-            f"unknown query parameter(s) {', '.join(map(repr, unknown))}: "
-            f"{request.method} {path} takes {listed}",
-        )
+def known_query_params(prefix: str) -> Callable[[Request], None]:
+    """A dependency: 422 for a query parameter the operation does not take. FastAPI ignores
+    unknown ones, so a misspelt filter (``GET /runs?stauts=failed``) would list every run as if
+    the filter had been applied, and a pipeline would act on runs it never asked for. The
+    parameters the route's signature and its dependencies declare (what ``/openapi.json``
+    documents) are the accepted ones: one rule for every route, nothing listed by hand beside a
+    signature. The message names the path under ``prefix`` (the router's mount point)."""
+
+    def refuse_unknown(request: Request) -> None:
+        if not request.query_params:
+            return
+        route = request.scope.get("route")
+        if not isinstance(route, APIRoute):
+            return
+        takes = _query_names(route.dependant)
+        unknown = sorted(set(request.query_params) - takes)
+        if unknown:
+            path = request.url.path.removeprefix(prefix)
+            listed = ", ".join(sorted(takes)) if takes else "no query parameters"
+            raise HTTPException(
+                status.HTTP_422_UNPROCESSABLE_CONTENT,
+                f"unknown query parameter(s) {', '.join(map(repr, unknown))}: "
+                f"{request.method} {path} takes {listed}",
+            )
+
+    return refuse_unknown
 
 
 def _query_names(dependant: Dependant) -> frozenset[str]:
